@@ -1,0 +1,33 @@
+"""feedline: keep accelerators fed during training.
+
+The top-level names load their package on first use, so ``import feedline``
+is cheap and never imports torch or touches CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "open_dataset": "feedline.io",
+    "Loader": "feedline.pipeline",
+    "wrap": "feedline.pipeline",
+    "watch": "feedline.observe",
+    "FeedlineError": "feedline.errors",
+}
+
+__all__ = ["FeedlineError", "Loader", "__version__", "open_dataset", "watch", "wrap"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'feedline' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,3 @@
+from feedline.cli.main import main
+
+main()

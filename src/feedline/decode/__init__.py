@@ -1,0 +1,1 @@
+"""feedline.decode (under construction)."""

@@ -1,0 +1,1 @@
+"""feedline.doctor (under construction)."""

@@ -1,0 +1,1 @@
+"""feedline.format (under construction)."""

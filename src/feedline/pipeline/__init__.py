@@ -1,0 +1,1 @@
+"""feedline.pipeline (under construction)."""

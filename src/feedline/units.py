@@ -1,0 +1,82 @@
+"""Parse and format the human units used in options: durations and byte sizes.
+
+``parse_duration("12ms") == 0.012``; ``parse_bytes("2GiB") == 2 * 2**30``.
+Both raise :class:`feedline.errors.ConfigError` (a ``ValueError``) naming the
+bad text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from feedline.errors import ConfigError
+
+_DURATION_UNITS = {"": 1.0, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
+_BYTE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
+
+
+def parse_duration(text: str | float | int, *, name: str = "duration") -> float:
+    """Seconds from ``"12ms"``, ``"250us"``, ``"1.5s"``; a bare number is seconds.
+
+    Raises:
+        ConfigError: unknown unit, negative, NaN or infinite value.
+    """
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _NUMBER.match(text)
+        if not m or m.group(2).lower() not in _DURATION_UNITS:
+            raise ConfigError(
+                f"{name}: cannot parse {text!r} as a duration",
+                fix="use a number with a unit: us, ms or s (e.g. 12ms)",
+            )
+        value = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name}: must be a finite, non-negative duration, got {text!r}")
+    return value
+
+
+def parse_bytes(text: str | int, *, name: str = "size") -> int:
+    """Bytes from ``"2GiB"``, ``"512MB"``, ``"4096"``; K/M/G alone are binary units.
+
+    Raises:
+        ConfigError: unknown unit or negative value.
+    """
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _NUMBER.match(text)
+        if not m or m.group(2).lower() not in _BYTE_UNITS:
+            raise ConfigError(
+                f"{name}: cannot parse {text!r} as a byte size",
+                fix="use a number with a unit such as 4096, 64KiB, 512MiB or 2GiB",
+            )
+        value = int(float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()])
+    if value < 0:
+        raise ConfigError(f"{name}: must be non-negative, got {text!r}")
+    return value
+
+
+def format_duration(seconds: float) -> str:
+    """``0.012 -> "12.0 ms"``; picks us, ms or s."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def format_bytes(n: float) -> str:
+    """``3 * 2**20 -> "3.0 MiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
