@@ -10,5 +10,14 @@ from feedline.model.analytic import (
     pipeline_times,
     workers_needed,
 )
+from feedline.model.gds import GPUDirectStoragePipeline, check_alignment
 
-__all__ = ["STAGES", "PipelineAnalysis", "analyze", "pipeline_times", "workers_needed"]
+__all__ = [
+    "STAGES",
+    "GPUDirectStoragePipeline",
+    "PipelineAnalysis",
+    "analyze",
+    "check_alignment",
+    "pipeline_times",
+    "workers_needed",
+]
