@@ -1,1 +1,64 @@
-"""feedline.format (under construction)."""
+"""feedline.format: the shard format. Write (pack) and open (validate, locate).
+
+A dataset is a folder with plain POSIX tar shards (``tar`` and WebDataset read
+them unchanged), a binary index beside each shard (every member's sample,
+field, payload offset, size and checksum) and a JSON ``manifest.json`` written
+last. No pickle anywhere. Imports stdlib, numpy and xxhash only.
+
+    >>> from feedline.format import pack, read_manifest, load_index
+    >>> manifest = pack(["photos/"], "data/", align=4096)      # doctest: +SKIP
+    >>> index = load_index("data/", manifest.shards[0])        # doctest: +SKIP
+    >>> index.sample_extent(0)                                 # doctest: +SKIP
+"""
+
+from feedline.format._adopt import index_tar, index_tars
+from feedline.format._checksum import ALGOS, checksum
+from feedline.format._index import (
+    FORMAT_VERSION,
+    HEADER_DTYPE,
+    MEMBER_DTYPE,
+    ShardIndex,
+    encode_index,
+)
+from feedline.format._manifest import (
+    DEFAULT_ALIGN,
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    field_stats,
+    load_index,
+    read_manifest,
+    write_manifest,
+)
+from feedline.format._pack import PackProgress, pack
+from feedline.format._tar import split_name
+from feedline.format._verify import Problem, inspect, verify, verify_shard
+from feedline.format._writer import ShardWriter
+
+__all__ = [
+    "ALGOS",
+    "DEFAULT_ALIGN",
+    "FORMAT_VERSION",
+    "HEADER_DTYPE",
+    "MANIFEST_NAME",
+    "MEMBER_DTYPE",
+    "Manifest",
+    "PackProgress",
+    "Problem",
+    "ShardIndex",
+    "ShardInfo",
+    "ShardWriter",
+    "checksum",
+    "encode_index",
+    "field_stats",
+    "index_tar",
+    "index_tars",
+    "inspect",
+    "load_index",
+    "pack",
+    "read_manifest",
+    "split_name",
+    "verify",
+    "verify_shard",
+    "write_manifest",
+]

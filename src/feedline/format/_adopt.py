@@ -1,0 +1,156 @@
+"""index_tars(): adopt existing WebDataset tar files without rewriting them.
+
+Each tar is scanned once with the stdlib ``tarfile`` reader (headers only;
+payloads are read to checksum them), its ``.idx`` is written beside it (or in
+``out_dir``) and a manifest names the tars by their path relative to the
+dataset root.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from feedline.errors import ConfigError, FormatError
+from feedline.format._atomic import fsync_dir, write_atomic
+from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
+from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, encode_index
+from feedline.format._manifest import Manifest, ShardInfo, field_stats, write_manifest
+from feedline.format._tar import split_name
+
+_CHUNK = 8 << 20
+_FIX = "repack the files with `feedline pack`"
+
+
+def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
+    """(key, field, data offset, size) of each regular member, in tar order."""
+    out: list[tuple[str, str, int, int]] = []
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            for info in tar:
+                if info.isdir():
+                    continue
+                if not info.isreg() or info.issparse():
+                    raise FormatError(f"member {info.name!r} is not a regular file", shard=shard, fix=_FIX)
+                parts = split_name(info.name)
+                if parts is None:
+                    raise FormatError(
+                        f"member {info.name!r} has no field extension (WebDataset would skip it)",
+                        shard=shard,
+                        fix=_FIX,
+                    )
+                out.append((parts[0], parts[1], info.offset_data, info.size))
+    except (tarfile.TarError, OSError, UnicodeError) as e:
+        raise FormatError(f"cannot read tar: {e}", shard=shard, fix="check that the file is an uncompressed tar") from None
+    return out
+
+
+def _members(entries: list[tuple[str, str, int, int]], shard: str) -> tuple[list[str], list[str], np.ndarray]:
+    keys: list[str] = []
+    field_ids: dict[str, int] = {}
+    members = np.zeros(len(entries), dtype=MEMBER_DTYPE)
+    seen: set[str] = set()
+    for i, (key, field, offset, size) in enumerate(entries):
+        if not keys or keys[-1] != key:
+            if key in seen:
+                raise FormatError("the members of a sample are not contiguous", shard=shard, key=key, fix=_FIX)
+            seen.add(key)
+            keys.append(key)
+        members[i] = (len(keys) - 1, field_ids.setdefault(field, len(field_ids)), offset, size, 0)
+    return keys, list(field_ids), members
+
+
+def _checksums(path: Path, members: np.ndarray, algo: str) -> int:
+    """Fill ``members['checksum']``; return the whole-file checksum (one pass over the file)."""
+    fn = checksum_function(algo)
+    whole = hasher(algo)
+    with open(path, "rb") as f:
+        data = f.read(_CHUNK)
+        while data:
+            whole.update(data)
+            data = f.read(_CHUNK)
+        sums = members["checksum"]
+        for i, (offset, size) in enumerate(zip(members["offset"].tolist(), members["size"].tolist(), strict=True)):
+            f.seek(offset)
+            sums[i] = fn(f.read(size))
+    return whole.intdigest()
+
+
+def index_tar(tar: str | os.PathLike[str], index_path: str | os.PathLike[str], *, checksum_algo: str = "xxh3") -> ShardIndex:
+    """Write the index of one existing tar to ``index_path`` (atomically) and return it.
+
+    Raises:
+        FormatError: not a tar, non-regular members, members without a field,
+            or a sample whose members are not contiguous.
+    """
+    path = Path(tar)
+    shard = path.name
+    keys, fields, members = _members(_scan(path, shard), shard)
+    size = path.stat().st_size
+    whole = _checksums(path, members, checksum_algo)
+    data = encode_index(keys, fields, members, shard_size=size, shard_checksum=whole, checksum_algo=checksum_algo)
+    index = ShardIndex.from_bytes(data, shard_size=size, shard=shard)
+    write_atomic(index_path, data)
+    return index
+
+
+def index_tars(
+    tars: Iterable[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str] | None = None,
+    *,
+    checksum_algo: str = "xxh3",
+) -> Manifest:
+    """Build ``.idx`` files and a manifest for existing WebDataset tars.
+
+    Args:
+        tars: tar files, in dataset order. They are never modified.
+        out_dir: the dataset root, where indexes and ``manifest.json`` go
+            (default: the folder of the first tar). Shards are named by their
+            path relative to it.
+
+    Raises:
+        ConfigError: no tars, or a missing file.
+        FormatError: a tar that cannot be adopted (see :func:`index_tar`).
+    """
+    algo = check_algo(checksum_algo)
+    paths = [Path(t) for t in tars]
+    if not paths:
+        raise ConfigError("index_tars: no tar files given", fix="pass one or more .tar files")
+    for p in paths:
+        if not p.is_file():
+            raise ConfigError(f"tar file {str(p)!r} does not exist", fix="check the path")
+    root = Path(out_dir) if out_dir is not None else paths[0].parent
+    root.mkdir(parents=True, exist_ok=True)
+    infos: list[ShardInfo] = []
+    indexes: list[ShardIndex] = []
+    for p in paths:
+        idx_path = root / (p.name + ".idx")
+        index = index_tar(p, idx_path, checksum_algo=algo)
+        data = idx_path.read_bytes()
+        infos.append(
+            ShardInfo(
+                name=os.path.relpath(p, root).replace(os.sep, "/"),
+                index=idx_path.name,
+                size=index.shard_size,
+                index_size=len(data),
+                num_samples=index.num_samples,
+                checksum=hexdigest(index.shard_checksum),
+                index_checksum=hexdigest(checksum(data, algo)),
+            )
+        )
+        indexes.append(index)
+    fsync_dir(root)
+    manifest = Manifest(
+        version=FORMAT_VERSION,
+        checksum_algo=algo,
+        align=0,
+        shards=tuple(infos),
+        fields=field_stats(indexes),
+        num_samples=sum(i.num_samples for i in infos),
+    )
+    write_manifest(root, manifest)
+    return manifest

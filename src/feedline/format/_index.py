@@ -1,0 +1,331 @@
+"""The binary shard index: a versioned header, member records, string tables.
+
+Layout (all little-endian, described as numpy dtypes in the FFCV manner)::
+
+    HEADER_DTYPE         one record (magic, version, counts, sizes, checksums)
+    MEMBER_DTYPE * n     one record per member, sorted by (sample, offset)
+    key table            the sample keys, UTF-8, joined by "\\n"
+    field table          the field names, UTF-8, joined by "\\n"
+
+The header's ``checksum`` is xxh3_64 of the whole file with that field zeroed,
+so any flipped bit is caught at open. :meth:`ShardIndex.from_bytes` checks the
+header, the sizes against the byte length, the checksum, the tables and every
+record (bounds, order, overlaps) before building anything from them: a bad or
+hostile index is a :class:`~feedline.errors.FormatError`, never a crash or a
+huge allocation.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from feedline.errors import ChecksumError, FormatError
+from feedline.format._checksum import ALGO_IDS
+
+FORMAT_VERSION = 1
+MAGIC = b"FEEDIDX\0"
+HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "S8"),
+        ("version", "<u4"),
+        ("checksum_algo", "<u4"),
+        ("num_samples", "<u8"),
+        ("num_members", "<u8"),
+        ("num_fields", "<u8"),
+        ("keys_bytes", "<u8"),
+        ("fields_bytes", "<u8"),
+        ("shard_size", "<u8"),
+        ("shard_checksum", "<u8"),
+        ("align", "<u4"),
+        ("reserved", "<u4"),
+        ("checksum", "<u8"),
+    ]
+)
+MEMBER_DTYPE = np.dtype(
+    [("sample", "<u4"), ("field", "<u2"), ("offset", "<u8"), ("size", "<u8"), ("checksum", "<u8")]
+)
+_ALGO_NAMES = {v: k for k, v in ALGO_IDS.items()}
+_HEADER_NAMES: tuple[str, ...] = tuple(n for n, *_ in HEADER_DTYPE.descr)
+_CHECKSUM_AT = HEADER_DTYPE.itemsize - 8  # the checksum is the header's last field
+_FIX = "rebuild the index with `feedline index SHARD`, or re-copy the shard and its .idx"
+
+
+def _fail(message: str, shard: str, **place: Any) -> FormatError:
+    return FormatError(message, shard=shard or None, fix=_FIX, **place)
+
+
+def encode_index(
+    keys: list[str],
+    fields: list[str],
+    members: np.ndarray,
+    *,
+    shard_size: int,
+    shard_checksum: int,
+    checksum_algo: str = "xxh3",
+    align: int = 0,
+) -> bytes:
+    """Serialise an index. ``members`` must have MEMBER_DTYPE (it is not validated here)."""
+    key_blob = "\n".join(keys).encode("utf-8", "surrogateescape")
+    field_blob = "\n".join(fields).encode("utf-8", "surrogateescape")
+    header = np.zeros((), dtype=HEADER_DTYPE)
+    header["magic"] = MAGIC
+    header["version"] = FORMAT_VERSION
+    header["checksum_algo"] = ALGO_IDS[checksum_algo]
+    header["num_samples"] = len(keys)
+    header["num_members"] = len(members)
+    header["num_fields"] = len(fields)
+    header["keys_bytes"] = len(key_blob)
+    header["fields_bytes"] = len(field_blob)
+    header["shard_size"] = shard_size
+    header["shard_checksum"] = shard_checksum
+    header["align"] = align
+    body = np.ascontiguousarray(members, dtype=MEMBER_DTYPE).tobytes() + key_blob + field_blob
+    hasher = xxhash.xxh3_64(header.tobytes())
+    hasher.update(body)
+    header["checksum"] = hasher.intdigest()
+    return header.tobytes() + body
+
+
+def _parse_header(data: memoryview, shard: str) -> dict[str, int]:
+    if len(data) < HEADER_DTYPE.itemsize:
+        raise _fail(f"index is {len(data)} bytes, shorter than its header", shard)
+    raw = np.frombuffer(data, dtype=HEADER_DTYPE, count=1)[0]
+    if bytes(raw["magic"]) != MAGIC.rstrip(b"\0"):
+        raise _fail("not a feedline index (bad magic)", shard)
+    head = {name: int(raw[name]) for name in _HEADER_NAMES if name != "magic"}
+    if head["version"] != FORMAT_VERSION:
+        raise FormatError(
+            f"index format version {head['version']} is not supported (this feedline reads "
+            f"version {FORMAT_VERSION})",
+            shard=shard or None,
+            fix="upgrade feedline, or rebuild the index with this version's `feedline index`",
+        )
+    if head["checksum_algo"] not in _ALGO_NAMES:
+        raise _fail(f"unknown checksum algorithm id {head['checksum_algo']}", shard)
+    expected = (
+        HEADER_DTYPE.itemsize
+        + head["num_members"] * MEMBER_DTYPE.itemsize
+        + head["keys_bytes"]
+        + head["fields_bytes"]
+    )
+    if expected != len(data):
+        raise _fail(
+            f"index header describes {expected} bytes but the index has {len(data)}: its "
+            "counts disagree with its size (truncated, padded or corrupt)",
+            shard,
+        )
+    if head["num_samples"] > head["num_members"] or head["num_fields"] > max(
+        head["num_members"], 0
+    ):
+        raise _fail(
+            f"index counts are inconsistent: {head['num_samples']} samples, "
+            f"{head['num_fields']} fields, {head['num_members']} members",
+            shard,
+        )
+    if head["num_fields"] > 1 << 16 or head["num_samples"] >= 1 << 32:
+        raise _fail("index declares more samples or fields than the format allows", shard)
+    return head
+
+
+def _check_body_checksum(data: memoryview, stored: int, shard: str) -> None:
+    zeroed = bytearray(data[: HEADER_DTYPE.itemsize])
+    zeroed[_CHECKSUM_AT:] = bytes(8)
+    hasher = xxhash.xxh3_64(bytes(zeroed))
+    hasher.update(data[HEADER_DTYPE.itemsize :])
+    if hasher.intdigest() != stored:
+        raise ChecksumError("index checksum mismatch: the .idx file is corrupt", shard=shard or None, fix=_FIX)
+
+
+def _parse_table(blob: memoryview, count: int, what: str, shard: str) -> list[str]:
+    try:
+        text = bytes(blob).decode("utf-8", "surrogateescape") if len(blob) else ""
+    except UnicodeDecodeError:  # pragma: no cover - surrogateescape never fails on bytes
+        raise _fail(f"{what} table is not UTF-8", shard) from None
+    names = text.split("\n") if text else []
+    if len(names) != count or any(not n for n in names):
+        raise _fail(f"{what} table holds {len(names)} names, the header says {count}", shard)
+    if len(set(names)) != count:
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                key = name if what == "key" else None
+                raise _fail(f"{what} {name!r} appears twice in the index", shard, key=key)
+            seen.add(name)
+    return names
+
+
+class ShardIndex:
+    """A validated index of one shard: where every member's payload lies.
+
+    Attributes:
+        keys: sample keys in shard order.
+        fields: the field-name table (``members['field']`` indexes into it).
+        members: structured array (MEMBER_DTYPE), sorted by (sample, offset).
+        sample_start: int64, ``num_samples + 1`` entries; sample ``i`` owns
+            ``members[sample_start[i]:sample_start[i + 1]]``.
+        num_samples: number of samples.
+        shard_size: byte size of the shard file the index describes.
+        shard_checksum: whole-file checksum of that shard.
+        checksum_algo: ``"xxh3"`` or ``"crc32c"`` (member and shard checksums).
+        align: the alignment the writer guaranteed for each sample's first byte (0: none).
+    """
+
+    def __init__(self, **attrs: Any) -> None:
+        self.keys: list[str] = attrs["keys"]
+        self.fields: list[str] = attrs["fields"]
+        self.members: np.ndarray = attrs["members"]
+        self.sample_start: np.ndarray = attrs["sample_start"]
+        self.num_samples: int = len(self.keys)
+        self.shard: str = attrs["shard"]
+        self.shard_size: int = attrs["shard_size"]
+        self.shard_checksum: int = attrs["shard_checksum"]
+        self.checksum_algo: str = attrs["checksum_algo"]
+        self.align: int = attrs["align"]
+        self._field_ids = {name: i for i, name in enumerate(self.fields)}
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, shard_size: int, shard: str = "") -> ShardIndex:
+        """Read and validate the index at ``path`` for a shard of ``shard_size`` bytes.
+
+        Raises:
+            FormatError: missing, unreadable or invalid index, or a shard whose
+                size differs from the one the index describes (truncated shard,
+                trailing garbage). ChecksumError for a corrupt index file.
+        """
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise FormatError(
+                f"cannot read index {os.fspath(path)!r}: {e.strerror}", shard=shard or None, fix=_FIX
+            ) from None
+        return cls.from_bytes(data, shard_size=shard_size, shard=shard)
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview, *, shard_size: int, shard: str = "") -> ShardIndex:
+        """Validate and decode index bytes (see :meth:`load`)."""
+        view = memoryview(data).cast("B")
+        head = _parse_header(view, shard)
+        _check_body_checksum(view, head["checksum"], shard)
+        if head["shard_size"] != shard_size:
+            raise FormatError(
+                f"shard is {shard_size} bytes but its index describes {head['shard_size']}: "
+                "the shard is truncated or has trailing bytes",
+                shard=shard or None,
+                fix="re-copy the shard, or rebuild its index with `feedline index`",
+            )
+        pos = HEADER_DTYPE.itemsize
+        n = head["num_members"]
+        members = np.frombuffer(view, dtype=MEMBER_DTYPE, count=n, offset=pos)
+        pos += n * MEMBER_DTYPE.itemsize
+        keys = _parse_table(view[pos : pos + head["keys_bytes"]], head["num_samples"], "key", shard)
+        pos += head["keys_bytes"]
+        fields = _parse_table(view[pos:], head["num_fields"], "field", shard)
+        sample_start = _check_members(members, keys, fields, shard_size, shard)
+        return cls(
+            keys=keys,
+            fields=fields,
+            members=members,
+            sample_start=sample_start,
+            shard=shard,
+            shard_size=shard_size,
+            shard_checksum=head["shard_checksum"],
+            checksum_algo=_ALGO_NAMES[head["checksum_algo"]],
+            align=head["align"],
+        )
+
+    def sample_extent(self, i: int) -> tuple[int, int]:
+        """``[first payload byte, end of last payload byte)`` of sample ``i`` in the shard."""
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"sample {i} out of range for {self.num_samples} samples")
+        lo, hi = int(self.sample_start[i]), int(self.sample_start[i + 1])
+        last = self.members[hi - 1]
+        return int(self.members["offset"][lo]), int(last["offset"]) + int(last["size"])
+
+    def sample_members(self, i: int) -> np.ndarray:
+        """The member records of sample ``i`` (a view, in shard order)."""
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"sample {i} out of range for {self.num_samples} samples")
+        return self.members[int(self.sample_start[i]) : int(self.sample_start[i + 1])]
+
+    def field_id(self, name: str) -> int:
+        """Position of field ``name`` in :attr:`fields` (KeyError if absent)."""
+        return self._field_ids[name]
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __repr__(self) -> str:
+        return f"ShardIndex(shard={self.shard!r}, samples={self.num_samples}, members={len(self.members)})"
+
+
+def _where(members: np.ndarray, bad: np.ndarray, keys: list[str], fields: list[str]) -> dict[str, Any]:
+    i = int(np.argmax(bad))
+    rec = members[i]
+    s, f = int(rec["sample"]), int(rec["field"])
+    return {
+        "key": keys[s] if s < len(keys) else None,
+        "field": fields[f] if f < len(fields) else None,
+        "member": i,
+    }
+
+
+def _first_bad(
+    checks: list[tuple[np.ndarray, str]], members: np.ndarray, keys: list[str], fields: list[str], shard: str
+) -> None:
+    for bad, message in checks:
+        if bad.any():
+            raise _fail(message, shard, **_where(members, bad, keys, fields))
+
+
+def _check_members(
+    members: np.ndarray, keys: list[str], fields: list[str], shard_size: int, shard: str
+) -> np.ndarray:
+    """Bounds, order and overlap checks (vectorised); returns ``sample_start``."""
+    sample = members["sample"].astype(np.int64)
+    field = members["field"].astype(np.int64)
+    offset, size = members["offset"], members["size"]
+    limit = np.uint64(shard_size)
+    bounds = [
+        (sample >= len(keys), "member names a sample past the key table"),
+        (field >= len(fields), "member names a field past the field table"),
+        (size > limit, "member size is larger than the shard"),
+        (offset > limit - np.minimum(size, limit), "member runs past the end of the shard"),
+        (offset % np.uint64(512) != 0, "member offset is not on a 512-byte tar block"),
+    ]
+    _first_bad(bounds, members, keys, fields, shard)
+    unsorted = np.zeros(len(members), dtype=bool)
+    overlap = np.zeros(len(members), dtype=bool)
+    if len(members) > 1:
+        end = offset[:-1] + size[:-1]  # cannot overflow: both are bounded by shard_size
+        unsorted[1:] = sample[1:] < sample[:-1]
+        overlap[1:] = (offset[1:] < end) | (offset[1:] <= offset[:-1])
+    order = [
+        (unsorted, "members are not sorted by sample"),
+        (overlap, "member overlaps the previous one or is out of order"),
+    ]
+    _first_bad(order, members, keys, fields, shard)
+    counts = np.bincount(sample, minlength=len(keys))
+    if len(keys) and counts.min() == 0:
+        raise _fail("sample has no members", shard, key=keys[int(np.argmin(counts))])
+    _check_duplicate_fields(sample, field, members, keys, fields, shard)
+    start = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(counts, out=start[1:])
+    return start
+
+
+def _check_duplicate_fields(
+    sample: np.ndarray, field: np.ndarray, members: np.ndarray, keys: list[str], fields: list[str], shard: str
+) -> None:
+    if len(sample) < 2:
+        return
+    combo = sample * (1 << 16) + field
+    order = np.argsort(combo, kind="stable")
+    dup = np.zeros(len(combo), dtype=bool)
+    dup[order[1:]] = combo[order[1:]] == combo[order[:-1]]
+    if dup.any():
+        raise _fail("sample holds the same field twice", shard, **_where(members, dup, keys, fields))

@@ -1,0 +1,235 @@
+"""The dataset manifest (``manifest.json``): the commit mark of a dataset.
+
+A dataset exists once its manifest exists. The manifest is plain JSON (no
+pickle) naming the format version, checksum algorithm, alignment, every shard
+with its index (sizes, sample counts, whole-file checksums) and the field
+schema. :func:`write_manifest` is atomic; :func:`read_manifest` validates every
+value and raises :class:`~feedline.errors.FormatError` naming the path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import FormatError
+from feedline.format._atomic import write_atomic
+from feedline.format._checksum import ALGOS
+from feedline.format._index import FORMAT_VERSION, ShardIndex
+
+MANIFEST_NAME = "manifest.json"
+DEFAULT_ALIGN = 4096
+_FIX = "re-run `feedline pack` (or `feedline index`) to rebuild the dataset"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard of a dataset; ``name`` and ``index`` are relative to the dataset root.
+
+    ``checksum`` and ``index_checksum`` are whole-file checksums, 16 hex digits,
+    with the manifest's ``checksum_algo``.
+    """
+
+    name: str
+    index: str
+    size: int
+    index_size: int
+    num_samples: int
+    checksum: str
+    index_checksum: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A dataset: its shards in order and the schema of its fields.
+
+    ``fields`` maps a field name (``"cam0.jpg"``) to ``{"extension", "count",
+    "total_bytes", "min_size", "max_size"}``.
+    """
+
+    version: int
+    checksum_algo: str
+    align: int
+    shards: tuple[ShardInfo, ...]
+    fields: dict[str, dict[str, Any]]
+    num_samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document written to ``manifest.json``."""
+        return {
+            "format": "feedline",
+            "version": self.version,
+            "checksum_algo": self.checksum_algo,
+            "align": self.align,
+            "num_samples": self.num_samples,
+            "fields": self.fields,
+            "shards": [vars(s) for s in self.shards],
+        }
+
+
+def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> Path:
+    """Atomically write ``root/manifest.json`` (temp, fsync, rename, fsync dir)."""
+    path = Path(root) / MANIFEST_NAME
+    text = json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n"
+    write_atomic(path, text.encode("utf-8"))
+    return path
+
+
+def _int(doc: dict[str, Any], name: str, path: Path, minimum: int = 0) -> int:
+    value = doc.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise FormatError(f"manifest field {name!r} must be an integer >= {minimum}, got {value!r}", path=str(path), fix=_FIX)
+    return value
+
+
+def _str(doc: dict[str, Any], name: str, path: Path) -> str:
+    value = doc.get(name)
+    if not isinstance(value, str) or not value:
+        raise FormatError(f"manifest field {name!r} must be a non-empty string, got {value!r}", path=str(path), fix=_FIX)
+    return value
+
+
+def _relative(doc: dict[str, Any], name: str, path: Path) -> str:
+    value = _str(doc, name, path)
+    if os.path.isabs(value) or "\0" in value:
+        raise FormatError(f"manifest {name} {value!r} must be a path relative to the dataset", path=str(path), fix=_FIX)
+    return value
+
+
+def _shard(doc: Any, path: Path) -> ShardInfo:
+    if not isinstance(doc, dict):
+        raise FormatError(f"manifest shard entry must be an object, got {doc!r}", path=str(path), fix=_FIX)
+    info = ShardInfo(
+        name=_relative(doc, "name", path),
+        index=_relative(doc, "index", path),
+        size=_int(doc, "size", path),
+        index_size=_int(doc, "index_size", path),
+        num_samples=_int(doc, "num_samples", path),
+        checksum=_str(doc, "checksum", path),
+        index_checksum=_str(doc, "index_checksum", path),
+    )
+    for name in ("checksum", "index_checksum"):
+        value = getattr(info, name)
+        if len(value) != 16 or any(c not in "0123456789abcdef" for c in value):
+            raise FormatError(f"manifest {name} {value!r} is not 16 hex digits", path=str(path), shard=info.name, fix=_FIX)
+    return info
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read(64 << 20).decode("utf-8"))
+    except FileNotFoundError:
+        raise FormatError(
+            "no manifest: this folder holds no complete feedline dataset",
+            path=str(path),
+            fix="pack it with `feedline pack SRC --out DIR` or adopt tars with `feedline index`",
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"manifest cannot be read: {e}", path=str(path), fix=_FIX) from None
+    if not isinstance(doc, dict) or doc.get("format") != "feedline":
+        raise FormatError("not a feedline manifest", path=str(path), fix=_FIX)
+    return doc
+
+
+def read_manifest(root: str | os.PathLike[str]) -> Manifest:
+    """Read and validate ``root/manifest.json``.
+
+    Raises:
+        FormatError: the manifest is missing, not JSON, of another version, or
+            inconsistent (sample counts, duplicate shards, bad values); the
+            error names the path.
+    """
+    path = Path(root) / MANIFEST_NAME
+    doc = _load_json(path)
+    version = _int(doc, "version", path)
+    if version != FORMAT_VERSION:
+        raise FormatError(f"manifest version {version} is not supported (expected {FORMAT_VERSION})", path=str(path), fix="upgrade feedline or repack")
+    algo = doc.get("checksum_algo")
+    if algo not in ALGOS:
+        raise FormatError(f"manifest checksum_algo {algo!r} is unknown", path=str(path), fix=_FIX)
+    raw_shards = doc.get("shards")
+    fields = doc.get("fields")
+    if not isinstance(raw_shards, list) or not isinstance(fields, dict):
+        raise FormatError("manifest needs a 'shards' list and a 'fields' object", path=str(path), fix=_FIX)
+    shards = tuple(_shard(s, path) for s in raw_shards)
+    names = [s.name for s in shards] + [s.index for s in shards]
+    if len(set(names)) != len(names):
+        raise FormatError("manifest names a shard or index file twice", path=str(path), fix=_FIX)
+    num_samples = _int(doc, "num_samples", path)
+    if num_samples != sum(s.num_samples for s in shards):
+        raise FormatError("manifest num_samples disagrees with the sum over its shards", path=str(path), fix=_FIX)
+    return Manifest(
+        version=version,
+        checksum_algo=str(algo),
+        align=_int(doc, "align", path),
+        shards=shards,
+        fields={str(k): v for k, v in fields.items() if isinstance(v, dict)},
+        num_samples=num_samples,
+    )
+
+
+def field_stats(indexes: list[ShardIndex]) -> dict[str, dict[str, Any]]:
+    """The manifest's field schema computed from shard indexes."""
+    stats: dict[str, dict[str, Any]] = {}
+    for index in indexes:
+        field_ids = index.members["field"]
+        sizes = index.members["size"].astype(np.int64)
+        for fid, name in enumerate(index.fields):
+            mine = sizes[field_ids == fid]
+            if not len(mine):
+                continue
+            entry = stats.setdefault(
+                name,
+                {"extension": name.rsplit(".", 1)[-1], "count": 0, "total_bytes": 0,
+                 "min_size": int(mine.min()), "max_size": int(mine.max())},
+            )
+            entry["count"] += len(mine)
+            entry["total_bytes"] += int(mine.sum())
+            entry["min_size"] = min(entry["min_size"], int(mine.min()))
+            entry["max_size"] = max(entry["max_size"], int(mine.max()))
+    return dict(sorted(stats.items()))
+
+
+def load_index(root: str | os.PathLike[str], info: ShardInfo) -> ShardIndex:
+    """Open and validate the index of shard ``info`` of the dataset at ``root``.
+
+    Checks the shard and index file sizes against the manifest first, then
+    everything :meth:`ShardIndex.load` checks.
+
+    Raises:
+        FormatError: a missing file, a size that differs from the manifest
+            (truncated shard, trailing bytes), or an invalid index.
+    """
+    shard_path = Path(root) / info.name
+    index_path = Path(root) / info.index
+    try:
+        shard_size = shard_path.stat().st_size
+        index_size = index_path.stat().st_size
+    except OSError as e:
+        raise FormatError(f"cannot open shard: {e.strerror}: {e.filename}", shard=info.name, fix=_FIX) from None
+    if shard_size != info.size:
+        raise FormatError(
+            f"shard is {shard_size} bytes, the manifest says {info.size}: truncated or has trailing bytes",
+            shard=info.name,
+            fix="re-copy the shard from its source, or repack",
+        )
+    if index_size != info.index_size:
+        raise FormatError(
+            f"index is {index_size} bytes, the manifest says {info.index_size}",
+            shard=info.name,
+            fix="re-copy the .idx file, or rebuild it with `feedline index`",
+        )
+    index = ShardIndex.load(index_path, shard_size=shard_size, shard=info.name)
+    if index.num_samples != info.num_samples:
+        raise FormatError(
+            f"index holds {index.num_samples} samples, the manifest says {info.num_samples}",
+            shard=info.name,
+            fix=_FIX,
+        )
+    return index

@@ -1,0 +1,135 @@
+"""Tar member headers with controlled offsets, and the WebDataset naming rule.
+
+Shards are plain POSIX (pax) tar files. Headers are built with the stdlib
+``tarfile.TarInfo.tobuf`` from fixed metadata (mtime, mode, owner), so the same
+input gives the same bytes. Alignment padding is a pax ``comment`` record in
+the member's own extended header, sized so that the member's payload starts
+on the requested boundary: every tar reader skips it.
+"""
+
+from __future__ import annotations
+
+import re
+import tarfile
+
+from feedline.errors import ConfigError
+
+BLOCK = 512
+END_OF_ARCHIVE = b"\0" * (2 * BLOCK)
+FIXED_MTIME = 1577836800  # 2020-01-01T00:00:00Z: fixed so reruns give identical bytes
+FIXED_MODE = 0o644
+_COMMENT_OVERHEAD = len(" comment=\n")
+_PAX_RECORD_MIN = 12  # b"12 comment=\n"
+# The WebDataset rule: key = everything up to the first dot of the file name.
+_KEY_FIELD = re.compile(r"^((?:.*/|)[^./][^./]*)\.([^/]+)$")
+
+
+def round_up(n: int, multiple: int) -> int:
+    """Smallest multiple of ``multiple`` that is >= ``n`` (``multiple`` > 0)."""
+    return -(-n // multiple) * multiple
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """``"a/000123.cam0.jpg" -> ("a/000123", "cam0.jpg")``; None if there is no field.
+
+    A name without a dot in its last component, or one whose last component
+    starts with a dot, has no field under the WebDataset rule.
+    """
+    m = _KEY_FIELD.match(name)
+    if m is None:
+        return None
+    return m.group(1), m.group(2)
+
+
+def check_member_name(key: str, field: str) -> str:
+    """The member name ``key.field``, validated so tar and WebDataset agree on it.
+
+    Raises:
+        ConfigError: empty parts, newlines, absolute or ``..`` paths, or a name
+            that does not split back into the same key and field.
+    """
+    name = f"{key}.{field}"
+    bad = (
+        not key
+        or not field
+        or "\n" in name
+        or "\0" in name
+        or name.startswith("/")
+        or ".." in key.split("/")
+        or split_name(name) != (key, field)
+    )
+    if bad:
+        raise ConfigError(
+            f"cannot store member {name!r}: key {key!r} and field {field!r} do not form a "
+            "WebDataset name",
+            key=key,
+            field=field,
+            fix="keys are relative paths without dots in the last part; fields have no '/'",
+        )
+    return name
+
+
+def _info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = FIXED_MTIME
+    info.mode = FIXED_MODE
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info
+
+
+def _tobuf(info: tarfile.TarInfo) -> bytes:
+    return info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def _pax_size(buf: bytes) -> int:
+    # size field of the leading pax ('x') header block
+    return int(buf[124:136].rstrip(b"\0 ").decode("ascii") or "0", 8)
+
+
+def member_header(name: str, size: int, pos: int = 0, align: int = 0) -> bytes:
+    """Header bytes for a regular-file member whose header starts at ``pos``.
+
+    With ``align`` > 0 the returned header is padded (pax ``comment`` record)
+    so that ``pos + len(header)`` is a multiple of ``align``. ``pos`` and
+    ``align`` must be multiples of 512.
+    """
+    info = _info(name, size)
+    buf = _tobuf(info)
+    if align <= 0 or (pos + len(buf)) % align == 0:
+        return buf
+    info.pax_headers = {"comment": ""}
+    with_empty = _tobuf(info)
+    other = _pax_size(with_empty) - _PAX_RECORD_MIN  # bytes of the pax records besides ours
+    for blocks in range(1, 2 * align // BLOCK + 3):
+        total = 2 * BLOCK + blocks * BLOCK
+        if (pos + total) % align:
+            continue
+        # any record length that makes the pax data exactly `blocks` blocks long
+        for record in (blocks * BLOCK - other, blocks * BLOCK - other - 1):
+            fill = record - len(str(record)) - _COMMENT_OVERHEAD
+            if fill < 0:
+                continue
+            info.pax_headers = {"comment": ("feedline alignment padding " + "." * fill)[:fill]}
+            buf = _tobuf(info)
+            if len(buf) == total:
+                return buf
+    raise RuntimeError(f"no pax padding aligns member {name!r} at {pos} to {align}")
+
+
+def header_upper_bound(name: str, size: int, align: int = 0) -> int:
+    """An upper bound of ``len(member_header(name, size, pos, align))`` for any ``pos``."""
+    raw = name.encode("utf-8", "surrogateescape")
+    bound = BLOCK
+    if len(raw) > 100 or not name.isascii() or size >= 8**11:
+        bound += BLOCK + round_up(2 * len(raw) + 96, BLOCK)
+    if align > 0:
+        bound += 3 * BLOCK + align
+    return bound
+
+
+def padding(size: int) -> bytes:
+    """Zero bytes that pad a payload of ``size`` bytes to the next 512 boundary."""
+    return b"\0" * (-size % BLOCK)

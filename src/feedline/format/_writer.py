@@ -1,0 +1,172 @@
+"""ShardWriter: write one tar shard and its index, atomically.
+
+Both files are written under hidden temp names in the target folder and
+renamed into place only by :meth:`ShardWriter.close` after an fsync, so a
+shard under its final name is always complete. An exception inside the
+``with`` block removes the temp files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from feedline.errors import ConfigError
+from feedline.format._atomic import fsync_dir, remove_quietly, temp_name
+from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
+from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
+from feedline.format._manifest import ShardInfo
+from feedline.format._tar import END_OF_ARCHIVE, check_member_name, member_header, padding
+
+INDEX_SUFFIX = ".idx"
+_WRITE_BUFFER = 1 << 20
+
+
+def check_align(align: object) -> int:
+    """``align`` must be 0 (off) or a positive multiple of 512."""
+    if isinstance(align, bool) or not isinstance(align, int) or align < 0 or align % 512:
+        raise ConfigError(
+            f"align: must be 0 or a positive multiple of 512 bytes, got {align!r}",
+            fix="use --align 4096 for O_DIRECT / GPUDirect Storage, or 0",
+        )
+    return align
+
+
+class ShardWriter:
+    """Context manager writing one shard (``path``) and its index (``path + ".idx"``).
+
+    Args:
+        path: final path of the shard, e.g. ``out/shard-000000.tar``.
+        align: 0, or the boundary (a multiple of 512) each sample's first
+            payload byte is padded to.
+        checksum_algo: ``"xxh3"`` (default) or ``"crc32c"``.
+
+    Samples are written in call order; fields of a sample in the order given.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, align: int = 0, checksum_algo: str = "xxh3") -> None:
+        self.path = Path(path)
+        self.index_path = self.path.with_name(self.path.name + INDEX_SUFFIX)
+        self.align = check_align(align)
+        self.checksum_algo = check_algo(checksum_algo)
+        self._checksum = checksum_function(checksum_algo)
+        self._hasher = hasher(checksum_algo)
+        self._temp = temp_name(self.path)
+        self._file = open(self._temp, "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115
+        self._pos = 0
+        self._keys: list[str] = []
+        self._field_ids: dict[str, int] = {}
+        self._records: list[tuple[int, int, int, int, int]] = []
+        self.index: ShardIndex | None = None
+        self.info: ShardInfo | None = None
+
+    @property
+    def position(self) -> int:
+        """Bytes written so far (the offset where the next header starts)."""
+        return self._pos
+
+    @property
+    def num_samples(self) -> int:
+        """Samples written so far."""
+        return len(self._keys)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self._file.write(data)
+        self._hasher.update(data)
+        self._pos += len(data)
+
+    def write_sample(
+        self,
+        key: str,
+        fields: Mapping[str, bytes | memoryview] | Iterable[tuple[str, bytes | memoryview]],
+        checksums: Sequence[int] | None = None,
+    ) -> None:
+        """Append one sample: its fields become members ``key.field`` in order.
+
+        Args:
+            key: the sample key (a relative path without dots in its last part).
+            fields: field name -> payload, or (name, payload) pairs.
+            checksums: the payload checksums if already computed (same order).
+
+        Raises:
+            ConfigError: bad key or field name, or an empty sample.
+        """
+        if self._file.closed:
+            raise ValueError("write_sample on a closed ShardWriter")
+        items = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
+        if not items:
+            raise ConfigError(f"sample {key!r} has no fields", key=key, fix="give every sample at least one file")
+        sample = len(self._keys)
+        self._keys.append(key)
+        for n, (field, data) in enumerate(items):
+            name = check_member_name(key, field)
+            size = len(data)
+            self._write(member_header(name, size, self._pos, self.align if n == 0 else 0))
+            fid = self._field_ids.setdefault(field, len(self._field_ids))
+            value = checksums[n] if checksums is not None else self._checksum(data)
+            self._records.append((sample, fid, self._pos, size, value))
+            self._write(data)
+            self._write(padding(size))
+
+    def close(self) -> ShardInfo:
+        """Finish the archive, fsync, write the index, rename both into place.
+
+        Returns the :class:`ShardInfo` (names relative to the shard's folder).
+        """
+        if self.info is not None:
+            return self.info
+        self._write(END_OF_ARCHIVE)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        members = np.array(self._records, dtype=MEMBER_DTYPE) if self._records else np.zeros(0, MEMBER_DTYPE)
+        shard_sum = self._hasher.intdigest()
+        data = encode_index(
+            self._keys,
+            list(self._field_ids),
+            members,
+            shard_size=self._pos,
+            shard_checksum=shard_sum,
+            checksum_algo=self.checksum_algo,
+            align=self.align,
+        )
+        self.index = ShardIndex.from_bytes(data, shard_size=self._pos, shard=self.path.name)
+        index_temp = temp_name(self.index_path)
+        with open(index_temp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(self._temp, self.path)
+        os.replace(index_temp, self.index_path)
+        fsync_dir(self.path.parent)
+        self.info = ShardInfo(
+            name=self.path.name,
+            index=self.index_path.name,
+            size=self._pos,
+            index_size=len(data),
+            num_samples=len(self._keys),
+            checksum=hexdigest(shard_sum),
+            index_checksum=hexdigest(checksum(data, self.checksum_algo)),
+        )
+        return self.info
+
+    def abort(self) -> None:
+        """Drop everything written: close and remove the temp file."""
+        if not self._file.closed:
+            self._file.close()
+        remove_quietly(self._temp)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
