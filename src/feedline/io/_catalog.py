@@ -1,0 +1,160 @@
+"""Opening a packed dataset's metadata: manifest, shard sizes and indexes.
+
+:func:`load_catalog` reads ``manifest.json`` and every shard index (local or
+through fsspec), checks each shard's byte size against the manifest and each
+index against its manifest size and checksum, then validates the index fully
+(``ShardIndex.from_bytes``) before anything is allocated from it. The result,
+a :class:`Catalog`, answers "where are the bytes of sample i" with numpy
+lookups and no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import ChecksumError, FormatError
+from feedline.format._checksum import checksum, hexdigest
+from feedline.format._index import ShardIndex
+from feedline.format._manifest import MANIFEST_NAME, Manifest, read_manifest
+
+_FIX = "re-copy the dataset, or rebuild it with `feedline pack` / `feedline index`"
+
+
+@dataclass
+class ShardEntry:
+    """One opened shard: where it lives and its validated index.
+
+    ``first`` / ``end`` hold, per sample, the offset of its first payload byte
+    and one past its last (samples are contiguous and in file order).
+    """
+
+    name: str
+    path: str
+    size: int
+    index: ShardIndex
+    first: np.ndarray
+    end: np.ndarray
+
+
+@dataclass
+class Catalog:
+    """Every shard of a dataset and the global sample order (shards in manifest order)."""
+
+    manifest: Manifest
+    shards: list[ShardEntry]
+    starts: np.ndarray  # int64, len(shards) + 1: global index of each shard's first sample
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in the whole dataset."""
+        return int(self.starts[-1])
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(shard position, sample within shard)`` for global ``indices`` (already range-checked)."""
+        pos = np.searchsorted(self.starts, indices, side="right") - 1
+        return pos, indices - self.starts[pos]
+
+
+class _Storage:
+    """Just enough of a file system for opening: whole-file bytes and sizes."""
+
+    def __init__(self, root: str, fs: Any | None) -> None:
+        self.root = root
+        self.fs = fs
+
+    def join(self, name: str) -> str:
+        return f"{self.root}/{name}" if self.fs is not None else os.path.join(self.root, name)
+
+    def size(self, path: str, shard: str) -> int:
+        try:
+            return int(self.fs.size(path)) if self.fs is not None else os.stat(path).st_size
+        except (OSError, ValueError) as e:
+            raise FormatError(f"shard file is missing or unreadable: {e}", shard=shard, path=path, fix=_FIX) from e
+
+    def read(self, path: str, shard: str) -> bytes:
+        try:
+            if self.fs is not None:
+                return bytes(self.fs.cat_file(path))
+            with open(path, "rb") as f:
+                return f.read()
+        except (OSError, ValueError) as e:
+            raise FormatError(f"index file is missing or unreadable: {e}", shard=shard, path=path, fix=_FIX) from e
+
+    def manifest(self) -> Manifest:
+        if self.fs is None:
+            return read_manifest(self.root)
+        # read_manifest validates a local file; stage the (small) remote one.
+        data = self.read(self.join(MANIFEST_NAME), shard="")
+        with tempfile.TemporaryDirectory(prefix="feedline-manifest-") as tmp:
+            with open(os.path.join(tmp, MANIFEST_NAME), "wb") as f:
+                f.write(data)
+            return read_manifest(tmp)
+
+
+def _extents(index: ShardIndex) -> tuple[np.ndarray, np.ndarray]:
+    starts = index.sample_start
+    if index.num_samples == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    members = index.members
+    first = members["offset"][starts[:-1]].astype(np.int64)
+    last = starts[1:] - 1
+    end = (members["offset"][last] + members["size"][last]).astype(np.int64)
+    return first, end
+
+
+def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
+    info = manifest.shards[i]
+    path = storage.join(info.name)
+    size = storage.size(path, info.name)
+    if size != info.size:
+        what = "truncated" if size < info.size else "longer than recorded (trailing bytes)"
+        raise FormatError(
+            f"shard is {size} bytes but the manifest records {info.size}: it is {what}",
+            shard=info.name,
+            path=path,
+            fix=_FIX,
+        )
+    data = storage.read(storage.join(info.index), info.name)
+    if len(data) != info.index_size:
+        raise FormatError(
+            f"index is {len(data)} bytes but the manifest records {info.index_size}",
+            shard=info.name,
+            fix=_FIX,
+        )
+    if hexdigest(checksum(data, manifest.checksum_algo)) != info.index_checksum:
+        raise ChecksumError("index checksum differs from the manifest", shard=info.name, fix=_FIX)
+    index = ShardIndex.from_bytes(data, shard_size=size, shard=info.name)
+    if index.num_samples != info.num_samples:
+        raise FormatError(
+            f"index holds {index.num_samples} samples, the manifest says {info.num_samples}",
+            shard=info.name,
+            fix=_FIX,
+        )
+    first, end = _extents(index)
+    return ShardEntry(info.name, path, size, index, first, end)
+
+
+def load_catalog(root: str, fs: Any | None = None) -> Catalog:
+    """Read and validate a dataset's manifest and every shard index.
+
+    Args:
+        root: dataset folder (local) or object-store prefix path (with ``fs``).
+        fs: an fsspec file system for remote datasets, ``None`` for local ones.
+
+    Raises:
+        FormatError: missing/invalid manifest or index, or a shard whose size
+            differs from the manifest (truncated, trailing bytes).
+        ChecksumError: an index file whose checksum differs from the manifest.
+    """
+    storage = _Storage(root, fs)
+    manifest = storage.manifest()
+    shards = [_open_shard(storage, manifest, i) for i in range(len(manifest.shards))]
+    starts = np.zeros(len(shards) + 1, dtype=np.int64)
+    np.cumsum([s.index.num_samples for s in shards], out=starts[1:])
+    return Catalog(manifest, shards, starts)
