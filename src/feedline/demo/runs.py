@@ -1,0 +1,138 @@
+"""The two measured training runs: the same model, steps and batch size.
+
+:func:`measured_run` trains a fresh copy of one initial model for a fixed
+number of steps over any iterable of batches, wrapped in
+:func:`feedline.watch`, and returns the report with the losses. The "before"
+run copies each batch to the device the way the seed's code does (a blocking
+``.to(device)`` from pageable memory, timed as the ``h2d`` stage); the
+"after" run receives batches that ``feedline.Loader`` already put on the device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from feedline.demo import _parts
+from feedline.demo.model import DemoNet, train_step
+from feedline.errors import DeviceError
+from feedline.observe import spans
+
+LEARNING_RATE = 2e-3
+
+
+def pick_device(device: str | None) -> str:
+    """``device`` checked, or ``"cuda"`` when a GPU is present, else ``"cpu"``.
+
+    Raises:
+        ValueError: ``device`` is neither ``cpu`` nor ``cuda[:N]``.
+        DeviceError: a CUDA device was asked for and there is none.
+    """
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}") from e
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(
+            f"device {device!r} requested but CUDA is not available",
+            stage="demo",
+            fix="run with --device cpu, or on a machine with a CUDA GPU",
+        )
+    return device
+
+
+def to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    """The seed's copy: every tensor (and tensor in a list) ``.to(device)``, blocking."""
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = value.to(device)
+        elif isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
+            out[key] = [v.to(device) for v in value]
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass
+class RunOutcome:
+    """What one measured run produced: the watch report, losses, wall time."""
+
+    report: Any
+    losses: list[float]
+    wall_s: float
+
+
+def _fresh(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], device: torch.device
+           ) -> tuple[DemoNet, torch.optim.Optimizer]:
+    model = DemoNet(imu_shape).to(device)
+    model.load_state_dict(init)
+    return model, torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+
+
+def warm_up(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], batch: Mapping[str, Any],
+            device: str, steps: int = 3) -> None:
+    """Pay one-time costs (allocator, kernels) on a throwaway copy before measuring."""
+    dev = torch.device(device)
+    model, opt = _fresh(init, imu_shape, dev)
+    batch = to_device(batch, dev)
+    for _ in range(steps):
+        train_step(model, opt, batch, dev)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def measured_run(
+    batches: Iterable[Mapping[str, Any]],
+    *,
+    name: str,
+    init: dict[str, torch.Tensor],
+    imu_shape: tuple[int, int],
+    device: str,
+    steps: int,
+    batch_size: int,
+    copy_to_device: bool,
+    on_step: Callable[[], None] | None = None,
+) -> RunOutcome:
+    """Train a fresh model from ``init`` for exactly ``steps`` steps, watched.
+
+    Args:
+        batches: re-iterable batches (a DataLoader or a feedline Loader); it is
+            iterated again when one pass has fewer than ``steps`` batches.
+        copy_to_device: copy each batch with :func:`to_device` inside an
+            ``h2d`` span (the "before" code); otherwise batches arrive on device.
+        on_step: called after each step (progress bars).
+
+    Raises:
+        ValueError: ``batches`` yields nothing.
+    """
+    dev = torch.device(device)
+    model, opt = _fresh(init, imu_shape, dev)
+    watched = _parts.watch(batches, device=device, batch_size=batch_size, name=name)
+    losses: list[torch.Tensor] = []
+    start = time.perf_counter()
+    while len(losses) < steps:
+        before = len(losses)
+        for batch in watched:
+            if copy_to_device:
+                with spans.span("h2d"):
+                    batch = to_device(batch, dev)
+            losses.append(train_step(model, opt, batch, dev))
+            if on_step is not None:
+                on_step()
+            if len(losses) == steps:
+                break
+        if len(losses) == before:
+            raise ValueError(f"run {name!r}: the loader yielded no batches")
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    wall = time.perf_counter() - start
+    return RunOutcome(watched.report(), [float(x) for x in losses], wall)

@@ -1,0 +1,176 @@
+"""``feedline demo`` end to end: make a raw log, pack it, train twice, compare.
+
+:func:`run_demo` is the whole story of seed 003 on the machine it runs on:
+
+1. write a synthetic multi-sensor driving log as one small file per field;
+2. pack it into shards (``feedline.format.pack``);
+3. train the same small model from the same init for the same steps twice:
+   the seed's naive ``DataLoader(num_workers=0, pin_memory=False)`` over the
+   small files, then ``feedline.Loader`` over the shards; both watched by
+   ``feedline.watch``;
+4. print the before/after table, write the HTML report and, on request, JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from feedline.demo.synth import SynthConfig
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Options of ``feedline demo`` (see the CLI for their help)."""
+
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    steps: int = 30
+    batch_size: int = 16
+    workers: int | None = None
+    device: str | None = None
+    out: Path | None = None
+    keep: bool = False
+    json_path: Path | None = None
+    html_path: Path | None = None
+    shard_size: int = 64 * 2**20
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad option."""
+        self.synth.validate()
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.batch_size < 1 or self.batch_size > self.synth.frames:
+            raise ValueError(
+                f"batch_size must be in 1..frames ({self.synth.frames}), got {self.batch_size}"
+            )
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.shard_size < 1:
+            raise ValueError(f"shard_size must be >= 1, got {self.shard_size}")
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What a demo run leaves behind (paths exist unless the work dir was removed)."""
+
+    table: dict[str, Any]
+    html_path: Path
+    json_path: Path | None
+    work_dir: Path
+    wall_s: float
+
+
+def default_workers() -> int:
+    """Loader threads for this machine: the cores, at most 8 (seed 000's rule)."""
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+@contextmanager
+def _work_dir(cfg: DemoConfig) -> Iterator[Path]:
+    if cfg.out is not None:
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        yield cfg.out
+        return
+    path = Path(tempfile.mkdtemp(prefix="feedline-demo-"))
+    try:
+        yield path
+    finally:
+        if not cfg.keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=False,
+    )
+
+
+def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
+    """Run the whole demo; print progress and the table to ``console``.
+
+    The HTML report goes to ``cfg.html_path`` (default ``feedline-demo.html``
+    in the current folder when the work dir is temporary, else in ``cfg.out``).
+
+    Raises:
+        ValueError: a bad option (named).
+        FeedlineError: a feedline piece failed (its place and fix in the message).
+    """
+    cfg.validate()
+    console = console or Console()
+    start = time.perf_counter()
+    with _work_dir(cfg) as work:
+        html_path = cfg.html_path or (work if cfg.out else Path.cwd()) / "feedline-demo.html"
+        table = _run_in(cfg, work, html_path, console)
+    if cfg.json_path is not None:
+        cfg.json_path.write_text(json.dumps(table, indent=2) + "\n")
+    wall = time.perf_counter() - start
+    console.print(f"HTML report: {html_path}" + (f"; JSON: {cfg.json_path}" if cfg.json_path else ""))
+    console.print(f"demo wall time: {wall:.1f} s")
+    return DemoResult(table, html_path, cfg.json_path, work, wall)
+
+
+def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> dict[str, Any]:
+    from feedline.demo import _parts, runs, table
+    from feedline.demo.synth import make_driving_log
+
+    device = runs.pick_device(cfg.device)
+    workers = cfg.workers or default_workers()
+    raw, packed = work / "raw", work / "packed"
+    with _bar(console) as bar:
+        task = bar.add_task("1/4 writing the raw log (9 files per frame)", total=cfg.synth.frames)
+        make_driving_log(cfg.synth, raw, progress=lambda n: bar.advance(task, n))
+    console.print("2/4 packing the small files into shards")
+    _parts.pack(raw, packed, shard_size=cfg.shard_size, workers=workers, progress=True)
+    init, imu_shape, naive = _model_init(cfg, raw)
+    console.print(f"3/4 training {cfg.steps} steps twice on {device} (warm-up first)")
+    runs.warm_up(init, imu_shape, next(iter(naive)), device)
+    fast = _parts.feedline_loader(packed, batch_size=cfg.batch_size, device=device,
+                                  workers=workers, seed=cfg.synth.seed)
+    plans = (
+        ("before", "DataLoader(num_workers=0, pin_memory=False)", naive, True),
+        ("after", f"feedline.Loader(workers={workers})", fast, False),
+    )
+    figures, reports = [], []
+    with _bar(console) as bar:
+        for name, loader_text, batches, copy in plans:
+            task = bar.add_task(f"  {name}: {loader_text}", total=cfg.steps)
+            out = runs.measured_run(
+                batches, name=name, init=init, imu_shape=imu_shape, device=device,
+                steps=cfg.steps, batch_size=cfg.batch_size, copy_to_device=copy,
+                on_step=partial(bar.advance, task, 1),
+            )
+            reports.append(out.report)
+            figures.append(table.figures_from_report(
+                out.report, name=name, loader=loader_text, device=device, steps=cfg.steps,
+                batch_size=cfg.batch_size, wall_s=out.wall_s, losses=out.losses,
+            ))
+    console.print("4/4 the before/after table")
+    comp = table.comparison(figures[0], figures[1])
+    table.render(comp, console)
+    _parts.write_html(reports, html_path)
+    return table.to_json(comp, frames=cfg.synth.frames, workers=workers, device=device)
+
+
+def _model_init(cfg: DemoConfig, raw: Path) -> tuple[dict[str, Any], tuple[int, int], Any]:
+    import torch
+
+    from feedline.demo.model import DemoNet
+    from feedline.demo.naive import naive_loader
+
+    imu_shape = (cfg.synth.imu_window, cfg.synth.imu_channels)
+    torch.manual_seed(cfg.synth.seed)
+    init = {k: v.clone() for k, v in DemoNet(imu_shape).state_dict().items()}
+    return init, imu_shape, naive_loader(raw, cfg.batch_size, seed=cfg.synth.seed)

@@ -1,0 +1,200 @@
+"""The seed's before/after table, with this machine's measured numbers.
+
+:class:`RunFigures` holds what one measured run reports (every number comes
+from a :func:`feedline.watch` report or the run's own clock, none assumed);
+:func:`comparison` pairs two runs with the speedup; :func:`render` prints it
+with rich; :func:`to_json` gives the same table for machines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """The measured figures of one training run (times in seconds).
+
+    ``h2d_per_batch_s`` is ``None`` when the run's report has no H2D stage
+    (nothing was copied); ``utilisation`` is the GPU busy fraction on CUDA and
+    the compute fraction of the step on CPU (``utilisation_of`` says which).
+    """
+
+    name: str
+    loader: str
+    device: str
+    steps: int
+    batch_size: int
+    step_p50_s: float
+    step_p95_s: float
+    stall_fraction: float
+    utilisation: float
+    utilisation_of: str
+    samples_per_s: float
+    h2d_per_batch_s: float | None
+    verdict: str
+    binding: str | None
+    findings: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    first_loss: float = math.nan
+    last_loss: float = math.nan
+
+
+def _fact(report: Any, name: str, default: Any = None) -> Any:
+    value = getattr(report, name, default)
+    return value() if callable(value) else value
+
+
+def figures_from_report(
+    report: Any, *, name: str, loader: str, device: str, steps: int, batch_size: int,
+    wall_s: float, losses: list[float],
+) -> RunFigures:
+    """Read a :func:`feedline.watch` report into :class:`RunFigures`.
+
+    Uses ``report.step_time`` (p50, p95), ``stall_fraction``, ``samples_per_s``,
+    ``gpu_utilisation``, ``stages["h2d"]`` (its mean per batch), ``verdict``,
+    ``binding`` and ``findings``.
+    """
+    h2d = (_fact(report, "stages") or {}).get("h2d")
+    findings = [getattr(f, "message", None) or str(f) for f in (_fact(report, "findings") or [])]
+    return RunFigures(
+        name=name,
+        loader=loader,
+        device=device,
+        steps=steps,
+        batch_size=batch_size,
+        step_p50_s=float(report.step_time.p50),
+        step_p95_s=float(report.step_time.p95),
+        stall_fraction=float(report.stall_fraction),
+        utilisation=float(report.gpu_utilisation),
+        utilisation_of="GPU" if device.startswith("cuda") else "compute",
+        samples_per_s=float(report.samples_per_s),
+        h2d_per_batch_s=float(h2d.mean) if h2d is not None and h2d.count else None,
+        verdict=str(report.verdict),
+        binding=None if _fact(report, "binding") is None else str(report.binding),
+        findings=findings,
+        wall_s=wall_s,
+        first_loss=losses[0] if losses else math.nan,
+        last_loss=losses[-1] if losses else math.nan,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs of the same training, before and after, and what changed."""
+
+    before: RunFigures
+    after: RunFigures
+
+    @property
+    def speedup(self) -> float:
+        """Samples/s after over samples/s before (NaN if before is zero)."""
+        if self.before.samples_per_s <= 0:
+            return math.nan
+        return self.after.samples_per_s / self.before.samples_per_s
+
+    @property
+    def step_speedup(self) -> float:
+        """Step time p50 before over after (NaN if after is zero)."""
+        if self.after.step_p50_s <= 0:
+            return math.nan
+        return self.before.step_p50_s / self.after.step_p50_s
+
+
+def comparison(before: RunFigures, after: RunFigures) -> Comparison:
+    """Pair two runs; raises ``ValueError`` if they differ in steps or batch size."""
+    if (before.steps, before.batch_size) != (after.steps, after.batch_size):
+        raise ValueError(
+            "before and after must train the same steps and batch size, got "
+            f"{before.steps}x{before.batch_size} and {after.steps}x{after.batch_size}"
+        )
+    return Comparison(before, after)
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a (no copy)" if seconds is None else f"{seconds * 1e3:.2f} ms"
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.0f}%"
+
+
+def _ratio(before: float | None, after: float | None, *, higher_is_better: bool) -> str:
+    if before is None or after is None or before <= 0 or after <= 0:
+        return ""
+    ratio = after / before if higher_is_better else before / after
+    return f"{ratio:.2f}x"
+
+
+def _rows(c: Comparison) -> list[tuple[str, str, str, str]]:
+    b, a = c.before, c.after
+    util = f"{b.utilisation_of} utilisation"
+    return [
+        ("step time p50", _ms(b.step_p50_s), _ms(a.step_p50_s),
+         _ratio(b.step_p50_s, a.step_p50_s, higher_is_better=False)),
+        ("step time p95", _ms(b.step_p95_s), _ms(a.step_p95_s),
+         _ratio(b.step_p95_s, a.step_p95_s, higher_is_better=False)),
+        ("data-stall fraction", _pct(b.stall_fraction), _pct(a.stall_fraction), ""),
+        (util, _pct(b.utilisation), _pct(a.utilisation), ""),
+        ("samples/s", f"{b.samples_per_s:.1f}", f"{a.samples_per_s:.1f}", f"{c.speedup:.2f}x"),
+        ("H2D time per batch", _ms(b.h2d_per_batch_s), _ms(a.h2d_per_batch_s), ""),
+        ("verdict", _verdict(b), _verdict(a), ""),
+        ("loss (first -> last)", _loss(b), _loss(a), ""),
+    ]
+
+
+def _verdict(r: RunFigures) -> str:
+    return r.verdict if not r.binding else f"{r.verdict} ({r.binding})"
+
+
+def _loss(r: RunFigures) -> str:
+    return f"{r.first_loss:.4f} -> {r.last_loss:.4f}"
+
+
+def render(c: Comparison, console: Console | None = None) -> None:
+    """Print the before/after table and the speedup line."""
+    console = console or Console()
+    b, a = c.before, c.after
+    table = Table(
+        title=f"{b.steps} steps x batch {b.batch_size} on {b.device}: same model init, same data",
+        title_justify="left",
+    )
+    table.add_column("metric")
+    table.add_column(f"before: {b.loader}", justify="right")
+    table.add_column(f"after: {a.loader}", justify="right")
+    table.add_column("change", justify="right")
+    for row in _rows(c):
+        table.add_row(*row)
+    console.print(table)
+    console.print(
+        f"speedup (samples/s, measured): [bold]{c.speedup:.2f}x[/bold]; "
+        f"wall time {b.wall_s:.1f} s -> {a.wall_s:.1f} s"
+    )
+
+
+def to_json(c: Comparison, **extra: Any) -> dict[str, Any]:
+    """The table for machines: ``{"before", "after", "speedup", "step_speedup", ...}``.
+
+    Non-finite floats become ``None`` so the result is strict JSON.
+    """
+    def clean(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return clean({
+        "before": asdict(c.before),
+        "after": asdict(c.after),
+        "speedup": c.speedup,
+        "step_speedup": c.step_speedup,
+        **extra,
+    })
