@@ -27,6 +27,7 @@ from feedline.format._manifest import (
     ShardInfo,
     field_stats,
     load_index,
+    parse_manifest,
     read_manifest,
     write_manifest,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "inspect",
     "load_index",
     "pack",
+    "parse_manifest",
     "read_manifest",
     "split_name",
     "verify",

@@ -8,6 +8,7 @@ dataset root.
 
 from __future__ import annotations
 
+import mmap
 import os
 import tarfile
 from collections.abc import Iterable
@@ -22,13 +23,13 @@ from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, enc
 from feedline.format._manifest import Manifest, ShardInfo, field_stats, write_manifest
 from feedline.format._tar import split_name
 
-_CHUNK = 8 << 20
 _FIX = "repack the files with `feedline pack`"
 
 
 def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
     """(key, field, data offset, size) of each regular member, in tar order."""
     out: list[tuple[str, str, int, int]] = []
+    file_size = path.stat().st_size
     try:
         with tarfile.open(path, mode="r:") as tar:
             for info in tar:
@@ -43,8 +44,13 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
                         shard=shard,
                         fix=_FIX,
                     )
+                if info.offset_data + info.size > file_size:
+                    raise FormatError(
+                        "member runs past the end of the file: the tar is truncated",
+                        shard=shard, key=parts[0], field=parts[1], fix="re-copy the tar",
+                    )
                 out.append((parts[0], parts[1], info.offset_data, info.size))
-    except (tarfile.TarError, OSError, UnicodeError) as e:
+    except (tarfile.TarError, OSError, UnicodeError, ValueError, EOFError) as e:
         raise FormatError(f"cannot read tar: {e}", shard=shard, fix="check that the file is an uncompressed tar") from None
     return out
 
@@ -65,18 +71,21 @@ def _members(entries: list[tuple[str, str, int, int]], shard: str) -> tuple[list
 
 
 def _checksums(path: Path, members: np.ndarray, algo: str) -> int:
-    """Fill ``members['checksum']``; return the whole-file checksum (one pass over the file)."""
+    """Fill ``members['checksum']``; return the whole-file checksum (one mmap of the file)."""
     fn = checksum_function(algo)
     whole = hasher(algo)
-    with open(path, "rb") as f:
-        data = f.read(_CHUNK)
-        while data:
-            whole.update(data)
-            data = f.read(_CHUNK)
-        sums = members["checksum"]
-        for i, (offset, size) in enumerate(zip(members["offset"].tolist(), members["size"].tolist(), strict=True)):
-            f.seek(offset)
-            sums[i] = fn(f.read(size))
+    if path.stat().st_size == 0:
+        return whole.intdigest()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        view = memoryview(mm)
+        try:
+            whole.update(view)
+            sums = members["checksum"]
+            pairs = zip(members["offset"].tolist(), members["size"].tolist(), strict=True)
+            for i, (offset, size) in enumerate(pairs):
+                sums[i] = fn(view[offset : offset + size])
+        finally:
+            view.release()
     return whole.intdigest()
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 from feedline.errors import ChecksumError, FormatError
-from feedline.format._checksum import ALGO_IDS
+from feedline.format._checksum import ALGO_IDS, checksum_function
 
 FORMAT_VERSION = 1
 MAGIC = b"FEEDIDX\0"
@@ -251,6 +251,44 @@ class ShardIndex:
         if not 0 <= i < self.num_samples:
             raise IndexError(f"sample {i} out of range for {self.num_samples} samples")
         return self.members[int(self.sample_start[i]) : int(self.sample_start[i + 1])]
+
+    def sample_fields(
+        self, i: int, buf: bytes | bytearray | memoryview, *, base: int = 0, verify: bool = False
+    ) -> dict[str, memoryview]:
+        """Zero-copy views of sample ``i``'s fields inside ``buf``.
+
+        Args:
+            i: sample position in this shard.
+            buf: bytes of the shard starting at shard offset ``base`` and
+                covering :meth:`sample_extent` (the whole shard when ``base=0``).
+            verify: compare each payload with its recorded checksum.
+
+        Raises:
+            ValueError: ``buf`` does not cover the sample.
+            ChecksumError: a payload differs from its checksum (names key and field).
+        """
+        view = memoryview(buf).cast("B")
+        fn = checksum_function(self.checksum_algo) if verify else None
+        out: dict[str, memoryview] = {}
+        for rec in self.sample_members(i).tolist():
+            _, fid, offset, size, want = rec
+            start = offset - base
+            if start < 0 or start + size > len(view):
+                raise ValueError(
+                    f"buf covers shard bytes [{base}, {base + len(view)}) but sample {i} needs "
+                    f"[{offset}, {offset + size})"
+                )
+            data = view[start : start + size]
+            if fn is not None and fn(data) != want:
+                raise ChecksumError(
+                    "payload checksum mismatch",
+                    shard=self.shard or None,
+                    key=self.keys[i],
+                    field=self.fields[fid],
+                    fix="re-copy or repack the shard; `feedline verify` lists every bad member",
+                )
+            out[self.fields[fid]] = data
+        return out
 
     def field_id(self, name: str) -> int:
         """Position of field ``name`` in :attr:`fields` (KeyError if absent)."""

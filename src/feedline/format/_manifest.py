@@ -24,6 +24,7 @@ from feedline.format._index import FORMAT_VERSION, ShardIndex
 
 MANIFEST_NAME = "manifest.json"
 DEFAULT_ALIGN = 4096
+_MAX_MANIFEST = 256 << 20  # bytes; a manifest of a million shards is ~300 MB
 _FIX = "re-run `feedline pack` (or `feedline index`) to rebuild the dataset"
 
 
@@ -120,18 +121,27 @@ def _shard(doc: Any, path: Path) -> ShardInfo:
     return info
 
 
-def _load_json(path: Path) -> dict[str, Any]:
+def _read_bytes(path: Path) -> bytes:
     try:
         with open(path, "rb") as f:
-            doc = json.loads(f.read(64 << 20).decode("utf-8"))
+            return f.read(_MAX_MANIFEST + 1)
     except FileNotFoundError:
         raise FormatError(
             "no manifest: this folder holds no complete feedline dataset",
             path=str(path),
             fix="pack it with `feedline pack SRC --out DIR` or adopt tars with `feedline index`",
         ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise FormatError(f"manifest cannot be read: {e}", path=str(path), fix=_FIX) from None
+    except OSError as e:
+        raise FormatError(f"manifest cannot be read: {e.strerror}", path=str(path), fix=_FIX) from None
+
+
+def _load_json(data: bytes, path: Path) -> dict[str, Any]:
+    if len(data) > _MAX_MANIFEST:
+        raise FormatError(f"manifest is larger than {_MAX_MANIFEST} bytes", path=str(path), fix=_FIX)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise FormatError(f"manifest is not valid JSON: {e}", path=str(path), fix=_FIX) from None
     if not isinstance(doc, dict) or doc.get("format") != "feedline":
         raise FormatError("not a feedline manifest", path=str(path), fix=_FIX)
     return doc
@@ -146,7 +156,13 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             error names the path.
     """
     path = Path(root) / MANIFEST_NAME
-    doc = _load_json(path)
+    return parse_manifest(_read_bytes(path), path)
+
+
+def parse_manifest(data: bytes, path: str | os.PathLike[str] = MANIFEST_NAME) -> Manifest:
+    """Validate manifest bytes (e.g. fetched from an object store); ``path`` names them in errors."""
+    path = Path(path)
+    doc = _load_json(data, path)
     version = _int(doc, "version", path)
     if version != FORMAT_VERSION:
         raise FormatError(f"manifest version {version} is not supported (expected {FORMAT_VERSION})", path=str(path), fix="upgrade feedline or repack")
