@@ -1,0 +1,107 @@
+"""Report outputs without heavy dependencies: Chrome/Perfetto trace JSON and terminal text."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from feedline.observe._stats import Recorder, Span
+from feedline.observe.report import Report
+
+
+def trace_events(groups: Sequence[tuple[str, Sequence[Span]]]) -> list[dict[str, Any]]:
+    """Chrome trace "X" events (microseconds from the earliest span), one process per run/pid."""
+    starts = [s.start for _, spans in groups for s in spans]
+    base = min(starts) if starts else 0.0
+    events: list[dict[str, Any]] = []
+    for index, (name, spans) in enumerate(groups):
+        pids: dict[int, int] = {}
+        for s in spans:
+            pid = pids.setdefault(s.pid, index * 1_000_000 + s.pid % 1_000_000)
+            events.append({
+                "name": s.stage, "cat": "feedline", "ph": "X",
+                "ts": round((s.start - base) * 1e6, 3), "dur": round(max(s.duration, 0.0) * 1e6, 3),
+                "pid": pid, "tid": s.tid % 2**31,
+                "args": {k: v for k, v in s.attrs.items() if isinstance(v, (int, float, str, bool))},
+            })
+        for real, pid in pids.items():
+            events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                           "args": {"name": f"{name} (pid {real})"}})
+    return events
+
+
+def write_trace(source: Report | Recorder | Sequence[Report], path: str | os.PathLike[str]) -> Path:
+    """Write every stage span as a Chrome/Perfetto trace (``{"traceEvents": [...]}``).
+
+    ``source`` is one report, several (one process group each), or a live
+    :class:`Recorder`. Open the file in ui.perfetto.dev or chrome://tracing.
+    """
+    if isinstance(source, Recorder):
+        groups: list[tuple[str, Sequence[Span]]] = [("run", source.spans())]
+    elif isinstance(source, Report):
+        groups = [(source.name, source.spans)]
+    else:
+        groups = [(r.name, r.spans) for r in source]
+    out = Path(path)
+    out.write_text(json.dumps({"traceEvents": trace_events(groups), "displayTimeUnit": "ms"}),
+                   encoding="utf-8")
+    return out
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.2f}"
+
+
+STAGE_ORDER = ("wait", "read", "fetch", "decode", "transform", "collate", "pin", "h2d", "step", "gpu")
+
+
+def ordered_stages(rep: Report) -> list[str]:
+    """Stage names in pipeline order, unknown ones last."""
+    known = [s for s in STAGE_ORDER if s in rep.stages]
+    return known + sorted(s for s in rep.stages if s not in STAGE_ORDER)
+
+
+def render_text(rep: Report, width: int = 100) -> str:
+    """The report as terminal text (rich tables): stages, verdict, model, findings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    table = Table(title=f"feedline diagnose: {rep.name} ({rep.device}, {rep.steps} steps)")
+    for col in ("stage", "count", "mean ms", "p50 ms", "p95 ms", "p99 ms", "max ms"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for name in ordered_stages(rep):
+        s = rep.stages[name]
+        table.add_row(name, str(s.count), _ms(s.mean), _ms(s.p50), _ms(s.p95), _ms(s.p99), _ms(s.max))
+    st = rep.step_time
+    table.add_row("STEP (wait+body)", str(st.count), _ms(st.mean), _ms(st.p50), _ms(st.p95),
+                  _ms(st.p99), _ms(st.max))
+    con.print(table)
+    util = "n/a" if rep.gpu_utilisation is None else f"{rep.gpu_utilisation:.0%}"
+    sps = "n/a" if rep.samples_per_s is None else f"{rep.samples_per_s:,.0f}"
+    con.print(f"verdict: {rep.verdict.upper()} (binding: {rep.binding})  data stall: "
+              f"{rep.stall_fraction:.0%} of each step  busy: {util}  samples/s: {sps}")
+    a = rep.analysis
+    if a:
+        con.print(f"model ({a.get('applies')}): serial {_ms(a['serial'])} ms, steady "
+                  f"{_ms(a['steady'])} ms, predicted {_ms(a['predicted'])} ms vs measured "
+                  f"{_ms(a['measured'])} ms")
+    gain = "" if rep.predicted_gain is None else f" (predicted gain {rep.predicted_gain:.2f}x)"
+    con.print(f"recommendation: {rep.recommendation}{gain}")
+    if rep.ab:
+        con.print(f"synthetic-batch check: {_ms(rep.ab['with_data_path'])} ms with the data path, "
+                  f"{_ms(rep.ab['without_data_path'])} ms without ({rep.ab['steps']} replayed steps)")
+    for f in rep.findings:
+        con.print(f"[{f.severity}] {f.code}: {f.message}\n    fix: {f.fix}", markup=False)
+    h = rep.host
+    if h.get("samples", 0) > 1:
+        con.print(f"host: CPU {h.get('cpu_mean_pct')}% mean, busiest core {h.get('cpu_max_core_pct')}%, "
+                  f"{h.get('ctx_switches_per_s')} ctx switches/s, disk read {h.get('disk_read_mb_s')} MB/s"
+                  + (f", GPU SM {h['gpu_sm_pct']}%, PCIe RX {h.get('pcie_rx_mb_s')} MB/s"
+                     if "gpu_sm_pct" in h else ""))
+    return buf.getvalue()

@@ -1,0 +1,121 @@
+"""Host signals during a run: what iostat, mpstat and nvidia-smi dmon would show.
+
+:class:`HostSampler` runs a daemon thread that samples psutil about every
+``interval`` seconds (10 Hz by default; each sample costs well under a
+millisecond): per-core CPU use, context switches, disk read throughput and
+read wait (``read_time`` / ``busy_time`` where the platform has them). When
+NVML (``pynvml``) is importable and a GPU is present it also samples SM
+utilisation and PCIe receive bandwidth. :meth:`summary` reduces the samples to
+a JSON-able dict; :attr:`series` keeps the time series for plots.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psutil
+
+
+def _nvml_handle(index: int) -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        return (pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
+    except pynvml.NVMLError:
+        return None
+
+
+class HostSampler:
+    """Background sampler of host (and, with NVML, GPU) signals.
+
+    Args:
+        interval: seconds between samples (> 0).
+        gpu_index: NVML index of the GPU to sample, or ``None`` for no GPU.
+    """
+
+    def __init__(self, interval: float = 0.1, gpu_index: int | None = None) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0, got {interval!r}")
+        self.interval = interval
+        self.gpu_index = gpu_index
+        self.series: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml: Any = None
+
+    def start(self) -> HostSampler:
+        """Start sampling (idempotent)."""
+        if self._thread is not None:
+            return self
+        if self.gpu_index is not None:
+            self._nvml = _nvml_handle(self.gpu_index)
+        psutil.cpu_percent(percpu=True)  # prime the per-core counters
+        self._thread = threading.Thread(target=self._run, name="feedline-host", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling and join the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    def _counters(self) -> dict[str, Any]:
+        disk = psutil.disk_io_counters()
+        row: dict[str, Any] = {
+            "t": time.perf_counter(),
+            "cpu": psutil.cpu_percent(percpu=True),
+            "ctx": psutil.cpu_stats().ctx_switches,
+            "read_bytes": getattr(disk, "read_bytes", 0),
+            "read_count": getattr(disk, "read_count", 0),
+            "read_time": getattr(disk, "read_time", 0),
+            "busy_time": getattr(disk, "busy_time", None),
+        }
+        if self._nvml is not None:
+            nv, handle = self._nvml
+            try:
+                row["sm"] = nv.nvmlDeviceGetUtilizationRates(handle).gpu
+                row["pcie_rx_kb"] = nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_RX_BYTES)
+            except nv.NVMLError as e:
+                row["nvml_error"] = str(e)
+        return row
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.series.append(self._counters())
+            self._stop.wait(self.interval)
+        self.series.append(self._counters())
+
+    def summary(self) -> dict[str, Any]:
+        """Means over the run: CPU per core, switches/s, disk MB/s and wait, GPU SM %, PCIe RX."""
+        return summarize_series(self.series, psutil.cpu_count() or 1)
+
+
+def summarize_series(series: list[dict[str, Any]], cores: int) -> dict[str, Any]:
+    """Reduce raw samples (see :class:`HostSampler`) to per-run figures."""
+    out: dict[str, Any] = {"samples": len(series), "cores": cores}
+    if len(series) < 2:
+        return out
+    first, last = series[0], series[-1]
+    span = max(last["t"] - first["t"], 1e-9)
+    per_core = [sum(col) / len(col) for col in zip(*(r["cpu"] for r in series[1:]), strict=False)]
+    out["cpu_per_core_pct"] = [round(x, 1) for x in per_core]
+    out["cpu_mean_pct"] = round(sum(per_core) / max(len(per_core), 1), 1)
+    out["cpu_max_core_pct"] = round(max(per_core, default=0.0), 1)
+    out["ctx_switches_per_s"] = round((last["ctx"] - first["ctx"]) / span, 1)
+    reads = last["read_count"] - first["read_count"]
+    out["disk_read_mb_s"] = round((last["read_bytes"] - first["read_bytes"]) / span / 1e6, 3)
+    out["disk_read_wait_ms"] = round((last["read_time"] - first["read_time"]) / reads, 3) if reads else 0.0
+    if first.get("busy_time") is not None and last.get("busy_time") is not None:
+        out["disk_busy_pct"] = round(100 * (last["busy_time"] - first["busy_time"]) / 1000 / span, 1)
+    sm = [r["sm"] for r in series if "sm" in r]
+    if sm:
+        out["gpu_sm_pct"] = round(sum(sm) / len(sm), 1)
+        rx = [r["pcie_rx_kb"] for r in series if "pcie_rx_kb" in r]
+        out["pcie_rx_mb_s"] = round(sum(rx) / len(rx) / 1e3, 1) if rx else None
+    return out

@@ -1,0 +1,139 @@
+"""Span recording and tail-aware summaries (p50/p95/p99/max, never only means).
+
+:class:`Recorder` is a thread-safe :class:`~feedline.observe.spans.SpanSink`
+that keeps every finished span (up to a cap) so reports can compute
+percentiles and traces can show each interval. :class:`StageStats` is the
+summary of one stage's durations.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_MAX_SPANS = 500_000
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """Durations of one stage, in seconds."""
+
+    count: int
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+    max: float
+    total: float = 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageStats:
+        return cls(**{k: data[k] for k in ("count", "mean", "p50", "p95", "p99", "max")},
+                   total=float(data.get("total", 0.0)))
+
+
+EMPTY_STATS = StageStats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def summarize(durations: Iterable[float]) -> StageStats:
+    """Summarise durations (seconds) into count, mean, p50, p95, p99 and max.
+
+    An empty input gives :data:`EMPTY_STATS` (all zero). Percentiles use linear
+    interpolation (numpy's default).
+    """
+    arr = np.fromiter(durations, dtype=np.float64)
+    if arr.size == 0:
+        return EMPTY_STATS
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return StageStats(
+        count=int(arr.size),
+        mean=float(arr.mean()),
+        p50=float(p50),
+        p95=float(p95),
+        p99=float(p99),
+        max=float(arr.max()),
+        total=float(arr.sum()),
+    )
+
+
+@dataclass(frozen=True)
+class Span:
+    """One finished stage interval (perf_counter seconds, shared across processes on Linux)."""
+
+    stage: str
+    start: float
+    end: float
+    pid: int
+    tid: int
+    attrs: dict[str, Any]
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def to_list(self) -> list[Any]:
+        return [self.stage, self.start, self.end, self.pid, self.tid, self.attrs]
+
+    @classmethod
+    def from_list(cls, row: Sequence[Any]) -> Span:
+        return cls(str(row[0]), float(row[1]), float(row[2]), int(row[3]), int(row[4]),
+                   dict(row[5]) if len(row) > 5 else {})
+
+
+class Recorder:
+    """Thread-safe span sink keeping up to ``max_spans`` spans in memory.
+
+    Spans past the cap are counted in :attr:`dropped` instead of stored, so a
+    long run cannot grow memory without bound. Recording costs one lock and
+    one list append.
+    """
+
+    def __init__(self, max_spans: int = DEFAULT_MAX_SPANS) -> None:
+        if max_spans < 1:
+            raise ValueError(f"max_spans must be >= 1, got {max_spans!r}")
+        self.max_spans = max_spans
+        self.dropped = 0
+        self._spans: list[Span] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
+        """Store one span (called by :func:`feedline.observe.spans.emit`)."""
+        pid = int(attrs.pop("pid", self._pid))
+        tid = int(attrs.pop("tid", threading.get_ident()))
+        item = Span(stage, start, end, pid, tid, attrs)
+        with self._lock:
+            if len(self._spans) >= self.max_spans:
+                self.dropped += 1
+                return
+            self._spans.append(item)
+
+    def add(self, spans: Iterable[Span]) -> None:
+        """Merge spans measured elsewhere (worker processes)."""
+        with self._lock:
+            for s in spans:
+                if len(self._spans) >= self.max_spans:
+                    self.dropped += 1
+                else:
+                    self._spans.append(s)
+
+    def spans(self, stage: str | None = None) -> list[Span]:
+        """A copy of the stored spans, optionally of one stage only."""
+        with self._lock:
+            items = list(self._spans)
+        return items if stage is None else [s for s in items if s.stage == stage]
+
+    def stages(self) -> dict[str, StageStats]:
+        """Per-stage duration summaries of everything recorded."""
+        by_stage: dict[str, list[float]] = {}
+        for s in self.spans():
+            by_stage.setdefault(s.stage, []).append(s.duration)
+        return {name: summarize(d) for name, d in by_stage.items()}

@@ -1,0 +1,188 @@
+"""Known data-path mistakes, detected from what a run measured.
+
+Each :class:`Finding` says what is wrong and what to change, in the user's
+terms (``DataLoader(num_workers=..., pin_memory=True, ...)`` or a switch to
+``feedline.Loader``). :func:`detect` is a pure function of a
+:class:`RunFacts`, so every rule is testable without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("high", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One detected mistake: a stable ``code``, ``severity``, what was seen, what to change."""
+
+    code: str
+    severity: str
+    message: str
+    fix: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class RunFacts:
+    """What the rules look at (all times in seconds, per step unless named)."""
+
+    device_type: str
+    verdict: str
+    stall_fraction: float
+    gpu_utilisation: float | None
+    step_p50: float
+    wait_p50: float
+    wait_p99: float
+    loader: dict[str, Any] = field(default_factory=dict)
+    copies: dict[str, int] = field(default_factory=dict)
+    batch_bytes: int | None = None
+    cores: int = 1
+    gpus: int = 1
+    shm_free: int | None = None
+    pinned_series: list[float] = field(default_factory=list)
+    workers_rec: int = 1
+
+
+def recommended_workers(cores: int, gpus: int) -> int:
+    """The seed's rule of thumb: ``min(cores / gpus, 8)``, at least 1."""
+    import importlib
+
+    doctor_rule = getattr(importlib.import_module("feedline.doctor"), "recommended_workers", None)
+    if doctor_rule is None:  # feedline.doctor without the rule yet: the same formula here
+        return max(1, min(cores // max(gpus, 1), 8))
+    return max(1, int(doctor_rule(cores, gpus)))
+
+
+def shm_free_bytes(path: str = "/dev/shm") -> int | None:
+    """Free bytes in /dev/shm, or ``None`` where it does not exist."""
+    if not os.path.isdir(path):
+        return None
+    return shutil.disk_usage(path).free
+
+
+def _loader_call(loader: dict[str, Any], workers: int) -> str:
+    bs = loader.get("batch_size")
+    head = "DataLoader(dataset" + (f", batch_size={bs}" if bs else "")
+    return f"{head}, num_workers={workers}, pin_memory=True, persistent_workers=True)"
+
+
+def _workers_rules(f: RunFacts) -> list[Finding]:
+    out: list[Finding] = []
+    w = f.loader.get("num_workers")
+    if w is None:
+        return out
+    cap = max(1, min(f.cores // max(f.gpus, 1), 8))
+    if w == 0:
+        sev = "high" if f.verdict == "data-bound" else "warning"
+        out.append(Finding(
+            "num-workers-zero", sev,
+            f"num_workers=0: reading, decoding and collating run in the training process, "
+            f"in series with the step ({f.stall_fraction:.0%} of each step waits for data)",
+            f"use {_loader_call(f.loader, f.workers_rec)} or switch to feedline.Loader",
+        ))
+    elif w > f.cores:
+        out.append(Finding(
+            "workers-above-cores", "high",
+            f"num_workers={w} is above the {f.cores} CPU cores: workers fight for cores "
+            "and context switches eat the gain",
+            f"use {_loader_call(f.loader, cap)}",
+        ))
+    elif w > cap:
+        out.append(Finding(
+            "workers-above-rule", "warning",
+            f"num_workers={w} is above min(cores/gpus, 8) = {cap} for {f.cores} cores and "
+            f"{f.gpus} GPU(s)",
+            f"use {_loader_call(f.loader, cap)}",
+        ))
+    return out
+
+
+def _copy_rules(f: RunFacts) -> list[Finding]:
+    out: list[Finding] = []
+    c = f.copies
+    if f.loader.get("pin_memory") and c.get("blocking_from_pinned", 0):
+        out.append(Finding(
+            "pinned-blocking-copy", "high",
+            f"pin_memory=True, but {c['blocking_from_pinned']} of {c.get('count', 0)} copies "
+            "call .to(device) without non_blocking=True, so each copy blocks the host and "
+            "nothing overlaps",
+            "write batch.to(device, non_blocking=True) (or let feedline.Loader do the copy "
+            "on its copy stream)",
+        ))
+    if c.get("pageable", 0):
+        out.append(Finding(
+            "pageable-copy", "warning",
+            f"{c['pageable']} of {c.get('count', 0)} host-to-device copies read pageable "
+            "memory: the driver stages them through a pinned bounce buffer (extra copy, "
+            "synchronous, about half the PCIe bandwidth)",
+            "set DataLoader(..., pin_memory=True) and copy with non_blocking=True, or use "
+            "feedline.Loader (pinned slot pool)",
+        ))
+    return out
+
+
+def _memory_rules(f: RunFacts) -> list[Finding]:
+    out: list[Finding] = []
+    w = int(f.loader.get("num_workers") or 0)
+    pf = int(f.loader.get("prefetch_factor") or 2)
+    if w > 0 and f.batch_bytes and f.shm_free is not None:
+        need = pf * w * f.batch_bytes
+        if need > f.shm_free:
+            out.append(Finding(
+                "shm-too-small", "high",
+                f"prefetch_factor x num_workers x batch bytes = {pf} x {w} x "
+                f"{f.batch_bytes / 2**20:.1f} MiB = {need / 2**20:.0f} MiB, but /dev/shm has "
+                f"{f.shm_free / 2**20:.0f} MiB free: workers will hit SIGBUS or stall",
+                "raise /dev/shm (docker run --shm-size=...), or lower prefetch_factor / "
+                "num_workers, or use feedline.Loader with thread workers",
+            ))
+    s = f.pinned_series
+    if len(s) >= 4 and s[-1] > 2 * max(s[len(s) // 4], 1) and all(
+        b >= a for a, b in zip(s[len(s) // 4:], s[len(s) // 4 + 1:], strict=False)
+    ):
+        out.append(Finding(
+            "pinned-growth", "high",
+            f"pinned host memory grew without levelling off: {s[len(s) // 4] / 2**20:.0f} -> "
+            f"{s[-1] / 2**20:.0f} MiB",
+            "keep no references to old pinned batches; bound the prefetch queue, or use "
+            "feedline.Loader (pinned pool with a byte budget)",
+        ))
+    return out
+
+
+def _timing_rules(f: RunFacts) -> list[Finding]:
+    out: list[Finding] = []
+    util = f.gpu_utilisation
+    if util is not None and util < 0.7 and f.stall_fraction >= 0.2:
+        what = "GPU" if f.device_type == "cuda" else "compute"
+        out.append(Finding(
+            "device-idle-waiting", "high",
+            f"the {what} is busy {util:.0%} of each step and idle while the host waits for "
+            f"the next batch ({f.stall_fraction:.0%} of the step)",
+            "overlap loading with compute: more workers, prefetch, pinned memory with "
+            "non_blocking copies (feedline.Loader does all three)",
+        ))
+    if f.step_p50 > 0 and f.wait_p99 > 0.5 * f.step_p50 and f.wait_p50 < 0.2 * f.step_p50:
+        out.append(Finding(
+            "tail-stalls", "warning",
+            f"the wait for data is short at the median ({f.wait_p50 * 1e3:.1f} ms) but "
+            f"{f.wait_p99 * 1e3:.1f} ms at p99: a few slow batches stall the run although "
+            "the mean looks fine",
+            "deepen the prefetch (DataLoader(..., prefetch_factor=4)) and find the slow "
+            "samples (feedline diagnose --trace shows them)",
+        ))
+    return out
+
+
+def detect(facts: RunFacts) -> list[Finding]:
+    """Every rule that fires for ``facts``, most severe first."""
+    found = _workers_rules(facts) + _copy_rules(facts) + _memory_rules(facts)
+    found += _timing_rules(facts)
+    return sorted(found, key=lambda x: SEVERITIES.index(x.severity))

@@ -1,0 +1,142 @@
+"""Self-contained HTML report: timeline picture, per-stage histograms, tables.
+
+One or several reports side by side (the demo compares a "before" and an
+"after" run). Pictures are matplotlib PNGs embedded as base64 ``<img>``, so
+the file opens anywhere with no other files. matplotlib loads on first use.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from feedline.observe._export import ordered_stages
+from feedline.observe.report import Report
+
+COLOURS = {"wait": "#d62728", "read": "#ff7f0e", "fetch": "#ff7f0e", "decode": "#bcbd22",
+           "transform": "#8c564b", "collate": "#9467bd", "pin": "#e377c2", "h2d": "#17becf",
+           "step": "#2ca02c", "gpu": "#1f77b4"}
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as e:  # pragma: no cover - matplotlib is a dependency
+        raise ImportError("write_html needs matplotlib: pip install matplotlib") from e
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    _pyplot().close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def timeline_png(rep: Report, max_seconds: float = 3.0) -> str:
+    """Spans of the first ``max_seconds`` of measured steps, one row per stage and thread."""
+    plt = _pyplot()
+    spans = rep.spans
+    t0 = min((s.start for s in spans), default=0.0)
+    if rep.timeline:
+        t0 = rep.timeline[0][0]
+    window = [s for s in spans if t0 <= s.start <= t0 + max_seconds]
+    rows = sorted({(s.stage, s.pid, s.tid) for s in window},
+                  key=lambda r: (ordered_stages_index(r[0]), r[1], r[2]))
+    fig, ax = plt.subplots(figsize=(10, 0.35 * max(len(rows), 3) + 1))
+    for y, (stage, pid, tid) in enumerate(rows):
+        bars = [((s.start - t0) * 1e3, s.duration * 1e3) for s in window
+                if (s.stage, s.pid, s.tid) == (stage, pid, tid)]
+        ax.broken_barh(bars, (y - 0.4, 0.8), color=COLOURS.get(stage, "#7f7f7f"))
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"{st} [{pid}:{tid % 10000}]" for st, pid, tid in rows], fontsize=7)
+    ax.set_xlabel("ms since first measured step")
+    ax.set_title(f"{rep.name}: timeline")
+    return _png(fig)
+
+
+def ordered_stages_index(stage: str) -> int:
+    order = ("wait", "read", "fetch", "decode", "transform", "collate", "pin", "h2d", "step", "gpu")
+    return order.index(stage) if stage in order else len(order)
+
+
+def histograms_png(rep: Report) -> str:
+    """One histogram of durations (ms) per stage, with p50 / p99 marked."""
+    plt = _pyplot()
+    names = [n for n in ordered_stages(rep) if any(s.stage == n for s in rep.spans)] or ["wait"]
+    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=False):
+        data = [s.duration * 1e3 for s in rep.spans if s.stage == name]
+        ax.hist(data or [0.0], bins=30, color=COLOURS.get(name, "#7f7f7f"))
+        st = rep.stages.get(name)
+        if st is not None:
+            ax.axvline(st.p50 * 1e3, color="k", linestyle="--", linewidth=1)
+            ax.axvline(st.p99 * 1e3, color="k", linestyle=":", linewidth=1)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("ms (-- p50, .. p99)", fontsize=7)
+    return _png(fig)
+
+
+def _table(rep: Report) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("stage", "count", "mean", "p50", "p95", "p99", "max"))
+    rows = []
+    for name in ordered_stages(rep):
+        s = rep.stages[name]
+        cells = "".join(f"<td>{v * 1e3:.2f}</td>" for v in (s.mean, s.p50, s.p95, s.p99, s.max))
+        rows.append(f"<tr><td>{html.escape(name)}</td><td>{s.count}</td>{cells}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table><p class=unit>times in ms</p>"
+
+
+def _section(rep: Report) -> str:
+    e = html.escape
+    util = "n/a" if rep.gpu_utilisation is None else f"{rep.gpu_utilisation:.0%}"
+    a = rep.analysis
+    model = (f"<p>Model ({e(str(a.get('applies')))}): serial {a['serial'] * 1e3:.1f} ms, steady "
+             f"{a['steady'] * 1e3:.1f} ms; predicted {a['predicted'] * 1e3:.1f} ms vs measured "
+             f"{a['measured'] * 1e3:.1f} ms.</p>") if a else ""
+    gain = "" if rep.predicted_gain is None else f" Predicted gain: <b>{rep.predicted_gain:.2f}x</b>."
+    ab = (f"<p>Synthetic batch: {rep.ab['with_data_path'] * 1e3:.1f} ms with the data path, "
+          f"{rep.ab['without_data_path'] * 1e3:.1f} ms without.</p>") if rep.ab else ""
+    finds = "".join(f"<li><b>[{e(f.severity)}] {e(f.code)}</b>: {e(f.message)}<br><i>Fix:</i> "
+                    f"<code>{e(f.fix)}</code></li>" for f in rep.findings)
+    return (
+        f"<section><h2>{e(rep.name)}</h2>"
+        f"<p class=verdict>Verdict: <b>{e(rep.verdict)}</b> (binding stage: {e(rep.binding)}). "
+        f"Data stall {rep.stall_fraction:.0%} of each step; busy {util}; step p50 "
+        f"{rep.step_time.p50 * 1e3:.1f} ms, p99 {rep.step_time.p99 * 1e3:.1f} ms.</p>"
+        f"{model}<p>Recommendation: {e(rep.recommendation)}.{gain}</p>{ab}"
+        f"<ul class=findings>{finds}</ul>{_table(rep)}"
+        f"<img alt='timeline of {e(rep.name)}' src='data:image/png;base64,{timeline_png(rep)}'>"
+        f"<img alt='stage histograms of {e(rep.name)}' "
+        f"src='data:image/png;base64,{histograms_png(rep)}'></section>"
+    )
+
+
+CSS = ("body{font-family:sans-serif;margin:1em}main{display:flex;gap:2em;flex-wrap:wrap}"
+       "section{flex:1;min-width:520px}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+       "padding:2px 6px;text-align:right}img{max-width:100%;display:block;margin:.5em 0}"
+       ".verdict{font-size:1.2em}")
+
+
+def write_html(reports: Report | Sequence[Report], path: str | os.PathLike[str],
+               title: str = "feedline diagnose") -> Path:
+    """Write one self-contained HTML page with every report side by side."""
+    reps = [reports] if isinstance(reports, Report) else list(reports)
+    if not reps:
+        raise ValueError("reports must hold at least one Report")
+    body = "".join(_section(r) for r in reps)
+    page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
+            f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<main>{body}</main></body></html>")
+    out = Path(path)
+    out.write_text(page, encoding="utf-8")
+    return out
