@@ -63,7 +63,7 @@ def test_tag_survives_low_jpeg_quality() -> None:
 def test_same_config_writes_identical_bytes(tmp_path: Path) -> None:
     cfg = SynthConfig(frames=2, width=64, height=48, lidar_points=(5, 9))
     make_driving_log(cfg, tmp_path / "a")
-    make_driving_log(cfg, tmp_path / "b")
+    make_driving_log(cfg, tmp_path / "b", workers=2)
     for p in (tmp_path / "a").iterdir():
         assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes(), p.name
 

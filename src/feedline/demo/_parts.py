@@ -28,10 +28,21 @@ def _piece(module: str, name: str) -> Any:
         ) from e
 
 
-def pack(raw: Path, out: Path, *, shard_size: int, workers: int, progress: bool) -> Any:
-    """Pack the raw log folder ``raw`` into shards under ``out``; returns the manifest."""
+def pack(
+    raw: Path, out: Path, *, shard_size: int, workers: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> Any:
+    """Pack the raw log folder ``raw`` into shards under ``out``; returns the manifest.
+
+    ``progress(files_done, files_total)`` is called after each sample.
+    """
     pack_fn = _piece("feedline.format", "pack")
-    return pack_fn([raw], out, shard_size=shard_size, workers=workers, progress=progress)
+
+    def report(p: Any) -> None:
+        if progress is not None:
+            progress(p.files_done, p.files_total)
+
+    return pack_fn([raw], out, shard_size=shard_size, workers=workers, progress=report)
 
 
 def feedline_loader(

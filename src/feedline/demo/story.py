@@ -44,7 +44,7 @@ class DemoConfig:
     keep: bool = False
     json_path: Path | None = None
     html_path: Path | None = None
-    shard_size: int = 64 * 2**20
+    shard_size: int = 16 * 2**20
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad option."""
@@ -131,9 +131,11 @@ def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> d
     raw, packed = work / "raw", work / "packed"
     with _bar(console) as bar:
         task = bar.add_task("1/4 writing the raw log (9 files per frame)", total=cfg.synth.frames)
-        make_driving_log(cfg.synth, raw, progress=lambda n: bar.advance(task, n))
-    console.print("2/4 packing the small files into shards")
-    _parts.pack(raw, packed, shard_size=cfg.shard_size, workers=workers, progress=True)
+        make_driving_log(cfg.synth, raw, workers=workers, progress=lambda n: bar.advance(task, n))
+    with _bar(console) as bar:
+        task = bar.add_task("2/4 packing the small files into shards", total=None)
+        _parts.pack(raw, packed, shard_size=cfg.shard_size, workers=workers,
+                    progress=lambda done, total: bar.update(task, completed=done, total=total))
     init, imu_shape, naive = _model_init(cfg, raw)
     console.print(f"3/4 training {cfg.steps} steps twice on {device} (warm-up first)")
     runs.warm_up(init, imu_shape, next(iter(naive)), device)

@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -118,11 +120,14 @@ def camera_image(cfg: SynthConfig, frame: int, camera: int, rng: np.random.Gener
     x = np.linspace(0.0, 1.0, w, dtype=np.float32)[None, :]
     speed = speed_at(frame_timestamp_ms(frame))
     phase = 0.35 * frame + camera
-    stripes = 0.5 + 0.5 * np.sin(12.0 * x + 5.0 * y + phase)
-    base = np.stack([0.6 * y + 0.2 * x, 0.4 + 0.3 * x * y, stripes * 0.5 + 0.2 * y], axis=-1)
-    img = 255.0 * (0.25 + 0.5 * speed) * base
-    img += rng.normal(0.0, 6.0, size=img.shape).astype(np.float32)
-    out = np.clip(img, 0, 255).astype(np.uint8)
+    stripes = np.sin(12.0 * x + 5.0 * y + phase)
+    gain = np.float32(255.0 * (0.25 + 0.5 * speed))
+    img = rng.standard_normal((h, w, 3), dtype=np.float32)
+    img *= 6.0
+    img[..., 0] += gain * (0.6 * y + 0.2 * x)
+    img[..., 1] += gain * (0.4 + 0.3 * x * y)
+    img[..., 2] += gain * (0.25 + 0.25 * stripes + 0.2 * y)
+    out = np.clip(img, 0, 255, out=img).astype(np.uint8)
     per_row, _ = _tag_layout(w)
     for bit_index, bit in enumerate(_tag_bits(frame, camera)):
         r, c = divmod(bit_index, per_row)
@@ -209,23 +214,28 @@ def write_frame(cfg: SynthConfig, raw: Path, frame: int) -> int:
 
 
 def make_driving_log(
-    cfg: SynthConfig, raw: Path, *, progress: Callable[[int], None] | None = None
+    cfg: SynthConfig, raw: Path, *, workers: int = 1,
+    progress: Callable[[int], None] | None = None,
 ) -> int:
     """Write ``cfg.frames`` frames into the folder ``raw`` (created if missing).
 
     Args:
         cfg: sizes; validated first (``ValueError`` naming the bad attribute).
         raw: destination folder; existing files of the same names are replaced.
-        progress: called with 1 after each frame (for a progress bar).
+        workers: threads writing frames (the output does not depend on it).
+        progress: called with 1 after each frame, in the caller's thread.
 
     Returns:
         Total bytes written.
     """
     cfg.validate()
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     raw.mkdir(parents=True, exist_ok=True)
     total = 0
-    for frame in range(cfg.frames):
-        total += write_frame(cfg, raw, frame)
-        if progress is not None:
-            progress(1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for written in pool.map(partial(write_frame, cfg, raw), range(cfg.frames)):
+            total += written
+            if progress is not None:
+                progress(1)
     return total
