@@ -1,0 +1,158 @@
+"""Field codecs: bytes in, arrays or Python values out.
+
+Each codec takes the field's bytes (any buffer: ``bytes`` or a ``memoryview``
+into a read buffer) and :class:`Limits`, and returns a ``numpy.ndarray``, an
+``int``, a ``str`` or a JSON value. Array codecs for raw and ``.npy`` fields
+return *zero-copy views* of the input buffer: copy them (collate does) before
+the buffer is reused. Every codec checks the declared size bounds before it
+allocates and raises :class:`feedline.errors.DecodeError` on bad input.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import DecodeError
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Declared size bounds that every decode is checked against.
+
+    Attributes:
+        max_bytes: largest encoded field accepted, in bytes.
+        max_pixels: largest decoded image accepted (height x width).
+    """
+
+    max_bytes: int = 256 * 2**20
+    max_pixels: int = 64 * 2**20
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_pixels"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+RAW_DTYPES: dict[str, str] = {
+    "f16": "<f2", "f32": "<f4", "f64": "<f8",
+    "i8": "i1", "i16": "<i2", "i32": "<i4", "i64": "<i8",
+    "u8": "u1", "u16": "<u2", "u32": "<u4", "u64": "<u8",
+}
+
+
+def decode_raw(data: Buffer, ext: str, limits: Limits) -> np.ndarray:
+    """A 1-D little-endian array view of a raw field named by dtype (``f32``, ``u8``...)."""
+    dtype = RAW_DTYPES.get(ext)
+    if dtype is None:
+        raise DecodeError(f"no raw dtype for extension {ext!r}", field=ext)
+    item = np.dtype(dtype).itemsize
+    if len(data) % item:
+        raise DecodeError(
+            f"raw {ext} field of {len(data)} bytes is not a multiple of {item}", field=ext
+        )
+    return np.frombuffer(data, dtype=dtype)
+
+
+def decode_npy(data: Buffer, limits: Limits) -> np.ndarray:
+    """A ``.npy`` array (format 1.x/2.x/3.x) as a zero-copy view; never unpickles."""
+    mv = memoryview(data).cast("B")
+    if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
+        raise DecodeError("not a .npy payload (bad magic)", fix="store arrays with numpy.save")
+    major = mv[6]
+    if major == 1:
+        hlen, start = int.from_bytes(mv[8:10], "little"), 10
+    elif major in (2, 3):
+        if len(mv) < 12:
+            raise DecodeError(".npy header truncated")
+        hlen, start = int.from_bytes(mv[8:12], "little"), 12
+    else:
+        raise DecodeError(f"unsupported .npy format version {major}")
+    if start + hlen > len(mv):
+        raise DecodeError(".npy header runs past the end of the field")
+    try:
+        header = ast.literal_eval(bytes(mv[start : start + hlen]).decode("latin1"))
+        dtype = np.dtype(header["descr"])
+        shape = tuple(int(s) for s in header["shape"])
+        fortran = bool(header["fortran_order"])
+    except (ValueError, SyntaxError, KeyError, TypeError) as exc:
+        raise DecodeError(f".npy header unreadable: {exc}") from exc
+    if dtype.hasobject:
+        raise DecodeError(".npy holds Python objects (needs pickle)", fix="store numeric arrays")
+    if any(s < 0 for s in shape):
+        raise DecodeError(f".npy shape {shape} is negative")
+    count = int(np.prod(shape, dtype=np.uint64)) if shape else 1
+    body = len(mv) - start - hlen
+    if count * dtype.itemsize != body:
+        raise DecodeError(f".npy body is {body} bytes, header says {count * dtype.itemsize}")
+    arr = np.frombuffer(mv, dtype=dtype, count=count, offset=start + hlen)
+    return arr.reshape(shape, order="F" if fortran else "C")
+
+
+def _check_pixels(height: int, width: int, limits: Limits) -> None:
+    if height * width > limits.max_pixels:
+        raise DecodeError(
+            f"image of {width}x{height} pixels exceeds max_pixels={limits.max_pixels}",
+            fix="raise max_pixels or resize the images when packing",
+        )
+
+
+def decode_jpeg(data: Buffer, limits: Limits) -> np.ndarray:
+    """An RGB ``uint8`` array (H, W, 3) via simplejpeg (libjpeg-turbo; releases the GIL)."""
+    import simplejpeg
+
+    buf = data if isinstance(data, bytes) else memoryview(data)
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(buf)
+    except ValueError as exc:
+        raise DecodeError(f"JPEG header unreadable: {exc}") from exc
+    _check_pixels(height, width, limits)
+    try:
+        return np.asarray(simplejpeg.decode_jpeg(buf, colorspace="RGB"))
+    except ValueError as exc:
+        raise DecodeError(f"JPEG data unreadable: {exc}") from exc
+
+
+def decode_png(data: Buffer, limits: Limits) -> np.ndarray:
+    """A ``uint8`` array (H, W[, C]) via Pillow; the size is checked before pixels load."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as img:
+            _check_pixels(img.size[1], img.size[0], limits)
+            return np.asarray(img)
+    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+        raise DecodeError(f"image unreadable: {exc}") from exc
+
+
+def decode_json(data: Buffer, limits: Limits) -> Any:
+    """A JSON value (dict, list, str, number)."""
+    try:
+        return json.loads(bytes(data))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"JSON unreadable: {exc}") from exc
+
+
+def decode_text(data: Buffer, limits: Limits) -> str:
+    """UTF-8 text."""
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"text is not UTF-8: {exc}") from exc
+
+
+def decode_cls(data: Buffer, limits: Limits) -> int:
+    """An integer class label written as ASCII digits (WebDataset's ``.cls``)."""
+    text = bytes(data).strip()
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise DecodeError(f"class label {text[:32]!r} is not an integer") from exc

@@ -1,0 +1,134 @@
+"""Choose a codec per field by its extension and decode whole samples.
+
+A packed sample is a dict of field name -> bytes; the field name's last
+dot-separated part is its extension (``"jpg"``, ``"seg.png"`` -> ``"png"``).
+:class:`Decoders` maps extensions to codecs, applies user overrides by field
+name or extension, enforces :class:`Limits`, and wraps any failure in a
+:class:`feedline.errors.DecodeError` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from feedline.decode import codecs
+from feedline.decode.codecs import Buffer, Limits
+from feedline.errors import DecodeError, FeedlineError
+
+FieldDecoder = Callable[[Buffer], Any]
+
+_BUILTIN: dict[str, Callable[[Buffer, Limits], Any]] = {
+    "npy": codecs.decode_npy,
+    "jpg": codecs.decode_jpeg,
+    "jpeg": codecs.decode_jpeg,
+    "png": codecs.decode_png,
+    "json": codecs.decode_json,
+    "txt": codecs.decode_text,
+    "text": codecs.decode_text,
+    "cls": codecs.decode_cls,
+    "cls2": codecs.decode_cls,
+    "index": codecs.decode_cls,
+}
+
+
+def _raw_bytes(data: Buffer, limits: Limits) -> bytes:
+    return bytes(data)
+
+
+def extension(field: str) -> str:
+    """The lower-cased extension of a field name: ``"seg.PNG" -> "png"``."""
+    return field.rsplit(".", 1)[-1].lower()
+
+
+class Decoders:
+    """Per-field decoding with declared bounds.
+
+    Args:
+        overrides: field name or extension -> ``fn(buffer) -> value``; a value of
+            ``None`` keeps the field's raw bytes. Field names win over extensions.
+        limits: size bounds checked before any decode allocates.
+
+    Unknown extensions decode to ``bytes``. Raw dtype extensions (``f32``,
+    ``u8``, ``i64``...) and ``.npy`` decode to zero-copy array views.
+    Decoders are picklable when the overrides are.
+    """
+
+    def __init__(
+        self,
+        overrides: Mapping[str, FieldDecoder | None] | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise TypeError(f"decode must be a mapping of field -> function, got {overrides!r}")
+        for name, fn in (overrides or {}).items():
+            if fn is not None and not callable(fn):
+                raise TypeError(f"decode[{name!r}] must be callable or None, got {fn!r}")
+        self.overrides = dict(overrides or {})
+        self.limits = limits or Limits()
+        self._cache: dict[str, Callable[[Buffer], Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"overrides": self.overrides, "limits": self.limits}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["overrides"], state["limits"])  # type: ignore[misc]
+
+    def for_field(self, field: str) -> Callable[[Buffer], Any]:
+        """The function that decodes ``field`` (cached per field name)."""
+        fn = self._cache.get(field)
+        if fn is None:
+            fn = self._resolve(field)
+            self._cache[field] = fn
+        return fn
+
+    def _resolve(self, field: str) -> Callable[[Buffer], Any]:
+        ext = extension(field)
+        for name in (field, ext):
+            if name in self.overrides:
+                user = self.overrides[name]
+                return partial(_raw_bytes, limits=self.limits) if user is None else user
+        if ext in _BUILTIN:
+            codec = _BUILTIN[ext]
+            return lambda data: codec(data, self.limits)
+        if ext in codecs.RAW_DTYPES:
+            return partial(codecs.decode_raw, ext=ext, limits=self.limits)
+        return partial(_raw_bytes, limits=self.limits)
+
+    def decode_field(self, field: str, data: Buffer, *, key: str | None = None) -> Any:
+        """Decode one field, checking ``limits.max_bytes`` first.
+
+        Raises:
+            DecodeError: the field is too large or its codec failed (with field and key).
+        """
+        size = memoryview(data).nbytes
+        if size > self.limits.max_bytes:
+            raise DecodeError(
+                f"field of {size} bytes exceeds max_bytes={self.limits.max_bytes}",
+                field=field, key=key, fix="raise the decode limit max_bytes or split the sample",
+            )
+        try:
+            return self.for_field(field)(data)
+        except FeedlineError as exc:
+            if exc.place.get("field") in (None, extension(field)):
+                exc.place.update(field=field, key=key)
+                exc.args = (exc._render(),)
+            raise
+
+    def decode_sample(self, sample: Mapping[str, Any], *, key: str | None = None) -> dict[str, Any]:
+        """Decode every field of a packed sample; ``"__key__"`` and non-buffers pass through."""
+        out: dict[str, Any] = {}
+        for field, value in sample.items():
+            if field.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
+                out[field] = value
+            else:
+                out[field] = self.decode_field(field, value, key=key)
+        return out
+
+
+def as_decoders(decode: Decoders | Mapping[str, FieldDecoder | None] | None) -> Decoders:
+    """Accept the ``decode=`` argument forms of :class:`feedline.Loader`."""
+    if isinstance(decode, Decoders):
+        return decode
+    return Decoders(decode)

@@ -1,0 +1,167 @@
+"""Default collate: infer a fixed batch layout once, then fill slots in place.
+
+The layout is inferred from the first batch: every leaf of the sample tree
+(dicts and tuples are walked; packed samples only at the top level) whose
+values are numbers or arrays of one shape and dtype across that batch becomes
+a *dense* leaf, stacked into a preallocated slot array of shape
+``(batch_size, *shape)``; every other leaf (strings, bytes, lists, arrays of
+varying shape) is *ragged* and delivered as a list. Later samples that do not
+fit the layout are bad samples (``on_error`` decides). This module uses numpy
+only, so process workers can fill shared-memory slots without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import DecodeError
+
+Path = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A leaf's place in a layout skeleton."""
+
+    path: Path
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: Path
+    shape: tuple[int, ...] | None
+    """Per-sample shape of a dense leaf; ``None`` for a ragged one."""
+    dtype: str | None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The batch structure and the slot arrays it needs."""
+
+    skeleton: Any
+    """The sample structure with each leaf replaced by its path."""
+    leaves: tuple[Leaf, ...]
+    batch_size: int
+    max_depth: int
+
+    @property
+    def dense(self) -> tuple[Leaf, ...]:
+        return tuple(leaf for leaf in self.leaves if leaf.shape is not None)
+
+    def leaf_bytes(self, leaf: Leaf) -> int:
+        assert leaf.shape is not None and leaf.dtype is not None
+        count = int(np.prod((self.batch_size, *leaf.shape), dtype=np.int64))
+        return count * np.dtype(leaf.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one slot (all dense leaves at full batch size)."""
+        return sum(self.leaf_bytes(leaf) for leaf in self.dense)
+
+
+def flatten(sample: Any, max_depth: int, path: Path = ()) -> tuple[Any, list[tuple[Path, Any]]]:
+    """(skeleton, [(path, leaf)]) of a sample; ``__dunder__`` dict keys are dropped."""
+    if len(path) < max_depth and isinstance(sample, Mapping):
+        skeleton: dict[Any, Any] = {}
+        leaves: list[tuple[Path, Any]] = []
+        for k, v in sample.items():
+            if isinstance(k, str) and k.startswith("__"):
+                continue
+            skeleton[k], sub = flatten(v, max_depth, (*path, k))
+            leaves.extend(sub)
+        return skeleton, leaves
+    if len(path) < max_depth and isinstance(sample, tuple) and not hasattr(sample, "_fields"):
+        parts = [flatten(v, max_depth, (*path, i)) for i, v in enumerate(sample)]
+        return tuple(p[0] for p in parts), [leaf for p in parts for leaf in p[1]]
+    return Ref(path), [(path, sample)]
+
+
+def unflatten(skeleton: Any, values: Mapping[Path, Any]) -> Any:
+    """Rebuild the structure of ``skeleton`` with ``values[path]`` at each leaf."""
+    if isinstance(skeleton, Ref):
+        return values[skeleton.path]
+    if isinstance(skeleton, dict):
+        return {k: unflatten(v, values) for k, v in skeleton.items()}
+    return tuple(unflatten(v, values) for v in skeleton)
+
+
+def _as_dense(value: Any) -> np.ndarray | None:
+    if isinstance(value, (bool, int, float, np.number)):
+        return np.asarray(value)
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "shape")):
+        arr = np.asarray(value)
+        return None if arr.dtype.hasobject else arr
+    return None
+
+
+def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int) -> Layout:
+    """The layout of a first batch of already decoded/transformed samples.
+
+    Raises:
+        ValueError: ``samples`` is empty.
+    """
+    if not samples:
+        raise ValueError("cannot infer a batch layout from zero samples")
+    skeleton, first = flatten(samples[0], max_depth)
+    rest = [dict(flatten(s, max_depth)[1]) for s in samples[1:]]
+    leaves = []
+    for path, value in first:
+        arr = _as_dense(value)
+        others = [_as_dense(r.get(path)) for r in rest]
+        dense = arr is not None and all(
+            o is not None and o.shape == arr.shape and o.dtype == arr.dtype for o in others
+        )
+        if dense and arr is not None:
+            leaves.append(Leaf(path, tuple(arr.shape), arr.dtype.str))
+        else:
+            leaves.append(Leaf(path, None, None))
+    return Layout(skeleton, tuple(leaves), batch_size, max_depth)
+
+
+def check(layout: Layout, sample: Any) -> list[tuple[Path, Any]]:
+    """The sample's leaves in layout order.
+
+    Raises:
+        DecodeError: the structure, a dense shape or dtype differs from the layout.
+    """
+    skeleton, leaves = flatten(sample, layout.max_depth)
+    if skeleton != layout.skeleton:
+        raise DecodeError(
+            "sample structure differs from the first batch",
+            stage="collate", fix="return the same fields from every sample, or pass collate=",
+        )
+    for spec, (path, value) in zip(layout.leaves, leaves, strict=True):
+        if spec.shape is None:
+            continue
+        arr = _as_dense(value)
+        if arr is None or arr.shape != spec.shape or arr.dtype.str != spec.dtype:
+            got = None if arr is None else (tuple(arr.shape), arr.dtype.str)
+            raise DecodeError(
+                f"leaf has {got}, the first batch had {(spec.shape, spec.dtype)}",
+                stage="collate", field="/".join(map(str, path)),
+                fix="make the field fixed-size (resize/pad in transform=) or pass collate=",
+            )
+    return leaves
+
+
+def fill(layout: Layout, arrays: Mapping[Path, np.ndarray], samples: Sequence[Any]
+         ) -> dict[Path, list[Any]]:
+    """Write dense leaves of ``samples`` into rows of ``arrays`` (the slot).
+
+    Returns the ragged leaves as lists (numpy views are copied so they survive
+    the read buffer). Samples must have passed :func:`check`.
+    """
+    ragged: dict[Path, list[Any]] = {leaf.path: [] for leaf in layout.leaves if leaf.shape is None}
+    for row, sample in enumerate(samples):
+        for spec, (path, value) in zip(layout.leaves, flatten(sample, layout.max_depth)[1], strict=True):
+            if spec.shape is not None:
+                arrays[path][row] = value if isinstance(value, np.ndarray) else np.asarray(value)
+            elif isinstance(value, np.ndarray):
+                ragged[path].append(np.array(value, copy=True))
+            else:
+                ragged[path].append(value)
+    return ragged

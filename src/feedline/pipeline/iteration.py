@@ -1,0 +1,88 @@
+"""One pass over the remaining batches of an epoch: the consumer side.
+
+Keeps up to ``window`` jobs in flight, hands out batches in order (or, with
+``in_order=False``, whichever is ready first), waits at most ``timeout`` per
+batch, makes the consumer's stream wait on the copy (``engine.accept``) and
+reports each delivery so the loader's position only counts batches the user
+actually received.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from feedline.errors import LoaderTimeout
+from feedline.observe import spans
+from feedline.pipeline.jobs import Job
+from feedline.pipeline.runtime import Ready, Runtime
+
+
+class Pass:
+    """The iterator returned by ``iter(loader)``."""
+
+    def __init__(self, rt: Runtime, run: int, todo: list[int], make_job: Callable[[int], Job],
+                 delivered: Callable[[int, list[dict[str, str]]], None], *, window: int,
+                 in_order: bool, timeout: float | None) -> None:
+        self._rt, self._run, self._make_job, self._delivered = rt, run, make_job, delivered
+        self._todo = deque(todo)
+        self._inflight: deque[tuple[Job, Future[Any]]] = deque()
+        self._window, self._in_order, self._timeout = window, in_order, timeout
+
+    def __iter__(self) -> Pass:
+        return self
+
+    def _fill(self) -> None:
+        while self._todo and len(self._inflight) < self._window:
+            job = self._make_job(self._todo.popleft())
+            self._inflight.append((job, self._rt.submit(job)))
+
+    def __next__(self) -> Any:
+        if self._rt.current_run != self._run:
+            self._abandon()
+            raise StopIteration
+        self._fill()
+        if not self._inflight:
+            raise StopIteration
+        t0 = time.perf_counter()
+        job, ready = self._take()
+        batch = self._rt.engine.accept(ready.tree, ready.fence)
+        if spans.active():
+            spans.emit("wait", t0, time.perf_counter(), batch=job.batch_id)
+        self._delivered(job.batch_id, ready.skipped)
+        self._fill()  # keep the window full while the user computes
+        return batch
+
+    def _take(self) -> tuple[Job, Ready]:
+        if self._in_order:
+            job, fut = self._inflight[0]
+        else:
+            done, _ = wait([f for _, f in self._inflight], self._timeout, FIRST_COMPLETED)
+            if not done:
+                raise self._timed_out(self._inflight[0][0])
+            job, fut = min((p for p in self._inflight if p[1] in done),
+                           key=lambda p: p[0].batch_id)
+        try:
+            ready = fut.result(self._timeout)
+        except FutureTimeout:
+            raise self._timed_out(job) from None
+        self._inflight.remove((job, fut))
+        return job, ready
+
+    def _timed_out(self, job: Job) -> LoaderTimeout:
+        shard, key = self._rt.ctx.source.locate(job.indices[0]) if job.indices else (None, None)
+        return LoaderTimeout(
+            f"batch {job.batch_id} not ready after {self._timeout}s", stage="read+decode",
+            shard=shard, key=key, batch=job.batch_id,
+            fix="raise timeout=, or find the slow sample with feedline diagnose",
+        )
+
+    def _abandon(self) -> None:
+        for _, fut in self._inflight:
+            fut.cancel()
+        self._inflight.clear()
+        self._todo.clear()

@@ -1,0 +1,137 @@
+"""One batch of work: read, decode, transform and check the samples of a batch.
+
+Used by thread and process workers alike (this module does not import torch).
+A failing sample either raises :class:`feedline.errors.WorkerError` (with the
+original type, traceback text, worker, shard, key and stage, chained as
+``__cause__``) or, with ``on_error="skip"``, is counted and replaced by the
+next samples that follow the batch in the rank's order (see
+:meth:`feedline.pipeline.sampler.Plan.refill`), so batch sizes and the number
+of batches stay the same on every rank.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from feedline.decode import Decoders
+from feedline.errors import WorkerError
+from feedline.pipeline import collate
+from feedline.pipeline.source import Item, Source
+
+Record = Callable[[str, float, float, dict[str, Any]], None]
+
+
+@dataclass
+class Job:
+    """Batch ``batch_id`` of pass ``run``: its indices and its refill candidates."""
+
+    run: int
+    batch_id: int
+    indices: list[int]
+    refill: list[int]
+
+
+@dataclass
+class Context:
+    """Everything a worker needs to prepare batches (picklable)."""
+
+    source: Source
+    decoders: Decoders
+    transform: Callable[[Any], Any] | None
+    on_error: str
+    layout: collate.Layout | None = None
+
+
+@dataclass
+class Prepared:
+    samples: list[Any]
+    keys: list[str]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+def worker_error(exc: BaseException, item: Item, stage: str, worker: str) -> WorkerError:
+    """Wrap ``exc`` with its place; keeps type name and traceback text."""
+    err = WorkerError(
+        f"{type(exc).__name__} in {stage}: {exc}",
+        worker=worker, shard=item.shard, key=item.key, stage=stage,
+        fix='fix the sample or the function, or pass on_error="skip" to skip bad samples',
+    )
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    err.__dict__.update(exc_type=type(exc).__name__, traceback_text=text)
+    err.__cause__ = exc
+    return err
+
+
+def _process(ctx: Context, item: Item) -> tuple[Any, str | None, BaseException | None]:
+    """(sample, failed stage, error) for one fetched item."""
+    if item.error is not None:
+        return None, "read", item.error
+    sample = item.value
+    stage = "decode"
+    try:
+        if ctx.source.packed:
+            sample = ctx.decoders.decode_sample(sample, key=item.key)
+        stage = "transform"
+        if ctx.transform is not None:
+            sample = ctx.transform(sample)
+        stage = "collate"
+        if ctx.layout is not None:
+            collate.check(ctx.layout, sample)
+    except Exception as exc:
+        return None, stage, exc
+    return sample, None, None
+
+
+def _detach(sample: Any) -> Any:
+    """Copy array views of a packed sample so they outlive the read buffer."""
+    if isinstance(sample, dict):
+        return {k: _detach(v) for k, v in sample.items()}
+    if isinstance(sample, np.ndarray) and not sample.flags.owndata:
+        return sample.copy()
+    return sample
+
+
+def prepare(ctx: Context, job: Job, worker: str, record: Record | None) -> Prepared:
+    """Read, decode, transform and check the samples of ``job``.
+
+    Raises:
+        WorkerError: a sample failed and ``on_error="raise"``, or too many failed
+            to refill the batch.
+    """
+    want = len(job.indices)
+    out = Prepared([], [])
+    pending, refill = list(job.indices), list(job.refill)
+    while pending:
+        t0 = time.perf_counter()
+        items = ctx.source.fetch(pending)
+        t1 = time.perf_counter()
+        results = [(item, *_process(ctx, item)) for item in items]
+        if record is not None:
+            record("read", t0, t1, {"batch": job.batch_id, "worker": worker})
+            record("decode", t1, time.perf_counter(), {"batch": job.batch_id, "worker": worker})
+        for item, sample, stage, exc in results:
+            if exc is None:
+                out.samples.append(sample)
+                out.keys.append(item.key)
+            elif ctx.on_error == "raise":
+                raise worker_error(exc, item, stage or "read", worker)
+            else:
+                out.skipped.append({"key": item.key, "stage": stage or "read",
+                                    "error": type(exc).__name__})
+        missing = want - len(out.samples)
+        if missing and not refill:
+            raise WorkerError(
+                f"{len(out.skipped)} bad samples; not enough good ones left to refill batch "
+                f"{job.batch_id}", worker=worker, stage="read",
+                fix="repair the dataset (feedline verify) or lower batch_size",
+            )
+        if missing and ctx.source.packed:
+            out.samples = [_detach(s) for s in out.samples]
+        pending, refill = refill[:missing], refill[missing:]
+    return out

@@ -1,0 +1,240 @@
+"""``feedline.Loader``: sampling, workers, slots and transfer composed into one iterable.
+
+    loader = Loader(ds, batch_size=64, device="cuda:0", workers=8)
+    for epoch in range(E):
+        loader.set_epoch(epoch)
+        for batch in loader:   # dict field -> tensor on device (lists for ragged), "__key__"
+            ...
+
+Batches ``workers + prefetch`` ahead of the consumer are read, decoded,
+collated into slots and copied while the user computes. See the module
+docstrings of ``sampler`` (order, sharding, drop_last), ``state`` (resume),
+``slots`` (the pinned budget) and ``transfer`` (streams and events).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from feedline.decode import Decoders, Limits, as_decoders
+from feedline.errors import ConfigError
+from feedline.pipeline import sampler, state
+from feedline.pipeline.iteration import Pass
+from feedline.pipeline.jobs import Context, Job
+from feedline.pipeline.runtime import Options, Runtime
+from feedline.pipeline.slots import SlotPool
+from feedline.pipeline.source import Source
+from feedline.pipeline.transfer import make_engine
+from feedline.units import parse_bytes, parse_duration
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _choice(name: str, value: Any, options: tuple[str, ...]) -> str:
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return str(value)
+
+
+def rank_and_world(process_group: Any, rank: int | None, world_size: int | None
+                   ) -> tuple[int, int]:
+    """Rank and world size from ``process_group`` (torch.distributed), or the explicit ints."""
+    if process_group is not None:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise ConfigError("process_group given but torch.distributed is not initialised",
+                              fix="call torch.distributed.init_process_group first")
+        return dist.get_rank(process_group), dist.get_world_size(process_group)
+    world = _positive_int("world_size", 1 if world_size is None else world_size)
+    r = 0 if rank is None else rank
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world:
+        raise ValueError(f"rank must be an integer in [0, world_size), got {rank!r}")
+    return r, world
+
+
+class Loader:
+    """Load batches from a packed or map-style dataset onto ``device``.
+
+    Args:
+        dataset: a PackedDataset, a path to one (opened with ``io``), or any map-style
+            dataset (``len`` + ``__getitem__``).
+        batch_size: samples per batch.
+        device: ``"cpu"`` or ``"cuda:N"`` (explicit index).
+        shuffle, seed: the global order is a permutation from ``(seed, epoch)``.
+        drop_last: see :mod:`feedline.pipeline.sampler`.
+        workers: worker threads or processes (each prepares one batch at a time).
+        worker_type: ``"thread"`` (default; no pickling, no /dev/shm) or ``"process"``.
+        prefetch: finished batches allowed to wait ahead of the consumer.
+        pinned_budget: byte cap of the slot pool (``"2GiB"``); a batch bigger than it is a
+            ResourceError at the first batch.
+        io: backend for a dataset given as a path.
+        decode: a :class:`feedline.decode.Decoders` or a mapping field/extension -> fn.
+        transform: ``fn(sample) -> sample`` run in the workers after decoding.
+        collate: ``fn(list_of_samples) -> batch``; bypasses the slot pool (each batch is
+            pinned on its own, bounded by the window).
+        process_group: a torch.distributed group to read rank and world size from.
+        on_error: ``"raise"`` (WorkerError) or ``"skip"`` (counted in :attr:`stats`).
+        timeout: seconds (or ``"30s"``) to wait for one batch before LoaderTimeout.
+        in_order: deliver batches in order; ``False`` delivers whichever is ready first.
+        rank, world_size: explicit sharding without a process group.
+        shm_dir: where process workers' shared-memory arena lives.
+        start_method: ``"spawn"`` or ``"forkserver"`` for process workers.
+        limits: decode size bounds (:class:`feedline.decode.Limits`).
+
+    Raises:
+        ValueError / TypeError: a bad argument (named in the message).
+        DeviceError: a CUDA device without CUDA.
+    """
+
+    def __init__(
+        self, dataset: Any, batch_size: int = 64, device: Any = "cpu", shuffle: bool = True,
+        seed: int = 0, drop_last: bool = True, workers: int = 8, worker_type: str = "thread",
+        prefetch: int = 4, pinned_budget: str | int = "2GiB", io: str = "auto",
+        decode: Decoders | Mapping[str, Any] | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        collate: Callable[[list[Any]], Any] | None = None, process_group: Any = None,
+        on_error: str = "raise", timeout: float | str | None = None, in_order: bool = True,
+        *, rank: int | None = None, world_size: int | None = None,
+        shm_dir: str = "/dev/shm", start_method: str = "spawn", limits: Limits | None = None,
+    ) -> None:
+        if isinstance(dataset, (str, os.PathLike)):
+            from feedline.io import open_dataset
+
+            dataset = open_dataset(dataset, io=io)
+        self.batch_size = _positive_int("batch_size", batch_size)
+        self.workers = _positive_int("workers", workers)
+        self.prefetch = _positive_int("prefetch", prefetch)
+        self.worker_type = _choice("worker_type", worker_type, ("thread", "process"))
+        self.on_error = _choice("on_error", on_error, ("raise", "skip"))
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        for name, fn in (("transform", transform), ("collate", collate)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, got {fn!r}")
+        self.seed, self.shuffle, self.drop_last, self.in_order = seed, shuffle, drop_last, in_order
+        self.timeout = None if timeout is None else parse_duration(timeout, name="timeout")
+        self.rank, self.world_size = rank_and_world(process_group, rank, world_size)
+        decoders = as_decoders(decode)
+        if limits is not None:
+            decoders = Decoders(decoders.overrides, limits)
+        self._source = Source(dataset)
+        self._n = len(self._source)
+        sampler.rank_plan(self._n, seed=seed, epoch=0, shuffle=shuffle, batch_size=self.batch_size,
+                          drop_last=drop_last, rank=self.rank, world=self.world_size)
+        engine = make_engine(device)
+        self.device = engine.device
+        budget = parse_bytes(pinned_budget, name="pinned_budget")
+        ctx = Context(self._source, decoders, transform, self.on_error)
+        opts = Options(self.batch_size, self.workers, self.worker_type,
+                       self.workers + self.prefetch, shm_dir, start_method, collate)
+        self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned), opts)
+        self._finalizer = weakref.finalize(self, self._rt.close)
+        self._pos = state.Position()
+        self._restored = False
+        self._counters = {"batches": 0, "skipped": 0}
+        self._skipped_log: list[dict[str, str]] = []
+        self._plan_cache: sampler.Plan | None = None
+
+    # -- order and position ---------------------------------------------------------------
+    def _plan(self, epoch: int) -> sampler.Plan:
+        if self._plan_cache is None or self._plan_cache.epoch != epoch:
+            self._plan_cache = sampler.rank_plan(
+                self._n, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+                batch_size=self.batch_size, drop_last=self.drop_last, rank=self.rank,
+                world=self.world_size)
+        return self._plan_cache
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return self._plan(self._pos.epoch).num_batches
+
+    @property
+    def epoch(self) -> int:
+        return self._pos.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning (right after :meth:`load_state_dict`, setting
+        the restored epoch keeps the restored position)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if self._restored and epoch == self._pos.epoch:
+            return
+        self._restored = False
+        self._rt.current_run += 1  # an unfinished pass is abandoned
+        self._pos = state.Position(epoch)
+
+    def _identity(self) -> dict[str, Any]:
+        return {"fingerprint": self._source.fingerprint, "seed": self.seed,
+                "batch_size": self.batch_size, "world_size": self.world_size,
+                "rank": self.rank, "shuffle": self.shuffle, "drop_last": self.drop_last}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch handed out (JSON-serialisable, small)."""
+        return state.to_dict(self._identity(), self._pos, self._counters)
+
+    def load_state_dict(self, saved: Mapping[str, Any]) -> None:
+        """Resume from ``saved``: the next batch is the first one not yet delivered.
+
+        Raises:
+            StateError: ``saved`` comes from a different dataset, seed, batch size,
+                world size, rank, shuffle or drop_last (the field is named).
+        """
+        pos, counters = state.from_dict(dict(saved), self._identity())
+        self._rt.current_run += 1
+        self._pos, self._restored = pos, True
+        self._counters.update(counters)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """Counters: batches delivered, skipped samples (and the last 100 of them), slot
+        memory in use, its peak and the budget."""
+        pool = self._rt.pool
+        return {**self._counters, "skipped_samples": list(self._skipped_log),
+                "pinned_bytes": pool.allocated_bytes, "pinned_peak_bytes": pool.peak_bytes,
+                "pinned_budget": pool.budget}
+
+    # -- iteration ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        if self._rt.closed:
+            raise RuntimeError("the loader is closed")
+        plan = self._plan(self._pos.epoch)
+        if self._pos.done(plan.num_batches) and not self._restored:
+            self._pos = state.Position(self._pos.epoch)  # a new pass over the same epoch
+        self._restored = False
+        self._rt.current_run += 1
+        todo = self._pos.remaining(plan.num_batches)
+        if self._rt.pool_workers is None and todo:
+            self._rt.start(self._job(plan, todo[0], self._rt.current_run))
+        run = self._rt.current_run
+        return Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
+                    self._delivered, window=self.workers + self.prefetch,
+                    in_order=self.in_order, timeout=self.timeout)
+
+    def _job(self, plan: sampler.Plan, batch_id: int, run: int) -> Job:
+        refill = plan.refill(batch_id, 2 * self.batch_size + 16) if self.on_error == "skip" else []
+        return Job(run, batch_id, plan.batch(batch_id), refill)
+
+    def _delivered(self, batch_id: int, skipped: list[dict[str, str]]) -> None:
+        self._pos.mark(batch_id)
+        self._counters["batches"] += 1
+        self._counters["skipped"] += len(skipped)
+        self._skipped_log = (self._skipped_log + skipped)[-100:]
+
+    # -- lifetime -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop workers, free slots and shared memory. Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,183 @@
+"""The running parts of a loader: slot pool, transfer engine, worker pool.
+
+:class:`Runtime` owns every resource a loader holds (threads, processes,
+shared memory, pinned slots) and turns a :class:`~feedline.pipeline.jobs.Job`
+into a :class:`Ready` batch: prepare the samples, fill a slot, start the
+transfer. It holds no reference to the :class:`~feedline.pipeline.loader.Loader`,
+so ``weakref.finalize(loader, runtime.close)`` can clean up when the loader
+is dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from feedline.observe import spans
+from feedline.pipeline import collate, nested, shm
+from feedline.pipeline.jobs import Context, Job, prepare
+from feedline.pipeline.slots import Fence, SlotPool
+from feedline.pipeline.transfer import Engine
+from feedline.pipeline.workers_process import ProcessWorkers, Result
+from feedline.pipeline.workers_thread import ThreadWorkers
+
+
+@dataclass
+class Ready:
+    """A batch whose transfer has been started, waiting for the consumer."""
+
+    batch_id: int
+    tree: Any
+    fence: Fence | None
+    keys: list[str]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    worker: str = ""
+
+
+def _record(stage: str, t0: float, t1: float, attrs: dict[str, Any]) -> None:
+    spans.emit(stage, t0, t1, **attrs)
+
+
+def _ragged(values: list[Any]) -> list[Any]:
+    return [torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" else v
+            for v in values]
+
+
+@dataclass
+class Options:
+    """The runtime part of the loader's configuration."""
+
+    batch_size: int
+    workers: int
+    worker_type: str
+    window: int
+    shm_dir: str
+    start_method: str
+    collate_fn: Callable[[list[Any]], Any] | None
+
+
+class Runtime:
+    """Resources of one loader; started at the first batch, closed once."""
+
+    def __init__(self, ctx: Context, engine: Engine, pool: SlotPool, opts: Options) -> None:
+        self.ctx, self.engine, self.pool, self.opts = ctx, engine, pool, opts
+        self.current_run = 0
+        self.pool_workers: ThreadWorkers | ProcessWorkers | None = None
+        self.closed = False
+
+    def start(self, probe: Job) -> None:
+        """Infer the layout from ``probe`` (the first batch) and start the workers.
+
+        Raises:
+            ResourceError: a batch exceeds the pinned budget, or /dev/shm is too small.
+            WorkerError: a sample of the probe batch failed with ``on_error="raise"``.
+        """
+        if self.opts.collate_fn is None:
+            prep = prepare(self.ctx, probe, "probe", None)
+            depth = 1 if self.ctx.source.packed else 8
+            layout = collate.infer_layout(prep.samples, self.opts.batch_size, depth)
+            self.pool.configure(layout)
+            self.ctx.layout = layout
+        if self.opts.worker_type == "thread":
+            self.pool_workers = ThreadWorkers(self.opts.workers, self.run_job)
+            return
+        layout = self.ctx.layout or collate.Layout(collate.Ref(()), (), 1, 1)
+        spec = shm.create(self.opts.shm_dir, layout, self.opts.window)
+        self.pool_workers = ProcessWorkers(
+            self.opts.workers, self.ctx, spec, self.on_result,
+            start_method=self.opts.start_method, custom_collate=self.opts.collate_fn,
+            timed=spans.active(),
+        )
+
+    def submit(self, job: Job) -> Future[Any]:
+        assert self.pool_workers is not None
+        return self.pool_workers.submit(job)
+
+    def run_job(self, job: Job, worker: str) -> Ready | None:
+        """Thread workers: the whole batch (prepare, fill, start the transfer)."""
+        if job.run != self.current_run:
+            return None  # a newer pass started; this batch is not wanted
+        prep = prepare(self.ctx, job, worker, _record if spans.active() else None)
+        if self.opts.collate_fn is not None:
+            return self._finish_custom(job, self.opts.collate_fn(prep.samples), prep.keys,
+                                       prep.skipped, worker)
+        layout = self.ctx.layout
+        assert layout is not None
+        slot = self.pool.acquire()
+        fence: Fence | None = None
+        try:
+            with spans.span("collate", batch=job.batch_id, worker=worker):
+                ragged = collate.fill(layout, slot.arrays, prep.samples)
+            n = len(prep.samples)
+            dense = {p: t[:n] for p, t in slot.tensors.items()}
+            tree, fence = self._send(job, layout, dense, ragged, prep.keys, worker)
+        finally:
+            self.pool.release(slot, fence)
+        return Ready(job.batch_id, tree, fence, prep.keys, prep.skipped, worker)
+
+    def on_result(self, res: Result, arena: shm.Arena) -> Ready | None:
+        """Process workers: runs in the parent's reader thread for each finished job."""
+        for stage, t0, t1, attrs in res.timings:
+            spans.emit(stage, t0, t1, **attrs)
+        if res.job.run != self.current_run:
+            return None
+        if self.opts.collate_fn is not None:
+            return self._finish_custom(res.job, res.custom, res.keys, res.skipped, res.worker)
+        layout = self.ctx.layout
+        assert layout is not None
+        views, n = arena.slot(res.slot), len(res.keys)
+        if not self.engine.needs_pinned:
+            dense = {p: torch.from_numpy(v[:n]) for p, v in views.items()}
+            tree, fence = self._send(res.job, layout, dense, res.ragged, res.keys, res.worker)
+            return Ready(res.job.batch_id, tree, fence, res.keys, res.skipped, res.worker)
+        slot = self.pool.acquire()
+        fence = None
+        try:
+            with spans.span("pin", batch=res.job.batch_id, worker=res.worker):
+                for p, v in views.items():
+                    slot.arrays[p][:n] = v[:n]
+            dense = {p: t[:n] for p, t in slot.tensors.items()}
+            tree, fence = self._send(res.job, layout, dense, res.ragged, res.keys, res.worker)
+        finally:
+            self.pool.release(slot, fence)
+        return Ready(res.job.batch_id, tree, fence, res.keys, res.skipped, res.worker)
+
+    def _send(self, job: Job, layout: collate.Layout, dense: dict[Any, torch.Tensor],
+              ragged: dict[Any, list[Any]], keys: list[str], worker: str
+              ) -> tuple[Any, Fence | None]:
+        values: dict[Any, Any] = dict(dense)
+        values.update({p: _ragged(v) for p, v in ragged.items()})
+        tree = collate.unflatten(layout.skeleton, values)
+        if isinstance(tree, dict):
+            tree["__key__"] = list(keys)
+        t0 = time.perf_counter()
+        sent, fence = self.engine.send(tree)
+        if spans.active():
+            spans.emit("h2d", t0, time.perf_counter(), batch=job.batch_id, worker=worker)
+        return sent, fence
+
+    def _finish_custom(self, job: Job, tree: Any, keys: list[str],
+                       skipped: list[dict[str, str]], worker: str) -> Ready:
+        if isinstance(tree, dict) and "__key__" not in tree:
+            tree["__key__"] = list(keys)
+        if self.engine.needs_pinned:
+            with spans.span("pin", batch=job.batch_id, worker=worker):
+                tree = nested.pin(tree)
+        sent, fence = self.engine.send(tree)
+        return Ready(job.batch_id, sent, fence, keys, skipped, worker)
+
+    def close(self) -> None:
+        """Stop the workers and drop the slots (idempotent; safe from a finalizer)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.current_run = -1
+        self.pool.close()  # first: wakes producers waiting for a slot
+        if self.pool_workers is not None:
+            self.pool_workers.close()

@@ -1,0 +1,177 @@
+"""The batch slot pool: host buffers allocated once, reused, bounded by a byte budget.
+
+A slot holds one preallocated array per dense leaf of the batch layout, at
+full batch size. On CUDA the slots are pinned (page-locked) host memory so the
+copy to the device is a DMA; on CPU they are ordinary memory. The pool never
+holds more than ``budget`` bytes: producers that need a slot wait for one to
+come back. A slot comes back through :meth:`SlotPool.release` with an
+optional *fence* (a CUDA event recorded after the copy that reads the slot);
+it is handed out again only once the fence has completed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from feedline.errors import ResourceError
+from feedline.pipeline.collate import Layout, Path
+from feedline.units import format_bytes
+
+
+class Fence(Protocol):
+    """What a slot waits on before reuse (``torch.cuda.Event`` fits)."""
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+
+class PoolClosed(RuntimeError):
+    """The pool was closed while a producer waited for a slot."""
+
+
+@dataclass(eq=False)
+class Slot:
+    """One batch worth of host buffers."""
+
+    id: int
+    tensors: dict[Path, torch.Tensor]
+    arrays: dict[Path, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.arrays = {p: t.numpy() for p, t in self.tensors.items()}
+
+
+class SlotPool:
+    """A bounded pool of batch slots.
+
+    Args:
+        budget: most bytes the pool may hold (all slots together).
+        pin: allocate page-locked memory (needs CUDA) instead of pageable memory.
+        allocate: optional ``fn(shape, dtype, pin) -> Tensor`` (tests, shared memory).
+
+    Slots are allocated lazily, the first time no free one exists and the
+    budget allows, so a small run never touches the whole budget.
+    """
+
+    def __init__(
+        self,
+        budget: int,
+        *,
+        pin: bool,
+        allocate: Callable[[tuple[int, ...], torch.dtype, bool], torch.Tensor] | None = None,
+    ) -> None:
+        if budget < 1:
+            raise ValueError(f"pinned_budget must be positive, got {budget}")
+        self.budget = budget
+        self.pin = pin
+        self._allocate = allocate or _empty
+        self._layout: Layout | None = None
+        self._free: deque[Slot] = deque()
+        self._pending: deque[tuple[Slot, Fence]] = deque()
+        self._cond = threading.Condition()
+        self._count = 0
+        self._closed = False
+        self.peak_bytes = 0
+
+    @property
+    def slot_bytes(self) -> int:
+        return self._layout.nbytes if self._layout else 0
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes held by all slots allocated so far (never above ``budget``)."""
+        return self._count * self.slot_bytes
+
+    def configure(self, layout: Layout) -> None:
+        """Fix the slot layout (once, from the first batch).
+
+        Raises:
+            ResourceError: one slot is larger than the whole budget.
+        """
+        if layout.nbytes > self.budget:
+            raise ResourceError(
+                f"one batch needs {format_bytes(layout.nbytes)} of slot memory, more than "
+                f"pinned_budget={format_bytes(self.budget)}",
+                stage="pin", fix="raise pinned_budget or lower batch_size",
+            )
+        with self._cond:
+            self._layout = layout
+
+    def acquire(self) -> Slot:
+        """A free slot; waits (for a fence or a release) when the budget is used up.
+
+        Raises:
+            PoolClosed: the pool was closed while waiting.
+        """
+        while True:
+            with self._cond:
+                if self._closed:
+                    raise PoolClosed("slot pool closed")
+                self._reap()
+                if self._free:
+                    return self._free.popleft()
+                if (self._count + 1) * self.slot_bytes <= self.budget:
+                    self._count += 1
+                    slot_id = self._count
+                    break
+                if not self._pending:
+                    self._cond.wait()
+                    continue
+                fence = self._pending[0][1]
+            fence.synchronize()  # host wait in the producer, never in the consumer
+        self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
+        return self._new_slot(slot_id)
+
+    def _new_slot(self, slot_id: int) -> Slot:
+        assert self._layout is not None
+        layout = self._layout
+        tensors = {
+            leaf.path: self._allocate(
+                (layout.batch_size, *leaf.shape), _torch_dtype(leaf.dtype), self.pin
+            )
+            for leaf in layout.dense
+            if leaf.shape is not None and leaf.dtype is not None
+        }
+        return Slot(slot_id, tensors)
+
+    def _reap(self) -> None:
+        while self._pending and self._pending[0][1].query():
+            self._free.append(self._pending.popleft()[0])
+
+    def release(self, slot: Slot, fence: Fence | None = None) -> None:
+        """Give ``slot`` back; it is reused only after ``fence`` (if any) completes."""
+        with self._cond:
+            if fence is None:
+                self._free.append(slot)
+            else:
+                self._pending.append((slot, fence))
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Drop every slot and wake waiting producers (they get :class:`PoolClosed`)."""
+        with self._cond:
+            self._closed = True
+            for _, fence in self._pending:
+                fence.synchronize()
+            self._free.clear()
+            self._pending.clear()
+            self._cond.notify_all()
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+
+def _torch_dtype(numpy_dtype: str) -> torch.dtype:
+    dt = np.dtype(numpy_dtype)
+    if dt.byteorder == ">":
+        raise ResourceError(f"big-endian dtype {numpy_dtype} cannot be stacked", stage="collate")
+    return torch.from_numpy(np.empty(0, dtype=dt.newbyteorder("="))).dtype

@@ -1,0 +1,105 @@
+"""Adapt what the user passes to :class:`feedline.Loader` to one small interface.
+
+Two kinds of dataset are accepted:
+
+* a feedline ``PackedDataset`` (anything with ``read_many`` and ``locate``):
+  samples are read in batches through its read planner and decoded by field
+  extension;
+* any map-style dataset (``len`` and ``__getitem__``, e.g. a
+  ``torch.utils.data.Dataset``): samples are used as returned.
+
+A source is picklable when its dataset is (process workers reopen it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Item:
+    """One fetched sample, or the exception that fetching it raised."""
+
+    index: int
+    key: str
+    shard: str | None
+    value: Any = None
+    error: BaseException | None = None
+
+
+def is_packed(dataset: Any) -> bool:
+    """True for a feedline PackedDataset (batched reads + shard/key location)."""
+    return callable(getattr(dataset, "read_many", None)) and callable(
+        getattr(dataset, "locate", None)
+    )
+
+
+class Source:
+    """Fetch samples by index from a packed or map-style dataset.
+
+    Args:
+        dataset: a PackedDataset or a map-style dataset.
+
+    Raises:
+        TypeError: ``dataset`` has neither ``read_many`` nor ``len`` + ``__getitem__``.
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        if not is_packed(dataset) and not (
+            hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
+        ):
+            raise TypeError(
+                "dataset must be a feedline PackedDataset or a map-style dataset "
+                f"(len + __getitem__), got {type(dataset).__name__}"
+            )
+        self.dataset = dataset
+        self.packed = is_packed(dataset)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable id of the dataset, stored in loader state and checked on load."""
+        fp = getattr(self.dataset, "fingerprint", None)
+        if fp is not None:
+            return str(fp)
+        return f"{type(self.dataset).__qualname__}:{len(self.dataset)}"
+
+    def locate(self, index: int) -> tuple[str | None, str]:
+        """(shard, key) of sample ``index``; map-style datasets have no shard."""
+        if self.packed:
+            shard, key = self.dataset.locate(index)
+            return str(shard), str(key)
+        return None, str(index)
+
+    def fetch(self, indices: Sequence[int]) -> list[Item]:
+        """Read ``indices``; a failing sample yields an Item with ``error`` set.
+
+        Packed samples are memoryviews valid until the next ``fetch`` on this
+        thread: decode or copy them first.
+        """
+        if not self.packed:
+            return [self._fetch_one(i) for i in indices]
+        try:
+            samples = self.dataset.read_many(list(indices))
+        except Exception:
+            # Isolate the failing sample(s) by reading one at a time.
+            return [self._fetch_one(i) for i in indices]
+        items = []
+        for i, sample in zip(indices, samples, strict=True):
+            shard, key = self.locate(i)
+            items.append(Item(i, str(sample.get("__key__", key)), shard, sample))
+        return items
+
+    def _fetch_one(self, index: int) -> Item:
+        try:
+            shard, key = self.locate(index)
+        except Exception as exc:
+            return Item(index, str(index), None, error=exc)
+        try:
+            return Item(index, key, shard, self.dataset[index])
+        except Exception as exc:
+            return Item(index, key, shard, error=exc)

@@ -1,0 +1,104 @@
+"""Transfer engines: move a filled batch from host memory to the device.
+
+Both engines have the same interface:
+
+* ``send(tree)`` (producer side): start moving every tensor leaf of ``tree``
+  to the device; returns ``(device_tree, fence)``. The fence completes when
+  the copy has finished reading host memory (slots wait on it before reuse).
+* ``accept(device_tree, fence)`` (consumer thread, just before the batch is
+  handed to the user): order the user's work after the copy.
+
+:class:`CudaEngine` issues copies with ``non_blocking=True`` on its own
+``torch.cuda.Stream`` and records a ``torch.cuda.Event`` after them;
+``accept`` makes the consumer's *current* stream wait on that event
+(``stream.wait_event``: a device-side wait, the host never blocks) and calls
+``record_stream`` on each device tensor so the caching allocator does not reuse
+its memory while the consumer stream may still read it. Host source tensors
+must be pinned for the copy to be asynchronous.
+
+:class:`CpuEngine` copies out of the slot (``clone``) so the user owns the
+batch and the slot is free at once; its fence is ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from feedline.errors import DeviceError
+from feedline.pipeline import nested
+from feedline.pipeline.slots import Fence
+
+
+class CpuEngine:
+    """The engine for ``device="cpu"``: a copy out of the slot, no fence."""
+
+    needs_pinned = False
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+
+    def send(self, tree: Any) -> tuple[Any, Fence | None]:
+        return nested.map_tensors(tree, torch.clone), None
+
+    def accept(self, tree: Any, fence: Fence | None) -> Any:
+        return tree
+
+
+class CudaEngine:
+    """The engine for CUDA devices: copy stream + event + ``record_stream``.
+
+    Args:
+        device: a CUDA device (``torch.device("cuda:0")``).
+    """
+
+    needs_pinned = True
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device)
+
+    def send(self, tree: Any) -> tuple[Any, Fence | None]:
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            moved = nested.move(tree, self.device, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return moved, event
+
+    def accept(self, tree: Any, fence: Fence | None) -> Any:
+        consumer = torch.cuda.current_stream(self.device)
+        if fence is not None:
+            consumer.wait_event(fence)  # type: ignore[arg-type]
+        for t in nested.tensors(tree):
+            if t.device.type == "cuda":
+                t.record_stream(consumer)
+        return tree
+
+
+Engine = CpuEngine | CudaEngine
+
+
+def make_engine(device: str | torch.device) -> Engine:
+    """The engine for ``device``.
+
+    Raises:
+        ValueError: ``device`` is not a device string.
+        DeviceError: a CUDA device was asked for and CUDA is not available.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device: cannot parse {device!r} as a torch device") from exc
+    if dev.type == "cpu":
+        return CpuEngine()
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(
+                f"device={device!r} needs CUDA, which is not available",
+                fix='install a CUDA build of torch on a GPU host, or pass device="cpu"',
+            )
+        if dev.index is None:
+            raise ValueError(f'device={device!r}: name the CUDA device explicitly, e.g. "cuda:0"')
+        return CudaEngine(dev)
+    raise ValueError(f"device={device!r}: only cpu and cuda devices are supported")
