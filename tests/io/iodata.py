@@ -14,9 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from feedline.format._checksum import checksum, hexdigest
-from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
-from feedline.format._manifest import Manifest, ShardInfo, field_stats, write_manifest
+from feedline.format import index_tars, pack
 
 Samples = list[tuple[str, dict[str, bytes]]]
 
@@ -46,57 +44,27 @@ def write_tar(path: Path, samples: Samples) -> None:
                 tar.addfile(info, io.BytesIO(data))
 
 
-def index_tar(path: Path, algo: str = "xxh3") -> tuple[bytes, int]:
-    """Index bytes for an existing tar (what `feedline index` produces) and the shard checksum."""
-    data = path.read_bytes()
-    keys: list[str] = []
-    fields: list[str] = []
-    rows = []
-    with tarfile.open(path, "r") as tar:
-        for m in tar.getmembers():
-            key, field = m.name.split(".", 1)
-            if not keys or keys[-1] != key:
-                keys.append(key)
-            if field not in fields:
-                fields.append(field)
-            payload = data[m.offset_data : m.offset_data + m.size]
-            rows.append((len(keys) - 1, fields.index(field), m.offset_data, m.size, checksum(payload, algo)))
-    members = np.array(rows, dtype=MEMBER_DTYPE)
-    shard_sum = checksum(data, algo)
-    blob = encode_index(keys, fields, members, shard_size=len(data), shard_checksum=shard_sum, checksum_algo=algo)
-    return blob, shard_sum
-
-
 def build_dataset(root: Path, shards: list[Samples], algo: str = "xxh3") -> Path:
-    """Write shards + indexes + manifest under ``root``; returns ``root``."""
+    """Write plain tars under ``root`` and adopt them (``feedline index``); returns ``root``."""
     root.mkdir(parents=True, exist_ok=True)
-    infos, indexes = [], []
+    tars = []
     for i, samples in enumerate(shards):
         tar = root / f"shard-{i:05d}.tar"
         write_tar(tar, samples)
-        blob, shard_sum = index_tar(tar, algo)
-        (root / f"{tar.name}.idx").write_bytes(blob)
-        indexes.append(ShardIndex.from_bytes(blob, shard_size=tar.stat().st_size, shard=tar.name))
-        infos.append(
-            ShardInfo(
-                name=tar.name,
-                index=f"{tar.name}.idx",
-                size=tar.stat().st_size,
-                index_size=len(blob),
-                num_samples=len(samples),
-                checksum=hexdigest(shard_sum),
-                index_checksum=hexdigest(checksum(blob, algo)),
-            )
-        )
-    manifest = Manifest(
-        version=1,
-        checksum_algo=algo,
-        align=0,
-        shards=tuple(infos),
-        fields=field_stats(indexes),
-        num_samples=sum(len(s) for s in shards),
-    )
-    write_manifest(root, manifest)
+        tars.append(tar)
+    index_tars(tars, root, checksum_algo=algo)
+    return root
+
+
+def pack_dataset(root: Path, shards: list[Samples], *, align: int = 4096, shard_size: int = 1 << 30) -> Path:
+    """Pack the samples with ``feedline.format.pack`` (files grouped by basename)."""
+    src = root.parent / f"{root.name}-src"
+    src.mkdir(parents=True, exist_ok=True)
+    for samples in shards:
+        for key, fields in samples:
+            for field, data in fields.items():
+                (src / f"{key}.{field}").write_bytes(data)
+    pack([src], root, shard_size=shard_size, align=align)
     return root
 
 

@@ -11,16 +11,20 @@ lookups and no I/O.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from feedline.errors import ChecksumError, FormatError
-from feedline.format._checksum import checksum, hexdigest
-from feedline.format._index import ShardIndex
-from feedline.format._manifest import MANIFEST_NAME, Manifest, read_manifest
+from feedline.format import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardIndex,
+    checksum,
+    parse_manifest,
+    read_manifest,
+)
 
 _FIX = "re-copy the dataset, or rebuild it with `feedline pack` / `feedline index`"
 
@@ -88,12 +92,18 @@ class _Storage:
     def manifest(self) -> Manifest:
         if self.fs is None:
             return read_manifest(self.root)
-        # read_manifest validates a local file; stage the (small) remote one.
-        data = self.read(self.join(MANIFEST_NAME), shard="")
-        with tempfile.TemporaryDirectory(prefix="feedline-manifest-") as tmp:
-            with open(os.path.join(tmp, MANIFEST_NAME), "wb") as f:
-                f.write(data)
-            return read_manifest(tmp)
+        path = self.join(MANIFEST_NAME)
+        try:
+            data = bytes(self.fs.cat_file(path))
+        except FileNotFoundError:
+            raise FormatError(
+                "no manifest: this prefix holds no complete feedline dataset",
+                path=path,
+                fix="upload a packed dataset (manifest.json last)",
+            ) from None
+        except (OSError, ValueError) as e:
+            raise FormatError(f"manifest cannot be read: {e}", path=path, fix=_FIX) from e
+        return parse_manifest(data, path)
 
 
 def _extents(index: ShardIndex) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +137,7 @@ def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
             shard=info.name,
             fix=_FIX,
         )
-    if hexdigest(checksum(data, manifest.checksum_algo)) != info.index_checksum:
+    if f"{checksum(data, manifest.checksum_algo):016x}" != info.index_checksum:
         raise ChecksumError("index checksum differs from the manifest", shard=info.name, fix=_FIX)
     index = ShardIndex.from_bytes(data, shard_size=size, shard=info.name)
     if index.num_samples != info.num_samples:

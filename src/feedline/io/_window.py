@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from feedline.errors import ChecksumError, ReadError
-from feedline.format._checksum import checksum_function
+from feedline.format import checksum
 from feedline.io._buffers import HostBufferPool, buffer_address
 from feedline.io._catalog import ShardEntry
 from feedline.io.backends import Reader
@@ -80,6 +80,8 @@ def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> R
 
 def _read_window(state: ShardReadState, reader: Reader, pool: HostBufferPool, w: Window, samples: np.ndarray) -> Any:
     entry = state.entry
+    if w.size == 0:  # only empty members: nothing to read
+        return pool.acquire(0)
     buf, address = _buffer(reader, pool, w.size)
     if reader.direct:
         validate_direct(w, address, shard=entry.name)
@@ -131,7 +133,6 @@ def _slice_samples(
     index = entry.index
     fields, keys, members = index.fields, index.keys, index.members
     starts = index.sample_start
-    verify = checksum_function(algo) if algo else None
     for s in samples.tolist():
         lo, hi = int(starts[s]), int(starts[s + 1])
         rec = members[lo:hi]
@@ -140,9 +141,9 @@ def _slice_samples(
             rec["offset"].tolist(), rec["size"].tolist(), rec["field"].tolist(), rec["checksum"].tolist(), strict=True
         ):
             part = view[off - base : off - base + size]
-            if verify is not None:
+            if algo is not None:
                 data = part if isinstance(part, memoryview) else part.cpu().numpy()
-                if verify(data) != want:
+                if checksum(data, algo) != want:
                     raise ChecksumError(
                         "field bytes do not match their checksum",
                         shard=entry.name,
