@@ -146,8 +146,10 @@ def _parse_table(blob: memoryview, count: int, what: str, shard: str) -> list[st
     except UnicodeDecodeError:  # pragma: no cover - surrogateescape never fails on bytes
         raise _fail(f"{what} table is not UTF-8", shard) from None
     names = text.split("\n") if text else []
-    if len(names) != count or any(not n for n in names):
+    if len(names) != count:
         raise _fail(f"{what} table holds {len(names)} names, the header says {count}", shard)
+    if not all(names):
+        raise _fail(f"{what} table holds an empty name", shard)
     if len(set(names)) != count:
         seen: set[str] = set()
         for name in names:
