@@ -5,6 +5,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from feedline.model import analyze
 from feedline.model.distributions import Empirical, LogNormal
@@ -131,3 +133,28 @@ def test_bad_stage_time_names_the_stage():
         simulate(0.01, 0.01, -0.01, 0.01)
     with pytest.raises(TypeError, match="decode"):
         simulate(0.01, "8ms", 0.01, 0.01)  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0.0, max_value=0.1), min_size=4, max_size=4),
+    st.floats(min_value=0.001, max_value=0.1),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=1, max_value=4),
+)
+def test_constant_times_property(times, gpu, workers, prefetch):
+    read, decode, h2d, _ = times
+    sim = simulate(read, decode, h2d, gpu, workers=workers, prefetch=prefetch, steps=1500)
+    steady = analyze(read, decode, h2d, gpu, workers=workers).steady
+    assert abs(sim.step_mean - steady) <= 0.01 * steady
+    assert sim.step_p50 >= gpu * (1 - 1e-9)  # no step is shorter than the GPU's work
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(min_value=0.0, max_value=2.0), st.integers(min_value=1, max_value=6), st.integers(0, 2**32 - 1))
+def test_random_times_never_beat_the_gpu(sigma, workers, seed):
+    r = simulate(LogNormal(0.01, sigma), LogNormal(0.005, sigma), 0.002, LogNormal(0.02, 0.1),
+                 workers=workers, steps=500, seed=seed)
+    assert np.all(r.step_times >= 0) and np.all(r.stall_times <= r.step_times + 1e-12)
+    assert math.isclose(r.gpu_busy + r.data_stall, 1.0)
+    assert r.step_p50 <= r.step_p95 <= r.step_p99 <= r.step_max
