@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
 
 from feedline.cli import _demo, _diagnose, _doctor, _model, _shards
@@ -36,18 +35,20 @@ def _fail(message: str, code: int) -> None:
     raise SystemExit(code)
 
 
+def _click_kind(e: BaseException) -> str | None:
+    names = {c.__name__ for c in type(e).__mro__}
+    if not any(c.__module__.split(".")[0] in ("click", "typer") for c in type(e).__mro__):
+        return None
+    for kind in ("Exit", "Abort", "UsageError", "ClickException"):
+        if kind in names:
+            return kind
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="feedline")
-    except click.exceptions.Exit as e:
-        raise SystemExit(e.exit_code) from None
-    except click.exceptions.Abort:
-        _fail("aborted", 130)
-    except click.UsageError as e:
-        _fail(e.format_message().replace("\n", " "), 2)
-    except click.ClickException as e:
-        _fail(e.format_message().replace("\n", " "), e.exit_code)
     except ConfigError as e:
         if os.environ.get("FEEDLINE_DEBUG"):
             raise
@@ -56,8 +57,23 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("FEEDLINE_DEBUG"):
             raise
         _fail(str(e), 1)
+    except Exception as e:
+        # typer >= 0.22 vendors its own copy of click, so match click's exception
+        # classes by name: click.UsageError and typer's copy both end up here.
+        kind = _click_kind(e)
+        if kind is None:
+            raise
+        if kind in ("Exit", "SystemExit"):
+            raise SystemExit(getattr(e, "exit_code", getattr(e, "code", 0))) from None
+        if kind == "Abort":
+            _fail("aborted", 130)
+        code = 2 if kind == "UsageError" else int(getattr(e, "exit_code", 1))
+        _fail(e.format_message().replace("\n", " "), code)  # type: ignore[attr-defined]
     except KeyboardInterrupt:
         _fail("interrupted", 130)
+    except BrokenPipeError:  # `feedline ... | head`
+        sys.stderr.close()
+        raise SystemExit(0) from None
     if isinstance(rv, int) and rv:
         raise SystemExit(rv)
 
