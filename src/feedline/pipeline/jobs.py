@@ -53,6 +53,8 @@ class Prepared:
     samples: list[Any]
     keys: list[str]
     skipped: list[dict[str, str]] = field(default_factory=list)
+    checked: bool = True
+    """False when prepared before the layout was known (samples not checked against it)."""
 
 
 def worker_error(exc: BaseException, item: Item, stage: str, worker: str) -> WorkerError:
@@ -105,7 +107,7 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None) -> Prepa
             to refill the batch.
     """
     want = len(job.indices)
-    out = Prepared([], [])
+    out = Prepared([], [], checked=ctx.layout is not None)
     pending, refill = list(job.indices), list(job.refill)
     while pending:
         t0 = time.perf_counter()

@@ -10,6 +10,7 @@ is dropped.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from feedline.errors import DecodeError
 from feedline.observe import spans
 from feedline.pipeline import collate, nested, shm
 from feedline.pipeline.jobs import Context, Job, prepare
@@ -49,6 +51,15 @@ def _ragged(values: list[Any]) -> list[Any]:
             for v in values]
 
 
+def _fits(layout: collate.Layout, samples: list[Any]) -> bool:
+    try:
+        for sample in samples:
+            collate.check(layout, sample)
+    except DecodeError:
+        return False
+    return True
+
+
 @dataclass
 class Options:
     """The runtime part of the loader's configuration."""
@@ -70,23 +81,24 @@ class Runtime:
         self.current_run = 0
         self.pool_workers: ThreadWorkers | ProcessWorkers | None = None
         self.closed = False
+        self._layout_lock = threading.Lock()
 
     def start(self, probe: Job) -> None:
-        """Infer the layout from ``probe`` (the first batch) and start the workers.
+        """Start the workers.
+
+        Thread workers infer the batch layout from the first batch they finish.
+        Process workers need it before they start (to size the shared-memory
+        arena), so ``probe`` (the first batch) is prepared here once.
 
         Raises:
             ResourceError: a batch exceeds the pinned budget, or /dev/shm is too small.
             WorkerError: a sample of the probe batch failed with ``on_error="raise"``.
         """
-        if self.opts.collate_fn is None:
-            prep = prepare(self.ctx, probe, "probe", None)
-            depth = 1 if self.ctx.source.packed else 8
-            layout = collate.infer_layout(prep.samples, self.opts.batch_size, depth)
-            self.pool.configure(layout)
-            self.ctx.layout = layout
         if self.opts.worker_type == "thread":
             self.pool_workers = ThreadWorkers(self.opts.workers, self.run_job)
             return
+        if self.opts.collate_fn is None:
+            self._layout_for(prepare(self.ctx, probe, "probe", None).samples)
         layout = self.ctx.layout or collate.Layout(collate.Ref(()), (), 1, 1)
         spec = shm.create(self.opts.shm_dir, layout, self.opts.window)
         self.pool_workers = ProcessWorkers(
@@ -94,6 +106,16 @@ class Runtime:
             start_method=self.opts.start_method, custom_collate=self.opts.collate_fn,
             timed=spans.active(),
         )
+
+    def _layout_for(self, samples: list[Any]) -> collate.Layout:
+        """The batch layout, inferred once from the first prepared batch."""
+        with self._layout_lock:
+            if self.ctx.layout is None:
+                depth = 1 if self.ctx.source.packed else 8
+                layout = collate.infer_layout(samples, self.opts.batch_size, depth)
+                self.pool.configure(layout)
+                self.ctx.layout = layout
+            return self.ctx.layout
 
     def submit(self, job: Job) -> Future[Any]:
         assert self.pool_workers is not None
@@ -107,8 +129,9 @@ class Runtime:
         if self.opts.collate_fn is not None:
             return self._finish_custom(job, self.opts.collate_fn(prep.samples), prep.keys,
                                        prep.skipped, worker)
-        layout = self.ctx.layout
-        assert layout is not None
+        layout = self._layout_for(prep.samples)
+        if not prep.checked and not _fits(layout, prep.samples):
+            prep = prepare(self.ctx, job, worker, None)  # rare: redo with the layout known
         slot = self.pool.acquire()
         fence: Fence | None = None
         try:

@@ -1,0 +1,121 @@
+"""Codecs: round trips against the reference encoders, bounds, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+
+from feedline.decode import Decoders, Limits, decode_npy, decode_raw
+from feedline.errors import DecodeError
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.ones((2, 5), ">i4")),
+     np.array(7, dtype=np.uint8), np.zeros((0, 3), np.float64)],
+)
+def test_npy_matches_numpy_and_is_a_view(arr: np.ndarray) -> None:
+    data = _npy(arr)
+    out = decode_npy(memoryview(data), Limits())
+    np.testing.assert_array_equal(out, arr)
+    assert out.dtype == arr.dtype
+    if arr.size:
+        assert not out.flags.owndata  # zero-copy view into the buffer
+
+
+def test_npy_refuses_pickled_objects_and_bad_headers() -> None:
+    with pytest.raises(DecodeError, match="pickle"):
+        decode_npy(_npy(np.array([{"a": 1}], dtype=object)), Limits())
+    with pytest.raises(DecodeError, match="magic"):
+        decode_npy(b"not numpy at all", Limits())
+    good = _npy(np.arange(10, dtype=np.int64))
+    with pytest.raises(DecodeError, match="body"):
+        decode_npy(good[:-3], Limits())
+    with pytest.raises(DecodeError, match="past the end"):
+        decode_npy(good[:12], Limits())
+
+
+def test_raw_dtype_fields() -> None:
+    raw = np.arange(6, dtype="<f4").tobytes()
+    np.testing.assert_array_equal(decode_raw(raw, "f32", Limits()), np.arange(6))
+    with pytest.raises(DecodeError, match="multiple"):
+        decode_raw(raw[:-1], "f32", Limits())
+
+
+def test_decoders_by_extension() -> None:
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 255, (16, 24, 3), dtype=np.uint8)
+    png = io.BytesIO()
+    Image.fromarray(img).save(png, format="PNG")
+    sample = {
+        "__key__": "k0",
+        "jpg": memoryview(simplejpeg.encode_jpeg(img, quality=95)),
+        "seg.png": memoryview(png.getvalue()),
+        "json": b'{"a": [1, 2]}',
+        "txt": "héllo".encode(),
+        "cls": b" 3\n",
+        "u8": bytes([1, 2, 3]),
+        "bin": b"\x00\x01",
+    }
+    out = Decoders().decode_sample(sample, key="k0")
+    assert out["__key__"] == "k0"
+    assert out["jpg"].shape == (16, 24, 3) and out["jpg"].dtype == np.uint8
+    assert np.abs(out["jpg"].astype(int) - img).mean() < 8  # lossy but close
+    np.testing.assert_array_equal(out["seg.png"], img)
+    assert out["json"] == {"a": [1, 2]} and out["txt"] == "héllo" and out["cls"] == 3
+    assert out["u8"].tolist() == [1, 2, 3] and out["bin"] == b"\x00\x01"
+
+
+def test_overrides_by_field_then_extension() -> None:
+    dec = Decoders({"cls": lambda b: -1, "special.cls": lambda b: json.loads(bytes(b)),
+                    "jpg": None})
+    assert dec.decode_field("x.cls", b"5") == -1
+    assert dec.decode_field("special.cls", b"[1]") == [1]
+    assert dec.decode_field("jpg", b"\xff\xd8") == b"\xff\xd8"
+    with pytest.raises(TypeError, match="decode"):
+        Decoders({"jpg": 3})  # type: ignore[dict-item]
+
+
+def test_size_bounds_raise_decode_error_with_place() -> None:
+    img = np.zeros((40, 50, 3), np.uint8)
+    dec = Decoders(limits=Limits(max_bytes=64 * 1024, max_pixels=1000))
+    with pytest.raises(DecodeError, match="max_pixels") as info:
+        dec.decode_field("jpg", simplejpeg.encode_jpeg(img), key="s1")
+    assert info.value.field == "jpg" and info.value.key == "s1"
+    png = io.BytesIO()
+    Image.fromarray(img).save(png, format="PNG")
+    with pytest.raises(DecodeError, match="max_pixels"):
+        dec.decode_field("png", png.getvalue())
+    with pytest.raises(DecodeError, match="max_bytes") as info:
+        dec.decode_field("bin", bytes(65 * 1024), key="s2")
+    assert info.value.key == "s2"
+    with pytest.raises(ValueError, match="max_bytes"):
+        Limits(max_bytes=0)
+
+
+@pytest.mark.parametrize("field,data", [("jpg", b"\xff\xd8garbage"), ("png", b"\x89PNGxx"),
+                                        ("json", b"{"), ("txt", b"\xff\xfe\xfa"), ("cls", b"x")])
+def test_corrupt_input_is_a_decode_error(field: str, data: bytes) -> None:
+    with pytest.raises(DecodeError) as info:
+        Decoders().decode_field(field, data, key="bad")
+    assert info.value.key == "bad"
+
+
+def test_decoders_pickle() -> None:
+    import pickle
+
+    dec = Decoders({"cls": None}, Limits(max_bytes=10))
+    dec.for_field("jpg")
+    back = pickle.loads(pickle.dumps(dec))
+    assert back.limits.max_bytes == 10 and back.decode_field("cls", b"1") == b"1"

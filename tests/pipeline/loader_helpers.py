@@ -1,0 +1,63 @@
+"""Helpers for loader tests: small picklable map-style datasets and a real packed dataset."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simplejpeg
+
+
+class Numbers:
+    """Sample i: {"x": float32[4] filled with i, "y": i, "name": "s<i>"}; picklable."""
+
+    def __init__(self, n: int = 64) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"x": np.full((4,), i, np.float32), "y": i, "name": f"s{i}"}
+
+
+class Failing(Numbers):
+    """Like Numbers, but sample indices in ``bad`` raise KeyError."""
+
+    def __init__(self, n: int, bad: set[int]) -> None:
+        super().__init__(n)
+        self.bad = bad
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if i in self.bad:
+            raise KeyError(f"sample {i} is broken")
+        return super().__getitem__(i)
+
+
+def batch_ids(batch: dict[str, Any]) -> list[int]:
+    """The sample ids of a Numbers batch, checked against the payload."""
+    ids = batch["y"].tolist()
+    assert batch["x"][:, 0].tolist() == [float(i) for i in ids]
+    assert batch["name"] == [f"s{i}" for i in ids]
+    return [int(i) for i in ids]
+
+
+def make_packed(root: Path, n: int = 40, size: tuple[int, int] = (24, 32)) -> Path:
+    """Pack n samples (jpg, cls, npy, f32) with feedline.format.pack; returns the folder."""
+    from feedline.format import pack
+
+    src = root / "src"
+    src.mkdir(parents=True)
+    for i in range(n):
+        img = np.random.default_rng(i).integers(0, 255, (*size, 3), dtype=np.uint8)
+        (src / f"s{i:04d}.jpg").write_bytes(simplejpeg.encode_jpeg(img))
+        (src / f"s{i:04d}.cls").write_text(str(i))
+        buf = io.BytesIO()
+        np.save(buf, np.full((3,), i, np.int32))
+        (src / f"s{i:04d}.npy").write_bytes(buf.getvalue())
+        (src / f"s{i:04d}.f32").write_bytes(np.full(4, i, np.float32).tobytes())
+    pack([os.fspath(src)], os.fspath(root / "ds"))
+    return root / "ds"
