@@ -30,6 +30,7 @@ def demo(
     """Make a multi-sensor driving log, pack it, train a small model twice (naive
     DataLoader vs feedline.Loader) and print the measured before/after table."""
     from feedline.demo import DemoConfig, SynthConfig, run_demo
+    from feedline.errors import ConfigError
 
     cfg = DemoConfig(
         synth=SynthConfig(frames=frames, width=width, height=height, seed=seed),
@@ -39,7 +40,7 @@ def demo(
     try:
         cfg.validate()
     except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
+        raise ConfigError(str(e), fix="see feedline demo --help") from e
     run_demo(cfg)
 
 

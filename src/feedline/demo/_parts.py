@@ -71,4 +71,5 @@ def watch(iterable: Iterable[Any], *, device: str, batch_size: int, name: str) -
 
 def write_html(reports: list[Any], path: Path) -> None:
     """Both runs' reports (timelines, stage histograms) as one HTML file."""
-    _piece("feedline.observe", "write_html")(reports, path)
+    _piece("feedline.observe", "write_html")(
+        reports, path, title="feedline demo: the naive loader vs feedline.Loader")

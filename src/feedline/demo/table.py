@@ -23,6 +23,7 @@ class RunFigures:
     ``h2d_per_batch_s`` is ``None`` when the run's report has no H2D stage
     (nothing was copied); ``utilisation`` is the GPU busy fraction on CUDA and
     the compute fraction of the step on CPU (``utilisation_of`` says which).
+    A figure the report could not measure is NaN (shown as "n/a").
     """
 
     name: str
@@ -45,6 +46,13 @@ class RunFigures:
     last_loss: float = math.nan
 
 
+def _finding(finding: Any) -> str:
+    message, fix = getattr(finding, "message", None), getattr(finding, "fix", None)
+    if message is None:
+        return str(finding)
+    return f"{message} (fix: {fix})" if fix else str(message)
+
+
 def _fact(report: Any, name: str, default: Any = None) -> Any:
     value = getattr(report, name, default)
     return value() if callable(value) else value
@@ -61,7 +69,8 @@ def figures_from_report(
     ``binding`` and ``findings``.
     """
     h2d = (_fact(report, "stages") or {}).get("h2d")
-    findings = [getattr(f, "message", None) or str(f) for f in (_fact(report, "findings") or [])]
+    findings = [_finding(f) for f in (_fact(report, "findings") or [])]
+    util, rate = report.gpu_utilisation, report.samples_per_s
     return RunFigures(
         name=name,
         loader=loader,
@@ -71,9 +80,9 @@ def figures_from_report(
         step_p50_s=float(report.step_time.p50),
         step_p95_s=float(report.step_time.p95),
         stall_fraction=float(report.stall_fraction),
-        utilisation=float(report.gpu_utilisation),
+        utilisation=math.nan if util is None else float(util),
         utilisation_of="GPU" if device.startswith("cuda") else "compute",
-        samples_per_s=float(report.samples_per_s),
+        samples_per_s=math.nan if rate is None else float(rate),
         h2d_per_batch_s=float(h2d.mean) if h2d is not None and h2d.count else None,
         verdict=str(report.verdict),
         binding=None if _fact(report, "binding") is None else str(report.binding),
@@ -94,7 +103,7 @@ class Comparison:
     @property
     def speedup(self) -> float:
         """Samples/s after over samples/s before (NaN if before is zero)."""
-        if self.before.samples_per_s <= 0:
+        if not self.before.samples_per_s > 0:
             return math.nan
         return self.after.samples_per_s / self.before.samples_per_s
 
@@ -121,7 +130,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _pct(fraction: float) -> str:
-    return f"{fraction * 100:.0f}%"
+    return "n/a" if math.isnan(fraction) else f"{fraction * 100:.0f}%"
 
 
 def _ratio(before: float | None, after: float | None, *, higher_is_better: bool) -> str:
@@ -175,6 +184,22 @@ def render(c: Comparison, console: Console | None = None) -> None:
         f"speedup (samples/s, measured): [bold]{c.speedup:.2f}x[/bold]; "
         f"wall time {b.wall_s:.1f} s -> {a.wall_s:.1f} s"
     )
+    for line in notes(c):
+        console.print(line, highlight=False)
+
+
+def notes(c: Comparison) -> list[str]:
+    """What the measurements say, in words: verdicts, the first findings, caveats."""
+    lines = []
+    for r in (c.before, c.after):
+        lines.append(f"{r.name}: {_verdict(r)}, {_pct(r.stall_fraction)} of each step waiting for data")
+        lines += [f"  - {f}" for f in r.findings[:2]]
+    if not c.before.device.startswith("cuda"):
+        lines.append(
+            "note: on cpu nothing crosses PCIe; the before run's H2D is its .to('cpu') call, "
+            "feedline's is the copy out of its batch slot, done by a loader thread, not the step"
+        )
+    return lines
 
 
 def to_json(c: Comparison, **extra: Any) -> dict[str, Any]:
