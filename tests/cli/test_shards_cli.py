@@ -1,0 +1,91 @@
+"""feedline pack / index / inspect / verify from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from feedline.cli.main import main
+from feedline.format import load_index, read_manifest
+
+
+def _source(root: Path, n: int = 20) -> Path:
+    root.mkdir()
+    for i in range(n):
+        (root / f"{i:05d}.cam0.jpg").write_bytes(bytes([i]) * (1000 + 300 * i))
+        (root / f"{i:05d}.json").write_bytes(b'{"i": %d}' % i)
+    return root
+
+
+def _run(argv: list[str]) -> int:
+    try:
+        main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
+def test_pack_inspect_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _source(tmp_path / "src")
+    out = tmp_path / "ds"
+    assert _run(["pack", str(src), "--out", str(out), "--shard-size", "32KiB", "--align", "4096", "-j", "2"]) == 0
+    text = capsys.readouterr()
+    assert "packed 20 samples (40 files) into" in text.out
+    assert "files/s" in text.err  # the progress bar shows files/s and MB/s
+    assert len(read_manifest(out).shards) > 1
+
+    assert _run(["inspect", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["num_samples"] == 20 and info["alignment"]["aligned_samples"] == 20
+    assert set(info["fields"]) == {"cam0.jpg", "json"}
+    assert _run(["inspect", str(out)]) == 0
+    assert "20/20 samples start on a 4096-byte boundary" in capsys.readouterr().out
+
+    assert _run(["verify", str(out)]) == 0
+    assert capsys.readouterr().out.startswith("ok")
+
+
+def test_verify_exits_1_naming_shard_key_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _source(tmp_path / "src")
+    out = tmp_path / "ds"
+    assert _run(["pack", str(src), "--out", str(out), "-q"]) == 0
+    info = read_manifest(out).shards[0]
+    index = load_index(out, info)
+    rec = index.sample_members(5)[0]
+    data = bytearray((out / info.name).read_bytes())
+    data[int(rec["offset"])] ^= 0xFF
+    (out / info.name).write_bytes(bytes(data))
+    capsys.readouterr()
+    assert _run(["verify", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any("shard-000000.tar key='00005' field='cam0.jpg'" in line for line in lines)
+    assert _run(["verify", str(out), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False
+    assert {"shard": "shard-000000.tar", "key": "00005", "field": "cam0.jpg"}.items() <= doc["problems"][1].items()
+
+
+def test_index_adopts_tars_made_by_tar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _source(tmp_path / "src", n=6)
+    tar = tmp_path / "a.tar"
+    names = sorted(p.name for p in src.iterdir())
+    subprocess.run(["tar", "-cf", str(tar), "-C", str(src), *names], check=True)
+    assert _run(["index", str(tar), "--out", str(tmp_path / "meta")]) == 0
+    assert "indexed 6 samples in 1 tar(s)" in capsys.readouterr().out
+    assert _run(["verify", str(tmp_path / "meta")]) == 0
+
+
+def test_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
+    exe = [sys.executable, "-m", "feedline"]
+    missing = subprocess.run([*exe, "verify", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1 and "no manifest" in missing.stderr
+    bad = subprocess.run(
+        [*exe, "pack", str(tmp_path), "--out", str(tmp_path / "o"), "--shard-size", "lots"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert bad.returncode == 2 and "--shard-size" in bad.stderr
