@@ -64,7 +64,7 @@ def test_s3_reads_are_byte_identical_to_local(s3: tuple[Any, dict[str, Any]], da
     assert remote.backend.name == "remote"
     assert len(remote) == len(local) and remote.keys() == local.keys()
     assert remote.fingerprint == local.fingerprint
-    order = list(range(len(local)))[::-1] + [3, 3]
+    order = [*range(len(local) - 1, -1, -1), 3, 3]
     assert _bytes(remote.read_many(order)) == _bytes(local.read_many(order))
     assert remote.locate(16) == local.locate(16)
 

@@ -14,6 +14,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from feedline.errors import AlignmentError, ReadError
 from feedline.io._buffers import PAGE, buffer_address
 
@@ -39,9 +41,11 @@ def pread_into(fd: int, offset: int, buffer: Any, *, stop_on_partial_block: bool
     that ends off a block boundary is end of file and stops the loop, since
     another O_DIRECT read at an unaligned offset would fail.
     """
+    want = buffer.nbytes if isinstance(buffer, np.ndarray) else memoryview(buffer).nbytes
+    got = os.preadv(fd, [buffer], offset) if want else 0  # the common case: one call
+    if got == 0 or got == want or (stop_on_partial_block and got % PAGE):
+        return got
     view = memoryview(buffer).cast("B")
-    want = view.nbytes
-    got = 0
     while got < want:
         try:
             n = os.preadv(fd, [view[got:]], offset + got)
@@ -69,7 +73,7 @@ class BufferedReader:
     def read_into(self, handle: Any, offset: int, buffer: Any) -> int:
         """Read ``len(buffer)`` bytes at ``offset`` (fewer at end of file); GIL released."""
         try:
-            return pread_into(int(handle), offset, buffer)
+            return pread_into(handle, offset, buffer)
         except OSError as e:
             raise ReadError(f"read of {memoryview(buffer).nbytes} bytes at {offset} failed: {e.strerror}") from e
 

@@ -19,7 +19,7 @@ from feedline.format import checksum
 from feedline.io._buffers import HostBufferPool, buffer_address
 from feedline.io._catalog import ShardEntry
 from feedline.io.backends import Reader
-from feedline.io.planner import Window, coalesce, validate_direct
+from feedline.io.planner import Window, align_up, validate_direct
 from feedline.observe import spans
 
 _TRUNC_FIX = "the shard changed or was truncated after opening; re-copy it and run `feedline verify`"
@@ -51,13 +51,16 @@ class ShardReadState:
                 self._handle = None
 
 
-def _buffer(reader: Reader, pool: HostBufferPool, size: int) -> tuple[Any, int]:
+ARENA_BYTES = 32 << 20  # windows of one batch share buffers of up to this size
+
+
+def _allocate(reader: Reader, pool: HostBufferPool, size: int) -> Any:
     allocate = getattr(reader, "allocate", None)
-    if allocate is not None:  # device memory (gds)
-        buf = allocate(size)
-        return buf, int(buf.data_ptr())
-    buf = pool.acquire(size)
-    return buf, buffer_address(buf)
+    return allocate(size) if allocate is not None else pool.acquire(size)  # device (gds) or host
+
+
+def _address(buf: Any) -> int:
+    return int(buf.data_ptr()) if hasattr(buf, "data_ptr") else buffer_address(buf)
 
 
 def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> ReadError:
@@ -78,78 +81,110 @@ def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> R
     return ReadError(f"short read of window at {w.start}", shard=entry.name, fix=_TRUNC_FIX)
 
 
-def _read_window(state: ShardReadState, reader: Reader, pool: HostBufferPool, w: Window, samples: np.ndarray) -> Any:
-    entry = state.entry
-    if w.size == 0:  # only empty members: nothing to read
-        return pool.acquire(0)
-    buf, address = _buffer(reader, pool, w.size)
+class ShardJob:
+    """The part of a batch that lives in one shard: its samples (file order) and windows."""
+
+    def __init__(self, state: ShardReadState, local: np.ndarray, positions: np.ndarray, windows_for: Any) -> None:
+        self.state = state
+        self.samples, self.inverse = np.unique(local, return_inverse=True)
+        self.positions = positions
+        entry = state.entry
+        extents = list(zip(entry.first[self.samples].tolist(), entry.end[self.samples].tolist(), strict=True))
+        self.windows: list[Window] = windows_for(extents, entry.size)
+        self.done: list[dict[str, Any]] = []
+        # Member columns of every requested sample, fetched once per shard and batch.
+        rows, counts = _member_rows(entry.index, self.samples)
+        rec = entry.index.members[rows]
+        self.offsets: list[int] = rec["offset"].tolist()
+        self.sizes: list[int] = rec["size"].tolist()
+        self.fids: list[int] = rec["field"].tolist()
+        self.sums: list[int] = rec["checksum"].tolist()
+        self.first: list[int] = np.concatenate(([0], np.cumsum(counts))).tolist()
+        self.keys: list[str] = [entry.index.keys[i] for i in self.samples.tolist()]
+
+    def hand_out(self, out: list[dict[str, Any] | None]) -> None:
+        """Store each requested sample's dict at its position in ``out``."""
+        handed: set[int] = set()
+        for pos, u in zip(self.positions.tolist(), self.inverse.reshape(-1).tolist(), strict=True):
+            # A sample asked for twice gets two dicts (sharing the same views).
+            out[pos] = self.done[u] if u not in handed else dict(self.done[u])
+            handed.add(u)
+
+
+def _arenas(jobs: list[ShardJob]) -> list[list[tuple[ShardJob, Window, int]]]:
+    """Group every window of the batch into buffers of <= ARENA_BYTES (4096-aligned slots)."""
+    groups: list[list[tuple[ShardJob, Window, int]]] = [[]]
+    used = 0
+    for job in jobs:
+        for w in job.windows:
+            slot = align_up(w.size, 4096)
+            if groups[-1] and used + slot > ARENA_BYTES:
+                groups.append([])
+                used = 0
+            groups[-1].append((job, w, used))
+            used += slot
+    return [g for g in groups if g]
+
+
+def read_jobs(jobs: list[ShardJob], reader: Reader, pool: HostBufferPool, algo: str | None) -> None:
+    """Read every window of ``jobs`` (one buffer per arena, not per sample) and slice the samples."""
+    for group in _arenas(jobs):
+        job, w, off = group[-1]
+        buf = _allocate(reader, pool, off + w.size)
+        whole = memoryview(buf) if reader.device == "cpu" else buf
+        base = _address(buf)
+        for job, w, off in group:
+            if w.size:  # a window of only empty members reads nothing
+                _read_window(job, w, reader, buf[off : off + w.size], base + off)
+            _slice_samples(job, w, whole, w.start - off, algo)
+
+
+def _read_window(job: ShardJob, w: Window, reader: Reader, target: Any, address: int) -> None:
+    entry = job.state.entry
     if reader.direct:
         validate_direct(w, address, shard=entry.name)
-    with spans.span("read", shard=entry.name, bytes=w.size, backend=reader.name):
-        got = reader.read_into(state.handle(reader), w.start, buf)
+    handle = job.state.handle(reader)
+    if spans.active():
+        with spans.span("read", shard=entry.name, bytes=w.size, backend=reader.name):
+            got = reader.read_into(handle, w.start, target)
+    else:
+        got = reader.read_into(handle, w.start, target)
     if got < w.length:
-        raise _truncated(entry, samples, w, got)
-    return buf
+        raise _truncated(entry, job.samples, w, got)
 
 
-def read_shard_samples(
-    state: ShardReadState,
-    reader: Reader,
-    pool: HostBufferPool,
-    local: np.ndarray,
-    positions: np.ndarray,
-    out: list[dict[str, Any] | None],
-    *,
-    algo: str | None,
-    max_window: int,
-    max_gap: int,
-) -> None:
-    """Read samples ``local`` of one shard; store sample dicts at ``out[positions]``.
-
-    Args:
-        local: sample numbers within the shard (may repeat, any order).
-        positions: where each requested sample goes in ``out``.
-        algo: checksum algorithm to verify every field with, or None.
-    """
-    entry = state.entry
-    samples, inverse = np.unique(local, return_inverse=True)  # file order
-    extents = list(zip(entry.first[samples].tolist(), entry.end[samples].tolist(), strict=True))
-    windows = coalesce(extents, file_size=entry.size, max_window=max_window, max_gap=max_gap, direct=reader.direct)
-    done: list[dict[str, Any]] = []
-    for w in windows:
-        buf = _read_window(state, reader, pool, w, samples)
-        view = memoryview(buf) if reader.device == "cpu" else buf
-        _slice_samples(entry, samples[w.lo : w.hi], view, w.start, algo, done)
-    handed: set[int] = set()
-    for pos, u in zip(positions.tolist(), inverse.reshape(-1).tolist(), strict=True):
-        # A sample asked for twice gets two dicts (sharing the same views).
-        out[pos] = done[u] if u not in handed else dict(done[u])
-        handed.add(u)
+def _member_rows(index: Any, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Member row numbers of ``samples`` (in order) and each sample's member count."""
+    lo = index.sample_start[samples]
+    counts = index.sample_start[samples + 1] - lo
+    total = int(counts.sum())
+    # rows = lo[j] + k for k in range(counts[j]), for every j, without a Python loop
+    shift = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return shift + np.arange(total, dtype=np.int64), counts
 
 
-def _slice_samples(
-    entry: ShardEntry, samples: np.ndarray, view: Any, base: int, algo: str | None, done: list[dict[str, Any]]
-) -> None:
-    index = entry.index
-    fields, keys, members = index.fields, index.keys, index.members
-    starts = index.sample_start
-    for s in samples.tolist():
-        lo, hi = int(starts[s]), int(starts[s + 1])
-        rec = members[lo:hi]
-        sample: dict[str, Any] = {"__key__": keys[s]}
-        for off, size, fid, want in zip(
-            rec["offset"].tolist(), rec["size"].tolist(), rec["field"].tolist(), rec["checksum"].tolist(), strict=True
-        ):
-            part = view[off - base : off - base + size]
+def _slice_samples(job: ShardJob, w: Window, view: Any, base: int, algo: str | None) -> None:
+    """Append one dict of zero-copy field views per sample of window ``w`` to ``job.done``."""
+    fields = job.state.entry.index.fields
+    offsets, sizes, fids, first = job.offsets, job.sizes, job.fids, job.first
+    for j in range(w.lo, w.hi):
+        sample: dict[str, Any] = {"__key__": job.keys[j]}
+        for m in range(first[j], first[j + 1]):
+            start = offsets[m] - base
+            part = view[start : start + sizes[m]]
             if algo is not None:
-                data = part if isinstance(part, memoryview) else part.cpu().numpy()
-                if checksum(data, algo) != want:
-                    raise ChecksumError(
-                        "field bytes do not match their checksum",
-                        shard=entry.name,
-                        key=keys[s],
-                        field=fields[fid],
-                        fix="the shard is corrupt: re-copy it and run `feedline verify`",
-                    )
-            sample[fields[fid]] = part
-        done.append(sample)
+                _verify(part, job.sums[m], algo, job.state.entry.name, job.keys[j], fields[fids[m]])
+            sample[fields[fids[m]]] = part
+        job.done.append(sample)
+
+
+def _verify(part: Any, want: int, algo: Any, shard: str, key: str, field: str) -> None:
+    data = part if isinstance(part, memoryview) else part.cpu().numpy()
+    if checksum(data, algo) != want:
+        raise ChecksumError(
+            "field bytes do not match their checksum",
+            shard=shard,
+            key=key,
+            field=field,
+            fix="the shard is corrupt: re-copy it and run `feedline verify`",
+        )

@@ -19,9 +19,9 @@ import numpy as np
 from feedline.errors import ConfigError
 from feedline.io._catalog import Catalog, load_catalog
 from feedline.io._remote import RemoteReader, is_remote, open_filesystem
-from feedline.io._window import ShardReadState, read_shard_samples
+from feedline.io._window import ShardJob, ShardReadState, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
-from feedline.io.planner import DEFAULT_MAX_GAP, DEFAULT_MAX_WINDOW
+from feedline.io.planner import DEFAULT_MAX_GAP, DEFAULT_MAX_WINDOW, Window, coalesce
 
 Sample = dict[str, Any]
 
@@ -205,19 +205,21 @@ class PackedDataset:
         if not len(idx):
             return []
         pos, local = catalog.locate(idx)
+        direct = opened.reader.direct
+
+        def windows_for(extents: list[tuple[int, int]], file_size: int) -> list[Window]:
+            return coalesce(
+                extents, file_size=file_size, max_window=self._max_window, max_gap=self._max_gap, direct=direct
+            )
+
+        jobs = []
         for shard_pos in dict.fromkeys(pos.tolist()):
             where = np.nonzero(pos == shard_pos)[0]
-            read_shard_samples(
-                opened.states[shard_pos],
-                opened.reader,
-                opened.pool,
-                local[where],
-                where,
-                out,
-                algo=catalog.manifest.checksum_algo if self._verify else None,
-                max_window=self._max_window,
-                max_gap=self._max_gap,
-            )
+            jobs.append(ShardJob(opened.states[shard_pos], local[where], where, windows_for))
+        algo = catalog.manifest.checksum_algo if self._verify else None
+        read_jobs(jobs, opened.reader, opened.pool, algo)
+        for job in jobs:
+            job.hand_out(out)
         return out  # type: ignore[return-value]
 
     def __iter__(self) -> Any:

@@ -21,7 +21,7 @@ same reason text. The arithmetic is pure and exercised by hypothesis tests.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from feedline.errors import AlignmentError
 
@@ -30,8 +30,7 @@ DEFAULT_MAX_WINDOW = 8 * 1024 * 1024
 DEFAULT_MAX_GAP = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):
     """One read request covering extents ``lo:hi`` of the sorted input.
 
     Attributes:
