@@ -19,11 +19,12 @@ from feedline.demo.synth import (
 
 def test_one_small_file_per_field(tiny_raw: Path, tiny_cfg: SynthConfig) -> None:
     names = sorted(p.name for p in tiny_raw.iterdir())
-    assert len(names) == tiny_cfg.frames * 9
+    assert len(names) == tiny_cfg.frames * 10
     assert "frame_000007.cam5.jpg" in names
     assert "frame_000007.lidar.npy" in names
     assert "frame_000007.imu.npy" in names
     assert "frame_000007.json" in names
+    assert "frame_000007.label.npy" in names
 
 
 def test_every_field_carries_its_frame(tiny_raw: Path, tiny_cfg: SynthConfig) -> None:
@@ -41,6 +42,9 @@ def test_every_field_carries_its_frame(tiny_raw: Path, tiny_cfg: SynthConfig) ->
         assert lidar.dtype == np.float32 and lidar.shape[1] == 4
         assert (lidar[0, 0], lidar[0, 1], lidar[0, 2]) == (t, frame, lidar.shape[0] - 1)
         assert meta["lidar_points"] == lidar.shape[0] - 1
+        label = np.load(f"{stem}.label.npy", allow_pickle=False)
+        assert label.dtype == np.float32 and label.shape == (1,)
+        assert label[0] == pytest.approx(meta["speed"])
         counts.add(lidar.shape[0])
         imu = np.load(f"{stem}.imu.npy", allow_pickle=False)
         assert imu.shape == (tiny_cfg.imu_window, 1 + tiny_cfg.imu_channels)

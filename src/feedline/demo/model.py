@@ -9,8 +9,8 @@ loss falls within a few dozen steps.
 Batches are dicts as the loaders deliver them: ``"cam0.jpg"``..``"cam5.jpg"``
 (uint8 [B, H, W, 3] tensors or lists of arrays), ``"lidar.npy"`` (a list of
 [1 + N, 4] float32 arrays or tensors, row 0 the header), ``"imu.npy"``
-(float32 [B, window, 1 + C], column 0 the time) and ``"json"`` (the frame
-metadata, with ``"speed"``). :func:`batch_inputs` turns either loader's batch
+(float32 [B, window, 1 + C], column 0 the time), ``"label.npy"`` (float32
+[B, 1], the speed) and ``"json"`` (the frame metadata, not used by the model). :func:`batch_inputs` turns either loader's batch
 into model inputs.
 """
 
@@ -28,6 +28,8 @@ CAMERA_FIELDS = tuple(f"{cam}.jpg" for cam in CAMERAS)
 LIDAR_FIELD = "lidar.npy"
 IMU_FIELD = "imu.npy"
 META_FIELD = "json"
+LABEL_FIELD = "label.npy"
+FIELDS_PER_FRAME = len(CAMERA_FIELDS) + 4  # cameras, lidar, IMU, label, JSON
 
 
 class DemoNet(nn.Module):
@@ -87,17 +89,6 @@ def _stack(values: Any, device: torch.device) -> torch.Tensor:
     return torch.stack([_as_tensor(v, device) for v in values])
 
 
-def speeds(meta: Any) -> list[float]:
-    """The ``speed`` of each sample from a batch's JSON field.
-
-    Accepts a list of dicts (one per sample) or a dict of per-sample values.
-    """
-    if isinstance(meta, Mapping):
-        values = meta["speed"]
-        return [float(v) for v in (values.tolist() if isinstance(values, torch.Tensor) else values)]
-    return [float(m["speed"]) for m in meta]
-
-
 def batch_inputs(
     batch: Mapping[str, Any], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -113,7 +104,7 @@ def batch_inputs(
     counts = torch.tensor([p.shape[0] for p in pts], device=device)
     owner = torch.repeat_interleave(torch.arange(len(pts), device=device), counts)
     imu = _stack(batch[IMU_FIELD], device)[:, :, 1:]
-    target = torch.tensor(speeds(batch[META_FIELD]), dtype=torch.float32, device=device)
+    target = _stack(batch[LABEL_FIELD], device)[:, 0]
     return cams, points, owner, imu, target
 
 

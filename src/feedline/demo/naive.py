@@ -21,13 +21,19 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from feedline.demo.model import CAMERA_FIELDS, IMU_FIELD, LIDAR_FIELD, META_FIELD
+from feedline.demo.model import (
+    CAMERA_FIELDS,
+    IMU_FIELD,
+    LABEL_FIELD,
+    LIDAR_FIELD,
+    META_FIELD,
+)
 
 
 class RawDrivingLog(Dataset[dict[str, Any]]):
     """One sample per frame of a raw log folder written by :mod:`feedline.demo.synth`.
 
-    ``ds[i]`` opens and decodes the frame's 9 files and returns a dict with the
+    ``ds[i]`` opens and decodes the frame's 10 small files and returns a dict with the
     same field names as a packed sample (``"cam0.jpg"`` ... ``"json"``) plus
     ``"__key__"`` (the frame stem).
 
@@ -52,7 +58,7 @@ class RawDrivingLog(Dataset[dict[str, Any]]):
         for field in CAMERA_FIELDS:
             with open(f"{stem}.{field}", "rb") as f:
                 sample[field] = torch.from_numpy(simplejpeg.decode_jpeg(f.read()))
-        for field in (LIDAR_FIELD, IMU_FIELD):
+        for field in (LIDAR_FIELD, IMU_FIELD, LABEL_FIELD):
             sample[field] = torch.from_numpy(np.load(f"{stem}.{field}", allow_pickle=False))
         with open(f"{stem}.{META_FIELD}", "rb") as f:
             sample[META_FIELD] = json.load(f)

@@ -124,13 +124,15 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
 
 def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> dict[str, Any]:
     from feedline.demo import _parts, runs, table
+    from feedline.demo.model import FIELDS_PER_FRAME
     from feedline.demo.synth import make_driving_log
 
     device = runs.pick_device(cfg.device)
     workers = cfg.workers or default_workers()
     raw, packed = work / "raw", work / "packed"
     with _bar(console) as bar:
-        task = bar.add_task("1/4 writing the raw log (9 files per frame)", total=cfg.synth.frames)
+        task = bar.add_task(f"1/4 writing the raw log ({FIELDS_PER_FRAME} files per frame)",
+                            total=cfg.synth.frames)
         make_driving_log(cfg.synth, raw, workers=workers, progress=lambda n: bar.advance(task, n))
     with _bar(console) as bar:
         task = bar.add_task("2/4 packing the small files into shards", total=None)

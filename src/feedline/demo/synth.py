@@ -6,6 +6,7 @@ a lidar sweep, a 100 Hz IMU window), in one folder::
     raw/frame_000123.cam0.jpg ... raw/frame_000123.cam5.jpg   RGB JPEG (simplejpeg)
     raw/frame_000123.lidar.npy    float32 [1 + N, 4], N varies per frame
     raw/frame_000123.imu.npy      float32 [window, 1 + imu_channels]
+    raw/frame_000123.label.npy    float32 [1]: the regression target (ego speed)
     raw/frame_000123.json         {"frame", "timestamp_ms", "speed", ...}
 
 Every field carries its frame recoverably, so a loader that mixes fields of
@@ -196,7 +197,8 @@ def write_frame(cfg: SynthConfig, raw: Path, frame: int) -> int:
         written += len(data)
     lidar = lidar_sweep(cfg, frame, rng)
     imu = imu_window(cfg, frame, rng)
-    for name, arr in (("lidar", lidar), ("imu", imu)):
+    label = np.array([speed_at(frame_timestamp_ms(frame))], dtype=np.float32)
+    for name, arr in (("lidar", lidar), ("imu", imu), ("label", label)):
         path = Path(f"{stem}.{name}.npy")
         np.save(path, arr, allow_pickle=False)
         written += path.stat().st_size
