@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -27,3 +29,35 @@ def test_to_device_moves_tensors_and_lists() -> None:
     out = to_device(batch, torch.device("cpu"))
     assert out["a"].device.type == "cpu" and out["b"][1].shape == (3,)
     assert out["c"] == [{"x": 1}] and out["__key__"] == ["k"]
+
+
+def test_measured_run_cycles_epochs_and_reports(tiny_raw: Path) -> None:
+    from feedline.demo.model import DemoNet
+    from feedline.demo.naive import naive_loader
+    from feedline.demo.runs import measured_run
+
+    torch.manual_seed(0)
+    init = DemoNet((10, 6)).state_dict()
+    snapshot = {k: v.clone() for k, v in init.items()}
+    loader = naive_loader(tiny_raw, batch_size=4)  # 3 batches per epoch
+    ticks: list[int] = []
+    out = measured_run(loader, name="before", init=init, imu_shape=(10, 6), device="cpu",
+                       steps=7, batch_size=4, copy_to_device=True,
+                       on_step=lambda: ticks.append(1))
+    assert len(out.losses) == 7 and len(ticks) == 7
+    rep = out.report
+    assert rep.name == "before" and rep.steps >= 6  # the first step may count as warm-up
+    assert rep.stages["h2d"].count == 7  # every .to(device) copy was timed
+    assert out.wall_s > 0 and rep.step_time.p50 > 0
+    # training a run never changes the shared init: each run starts from the same weights
+    assert all(torch.equal(init[k], snapshot[k]) for k in init)
+
+
+def test_measured_run_rejects_an_empty_loader() -> None:
+    from feedline.demo.model import DemoNet
+    from feedline.demo.runs import measured_run
+
+    init = DemoNet((10, 6)).state_dict()
+    with pytest.raises(ValueError, match="no batches"):
+        measured_run([], name="x", init=init, imu_shape=(10, 6), device="cpu", steps=2,
+                     batch_size=1, copy_to_device=False)
