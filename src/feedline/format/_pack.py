@@ -49,13 +49,27 @@ ProgressFn = Callable[[PackProgress], None]
 _Loaded = tuple[PlannedSample, list[tuple[str, bytes]], list[int]]
 
 
+def _read_file(path: str, size: int) -> bytes:
+    """Whole file with raw ``os.read`` calls (no buffered-reader object per file)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, size + 1)  # one call for the planned size; +1 sees growth
+        if len(data) <= size:
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _read_sample(sample: PlannedSample, algo: str) -> _Loaded:
     fn = checksum_function(algo)
     fields: list[tuple[str, bytes]] = []
     for f in sample.files:
         try:
-            with open(f.path, "rb") as fh:
-                data = fh.read()
+            data = _read_file(f.path, f.size)
         except OSError as e:
             raise ConfigError(f"cannot read {f.path!r}: {e.strerror}", key=sample.key, field=f.field) from None
         fields.append((f.field, data))

@@ -48,15 +48,15 @@ class PlannedSample:
         return total
 
 
-def _walk(root: Path) -> Iterable[tuple[str, str, int]]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith("."):
-                continue
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, root).replace(os.sep, "/")
-            yield rel, path, os.stat(path).st_size
+def _walk(root: Path, prefix: str = "") -> Iterable[tuple[str, str, int]]:
+    """(relative name, path, size) of every non-hidden file below ``root``, sorted."""
+    with os.scandir(root) as it:
+        entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_dir():
+            yield from _walk(Path(entry.path), f"{prefix}{entry.name}/")
+        elif entry.is_file():
+            yield prefix + entry.name, entry.path, entry.stat().st_size
 
 
 def _listed(list_file: Path) -> Iterable[tuple[str, str, int]]:

@@ -89,6 +89,35 @@ def _pax_size(buf: bytes) -> int:
     return int(buf[124:136].rstrip(b"\0 ").decode("ascii") or "0", 8)
 
 
+_TEMPLATE = _tobuf(_info("x", 0))
+_TEMPLATE_SUM = sum(_TEMPLATE[:148]) + sum(_TEMPLATE[156:]) + 8 * ord(" ") - ord("x") - 11 * ord("0")
+_MAX_USTAR_SIZE = 8**11
+
+
+def _fast_header(name: str, size: int) -> bytes | None:
+    """The plain ustar header tarfile would write, built from a template (~20x faster).
+
+    Only for ASCII names of at most 100 bytes and sizes below 8 GiB (no pax
+    header needed); None otherwise.
+    """
+    if len(name) > 100 or size >= _MAX_USTAR_SIZE or not name.isascii():
+        return None
+    raw = name.encode("ascii")
+    octal = b"%011o" % size
+    chksum = _TEMPLATE_SUM + sum(raw) + sum(octal)
+    return b"".join(
+        (
+            raw,
+            bytes(100 - len(raw)),
+            _TEMPLATE[100:124],
+            octal,
+            _TEMPLATE[135:148],
+            b"%06o\0 " % chksum,
+            _TEMPLATE[156:],
+        )
+    )
+
+
 def member_header(name: str, size: int, pos: int = 0, align: int = 0) -> bytes:
     """Header bytes for a regular-file member whose header starts at ``pos``.
 
@@ -96,6 +125,9 @@ def member_header(name: str, size: int, pos: int = 0, align: int = 0) -> bytes:
     so that ``pos + len(header)`` is a multiple of ``align``. ``pos`` and
     ``align`` must be multiples of 512.
     """
+    buf = _fast_header(name, size)
+    if buf is not None and (align <= 0 or (pos + len(buf)) % align == 0):
+        return buf
     info = _info(name, size)
     buf = _tobuf(info)
     if align <= 0 or (pos + len(buf)) % align == 0:

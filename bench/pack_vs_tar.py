@@ -1,0 +1,99 @@
+"""Benchmark 5: `feedline pack` vs `tar cf` of the same small files.
+
+    .venv/bin/python bench/pack_vs_tar.py [--quick] [--json PATH] [--repeat N]
+
+Writes N files of 1-64 KB (log-uniform; 5,000 by default, 500 with --quick),
+then times, interleaved run by run, with the output removed (untimed) before
+each run and the page cache warm:
+
+* ``tar cf``            the baseline: one tar, no index, no checksums, no fsync;
+* ``tar cf + sync``     context: the same tar flushed to disk, as pack does;
+* ``pack (API)``        ``feedline.format.pack`` in this process, 1 thread;
+* ``pack (API, -j 2)``  the same with 2 reader threads;
+* ``feedline pack``     the command line, interpreter start-up included.
+
+pack also checksums every member and the whole shard (xxh3), writes the index
+and the manifest and fsyncs them. Ratio = tar time / pack time (goal >= 0.5x).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import read_common as rc
+from feedline.format import pack
+
+GOAL = 0.5
+
+
+def _contenders(src: Path, out: Path) -> dict[str, Callable[[], Any]]:
+    tar = shutil.which("tar")
+    feedline = [sys.executable, "-m", "feedline", "pack", str(src), "--out", str(out / "cli"), "-q"]
+    runs: dict[str, Callable[[], Any]] = {
+        "pack (API)": lambda: pack(src, out / "api"),
+        "pack (API, -j 2)": lambda: pack(src, out / "api2", workers=2),
+        "feedline pack (CLI)": lambda: subprocess.run(feedline, check=True, capture_output=True),
+    }
+    if tar is None:
+        return runs
+    tar_cmd = [tar, "cf", str(out / "x.tar"), "-C", str(src), "."]
+    baselines: dict[str, Callable[[], Any]] = {"tar cf": lambda: subprocess.run(tar_cmd, check=True)}
+    sync = shutil.which("sync")
+    if sync is not None:  # durable like pack: the tar flushed to disk (coreutils `sync FILE`)
+        baselines["tar cf + sync"] = lambda: (
+            subprocess.run(tar_cmd, check=True),
+            subprocess.run([sync, str(out / "x.tar")], check=True),
+        )
+    return {**baselines, **runs}
+
+
+def _time(fns: dict[str, Callable[[], Any]], out: Path, repeat: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for run in range(repeat + 1):  # run 0 warms up and is not counted
+        for name, fn in fns.items():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            t0 = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - t0
+            if run:
+                times[name].append(elapsed)
+    shutil.rmtree(out, ignore_errors=True)
+    return times
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = rc.parser(__doc__.splitlines()[0])
+    p.add_argument("--files", type=int, help="number of files (default 5,000; 500 with --quick)")
+    args = p.parse_args(argv)
+    n = args.files or (500 if args.quick else 5000)
+    with rc.scratch(args, "pack-vs-tar") as tmp:
+        sizes = rc.random_sizes(n, 1 << 10, 64 << 10)
+        src = tmp / "files"
+        rc.write_files(src, sizes)
+        nbytes = int(sizes.sum())
+        times = _time(_contenders(src, tmp / "out"), tmp / "out", args.repeat)
+        params = {"files": n, "bytes": nbytes, "sizes": "1-64 KB log-uniform", "fs": rc.fs_type(tmp)}
+    rows = [rc.row(name, statistics.median(t), nbytes, n, t) for name, t in times.items()]
+    by_name = {r["name"]: r for r in rows}
+    skipped = []
+    comparisons = []
+    if "tar cf" in by_name:
+        ours = [r for r in rows if not r["name"].startswith("tar")]
+        comparisons = [rc.compare(r, by_name["tar cf"], GOAL) for r in ours]
+    else:
+        skipped.append({"name": "tar cf", "reason": "no tar command on PATH"})
+    return rc.report("pack_vs_tar", args, params, rows, comparisons, skipped)
+
+
+if __name__ == "__main__":
+    main()
