@@ -61,3 +61,36 @@ def make_packed(root: Path, n: int = 40, size: tuple[int, int] = (24, 32)) -> Pa
         (src / f"s{i:04d}.f32").write_bytes(np.full(4, i, np.float32).tobytes())
     pack([os.fspath(src)], os.fspath(root / "ds"))
     return root / "ds"
+
+
+def fail_on(sample: dict[str, Any], bad: int) -> dict[str, Any]:
+    """A transform that raises ZeroDivisionError on sample ``bad`` (picklable via partial)."""
+    if sample["y"] == bad:
+        return {"x": 1 / 0}
+    return sample
+
+
+def report_pid_and_hang(sample: dict[str, Any], queue: Any) -> dict[str, Any]:
+    """In a worker process: tell the test its pid, then hang (the simulated stuck decode;
+    the loader's close() terminates it). In the parent (the probe batch) it does nothing."""
+    import multiprocessing
+    import os
+    import time
+
+    if multiprocessing.parent_process() is not None:
+        queue.put(os.getpid())
+        time.sleep(60)
+    return sample
+
+
+class Huge:
+    """Samples of ``size`` zero bytes (calloc: no page is touched until written)."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.n, self.size = n, size
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return np.zeros(self.size, np.uint8)

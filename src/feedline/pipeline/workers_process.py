@@ -191,6 +191,7 @@ class ProcessWorkers:
                 del waiting[name]
 
     def _death(self, name: str) -> WorkerDied:
+        self._procs[name].join(timeout=5)  # the sentinel fired: reap it to read the code
         code = self._procs[name].exitcode
         if code is not None and code < 0:
             sig = signal.Signals(-code).name
@@ -262,7 +263,7 @@ class ProcessWorkers:
                 fut.set_exception(err)
 
     def close(self) -> None:
-        """Stop every worker (TERM, then KILL after 5 s), join the reader, unmap."""
+        """Stop every worker (a stuck one gets TERM, then KILL), join the reader, unmap."""
         with self._cond:
             if self._closed:
                 return
@@ -274,7 +275,10 @@ class ProcessWorkers:
             except (OSError, ValueError):
                 continue  # already gone
         for proc in self._procs.values():
-            proc.join(timeout=5)
+            proc.join(timeout=2)
+            if proc.is_alive():  # stuck in user code: TERM, then KILL
+                proc.terminate()
+                proc.join(timeout=2)
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)

@@ -1,0 +1,158 @@
+"""Faults: errors with their place, dead workers, timeouts, skipping, no leaks, small /dev/shm."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loader_helpers import Failing, Huge, Numbers, batch_ids, fail_on, report_pid_and_hang
+
+import feedline
+from feedline.errors import LoaderTimeout, ResourceError, WorkerDied, WorkerError
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_transform_error_keeps_type_traceback_and_place(worker_type: str) -> None:
+    loader = feedline.Loader(Numbers(32), batch_size=4, workers=2, worker_type=worker_type,
+                             shuffle=False, transform=functools.partial(fail_on, bad=9))
+    with pytest.raises(WorkerError) as info:
+        list(loader)
+    err = info.value
+    assert err.exc_type == "ZeroDivisionError" and err.key == "9" and err.stage == "transform"
+    assert err.worker.startswith("feedline-") and "fail_on" in err.traceback_text
+    assert isinstance(err.__cause__, ZeroDivisionError)
+    loader.close()
+
+
+def test_decode_error_names_shard_and_key(packed: Path) -> None:
+    ds = feedline.open_dataset(packed)
+    loader = feedline.Loader(ds, batch_size=4, workers=2, shuffle=False,
+                             decode={"jpg": lambda b: 1 / 0 if bytes(b[:2]) else b})
+    with pytest.raises(WorkerError) as info:
+        next(iter(loader))
+    assert info.value.shard == "shard-000000.tar" and info.value.key.startswith("s00")
+    assert info.value.stage == "decode" and info.value.exc_type == "ZeroDivisionError"
+    loader.close()
+
+
+@pytest.mark.timeout(120)
+def test_killed_process_worker_is_reported_within_10s() -> None:
+    ctx = mp.get_context("spawn")
+    pids = ctx.Queue()
+    loader = feedline.Loader(Numbers(32), batch_size=4, workers=2, worker_type="process",
+                             shuffle=False,
+                             transform=functools.partial(report_pid_and_hang, queue=pids))
+    killed: list[float] = []
+
+    def killer() -> None:
+        pid = pids.get(timeout=60)  # a worker is inside the transform now
+        killed.append(time.monotonic())
+        os.kill(pid, signal.SIGKILL)
+
+    it = iter(loader)
+    thread = threading.Thread(target=killer)
+    thread.start()
+    with pytest.raises(WorkerDied) as info:
+        next(it)
+    assert time.monotonic() - killed[0] < 10
+    assert info.value.signal == "SIGKILL" and info.value.worker.startswith("feedline-process_")
+    thread.join()
+    loader.close()  # terminates the other, still hanging, worker
+
+
+def test_a_hanging_decode_raises_loader_timeout() -> None:
+    release = threading.Event()
+
+    def hang(sample: dict[str, Any]) -> dict[str, Any]:
+        if sample["y"] == 5:
+            release.wait(30)
+        return sample
+
+    loader = feedline.Loader(Numbers(16), batch_size=4, workers=2, shuffle=False,
+                             transform=hang, timeout="0.5s")
+    it = iter(loader)
+    assert batch_ids(next(it)) == [0, 1, 2, 3]
+    with pytest.raises(LoaderTimeout) as info:
+        next(it)
+    assert info.value.batch == 1 and isinstance(info.value, TimeoutError)
+    release.set()
+    loader.close()
+
+
+def test_skip_keeps_batch_sizes_counts_and_rank_lockstep() -> None:
+    bad = {3, 4, 17, 30, 31, 32}
+
+    def run(rank: int) -> tuple[list[list[int]], dict[str, Any]]:
+        with feedline.Loader(Failing(64, bad), batch_size=8, workers=2, seed=4, rank=rank,
+                             world_size=2, on_error="skip") as loader:
+            return [batch_ids(b) for b in loader], loader.stats
+
+    r0, stats0 = run(0)
+    r1, stats1 = run(1)
+    assert len(r0) == len(r1) == 4  # lockstep: same number of batches on each rank
+    assert all(len(b) == 8 for b in r0 + r1)
+    assert not bad & set(sum(r0 + r1, []))
+    # each skip is counted (a bad sample met again as a refill candidate counts again)
+    assert stats0["skipped"] + stats1["skipped"] >= len(bad)
+    assert {s["key"] for s in stats0["skipped_samples"] + stats1["skipped_samples"]} == {
+        str(i) for i in bad}
+    assert run(0)[0] == r0  # the refill is deterministic
+
+
+def test_abandoned_loaders_leave_nothing_behind() -> None:
+    def snapshot() -> tuple[int, int, set[str]]:
+        return (len(os.listdir("/proc/self/fd")), threading.active_count(),
+                set(os.listdir("/dev/shm")))
+
+    def once() -> None:
+        loader = feedline.Loader(Numbers(64), batch_size=4, workers=3, seed=1)
+        it = iter(loader)
+        next(it)
+        next(it)  # leave the epoch early with batches in flight
+
+    once()
+    before = snapshot()
+    for _ in range(200):
+        once()
+    after = snapshot()
+    assert after[0] <= before[0] and after[1] <= before[1] and after[2] <= before[2]
+
+
+@pytest.mark.timeout(180)
+def test_abandoned_process_loaders_leave_nothing_behind() -> None:
+    import psutil
+
+    def once() -> None:
+        loader = feedline.Loader(Numbers(64), batch_size=4, workers=2, worker_type="process")
+        it = iter(loader)
+        next(it)
+
+    once()
+    fds, shm = len(os.listdir("/proc/self/fd")), set(os.listdir("/dev/shm"))
+    for _ in range(3):
+        once()
+    assert len(os.listdir("/proc/self/fd")) <= fds
+    assert set(os.listdir("/dev/shm")) <= shm
+    assert not [p for p in psutil.Process().children() if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE and "feedline" in " ".join(p.cmdline())]
+
+
+def test_too_small_shm_is_an_error_before_the_first_batch(tmp_path: Path) -> None:
+    free = shutil.disk_usage("/dev/shm").free
+    size = free // 2 + 2**20  # one batch of two such samples, times a window of two: > free
+    loader = feedline.Loader(Huge(4, size), batch_size=2, workers=1, prefetch=1,
+                             worker_type="process", pinned_budget=4 * size)
+    before = set(os.listdir("/dev/shm"))
+    with pytest.raises(ResourceError, match="/dev/shm") as info:
+        iter(loader)
+    assert "fix" in str(info.value).lower() or info.value.fix
+    assert set(os.listdir("/dev/shm")) == before
+    loader.close()
