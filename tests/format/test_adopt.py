@@ -91,3 +91,7 @@ def test_truncated_and_non_tar_files(tmp_path: Path) -> None:
         index_tars([])
     with pytest.raises(ConfigError, match="does not exist"):
         index_tars([tmp_path / "missing.tar"])
+    (tmp_path / "d").mkdir()
+    twin = _tar(tmp_path / "d" / "t.tar", [("a.jpg", b"1")])
+    with pytest.raises(ConfigError, match="collide"):
+        index_tars([twin, twin])

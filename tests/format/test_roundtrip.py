@@ -205,3 +205,11 @@ def test_index_arrays_have_the_documented_dtypes(source: tuple[Path, Samples], t
     assert index.sample_start.dtype == np.int64 and len(index.sample_start) == index.num_samples + 1
     order = np.lexsort((index.members["offset"], index.members["sample"]))
     assert (order == np.arange(len(order))).all()
+
+
+def test_output_folder_inside_the_source_is_not_packed(source: tuple[Path, Samples], read_all: Callable[[Path], Samples]) -> None:
+    src, samples = source
+    pack(src, src / "packed")
+    manifest = pack(src, src / "packed")  # the second run must not pick up the first run's shards
+    assert manifest.num_samples == len(samples)
+    assert read_all(src / "packed") == samples

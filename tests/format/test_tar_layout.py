@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from feedline.errors import ConfigError
 from feedline.format._tar import (
     BLOCK,
+    _fast_header,
+    _info,
     check_member_name,
     header_upper_bound,
     member_header,
@@ -75,3 +77,18 @@ def test_check_member_name_rejects_names_tar_and_webdataset_disagree_on(key: str
     with pytest.raises(ConfigError) as e:
         check_member_name(key, field)
     assert e.value.fix
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=st.text(st.characters(min_codepoint=1, max_codepoint=0x7F), min_size=1, max_size=110),
+    size=st.one_of(st.integers(0, 1 << 20), st.integers(0, 8**11 + 5)),
+)
+def test_fast_headers_are_byte_identical_to_tarfile(name: str, size: int) -> None:
+    fast = _fast_header(name, size)
+    slow = _info(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    if fast is None:
+        assert len(name) > 100 or size >= 8**11
+    else:
+        assert fast == slow
+    assert member_header(name, size) == slow

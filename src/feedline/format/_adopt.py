@@ -132,6 +132,10 @@ def index_tars(
     for p in paths:
         if not p.is_file():
             raise ConfigError(f"tar file {str(p)!r} does not exist", fix="check the path")
+    names = [p.name for p in paths]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"two tars are named {dup!r}: their indexes would collide", fix="rename one of them")
     root = Path(out_dir) if out_dir is not None else paths[0].parent
     root.mkdir(parents=True, exist_ok=True)
     infos: list[ShardInfo] = []

@@ -179,9 +179,9 @@ def pack(
     align = check_align(align)
     algo = check_algo(checksum_algo)
     srcs = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-    samples = collect(srcs)
-    plan = plan_shards(samples, shard_size, align)
     out = Path(out_dir)
+    samples = collect(srcs, exclude=out)
+    plan = plan_shards(samples, shard_size, align)
     out.mkdir(parents=True, exist_ok=True)
     if (out / MANIFEST_NAME).exists():
         remove_quietly(out / MANIFEST_NAME)

@@ -48,13 +48,18 @@ class PlannedSample:
         return total
 
 
-def _walk(root: Path, prefix: str = "") -> Iterable[tuple[str, str, int]]:
-    """(relative name, path, size) of every non-hidden file below ``root``, sorted."""
+def _walk(root: Path, prefix: str = "", skip: Path | None = None) -> Iterable[tuple[str, str, int]]:
+    """(relative name, path, size) of every non-hidden file below ``root``, sorted.
+
+    The folder ``skip`` (the output folder, when it lies inside a source) is left out.
+    """
     with os.scandir(root) as it:
         entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
     for entry in entries:
         if entry.is_dir():
-            yield from _walk(Path(entry.path), f"{prefix}{entry.name}/")
+            if skip is not None and Path(entry.path).resolve() == skip:
+                continue
+            yield from _walk(Path(entry.path), f"{prefix}{entry.name}/", skip)
         elif entry.is_file():
             yield prefix + entry.name, entry.path, entry.stat().st_size
 
@@ -80,18 +85,21 @@ def _listed(list_file: Path) -> Iterable[tuple[str, str, int]]:
         yield rel.replace(os.sep, "/"), str(path), size
 
 
-def collect(sources: Iterable[str | os.PathLike[str]]) -> list[PlannedSample]:
+def collect(sources: Iterable[str | os.PathLike[str]], exclude: str | os.PathLike[str] | None = None) -> list[PlannedSample]:
     """All samples from ``sources``, sorted by key (fields sorted by name).
+
+    ``exclude`` is a folder to leave out of the walk (pack's output folder).
 
     Raises:
         ConfigError: a missing source, a file without a field extension, the
             same key and field from two files, or no files at all.
     """
     grouped: dict[str, dict[str, SourceFile]] = {}
+    skip = Path(exclude).resolve() if exclude is not None else None
     for source in sources:
         src = Path(source)
         if src.is_dir():
-            entries = _walk(src)
+            entries = _walk(src, skip=skip)
         elif src.is_file():
             entries = _listed(src)
         else:

@@ -128,14 +128,11 @@ class ShardWriter:
     def _flush(self) -> None:
         if self._fd is None:
             raise ValueError("write on a closed ShardWriter")
-        todo = [memoryview(b).cast("B") for b in self._pending if len(b)]
-        while todo:
-            written = os.writev(self._fd, todo)
-            while todo and written >= len(todo[0]):
-                written -= len(todo[0])
-                todo.pop(0)
-            if todo and written:
-                todo[0] = todo[0][written:]
+        written = os.writev(self._fd, self._pending) if self._pending else 0
+        if written < self._pending_bytes:  # a short write (rare): finish piece by piece
+            rest = memoryview(b"".join(self._pending))[written:]
+            while rest:
+                rest = rest[os.write(self._fd, rest) :]
         self._writeback.wrote(self._pending_bytes)
         self._pending.clear()
         self._pending_bytes = 0
