@@ -11,7 +11,7 @@ import pytest
 from feedline.cli.main import main
 
 TINY_ARGS = ["--frames", "16", "--steps", "3", "--batch-size", "4", "--width", "64",
-             "--height", "48", "--workers", "2", "--device", "cpu"]
+             "--height", "48", "--lidar-points", "200", "--workers", "2", "--device", "cpu"]
 
 
 @pytest.mark.timeout(300)

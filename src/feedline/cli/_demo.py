@@ -20,6 +20,12 @@ def demo(
         None, "--device", help="cpu or cuda[:N] (default: cuda when present, else cpu)."),
     width: int = typer.Option(160, "--width", min=64, help="Camera image width in pixels."),
     height: int = typer.Option(120, "--height", min=48, help="Camera image height in pixels."),
+    lidar_points: int = typer.Option(
+        4000, "--lidar-points", min=2, help="Most lidar points per sweep (each sweep has "
+        "between half of this and this many)."),
+    imu_window: int = typer.Option(
+        10, "--imu-window", min=1, help="IMU samples per frame at 100 Hz (10 = the 100 ms "
+        "before the frame)."),
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary work folder."),
     json_path: Path = typer.Option(
         None, "--json", help="Also write the table as JSON (both runs and \"speedup\")."),
@@ -33,7 +39,8 @@ def demo(
     from feedline.errors import ConfigError
 
     cfg = DemoConfig(
-        synth=SynthConfig(frames=frames, width=width, height=height, seed=seed),
+        synth=SynthConfig(frames=frames, width=width, height=height, seed=seed,
+                          lidar_points=(lidar_points // 2, lidar_points), imu_window=imu_window),
         steps=steps, batch_size=batch_size, workers=workers, device=device, out=out,
         keep=keep, json_path=json_path, html_path=html_path,
     )

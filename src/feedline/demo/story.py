@@ -118,6 +118,8 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
         cfg.json_path.write_text(json.dumps(table, indent=2) + "\n")
     wall = time.perf_counter() - start
     console.print(f"HTML report: {html_path}" + (f"; JSON: {cfg.json_path}" if cfg.json_path else ""))
+    if cfg.out is not None or cfg.keep:
+        console.print(f"raw log and shards kept in: {work}")
     console.print(f"demo wall time: {wall:.1f} s")
     return DemoResult(table, html_path, cfg.json_path, work, wall)
 
