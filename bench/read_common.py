@@ -36,6 +36,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, help="timed runs per contender (median reported)")
     p.add_argument("--dir", metavar="DIR", help="scratch folder for the data (default: system temp)")
     p.add_argument("--keep", action="store_true", help="keep the generated data")
+    p.add_argument("--samples", type=int, help="override the number of samples (smoke tests use a few)")
     return p
 
 

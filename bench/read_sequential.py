@@ -59,6 +59,7 @@ def dd_direct(shards: list[Path]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = rc.parser(__doc__.splitlines()[0]).parse_args(argv)
     n, lo, hi = (400, 64 << 10, 512 << 10) if args.quick else (2000, 128 << 10, 1 << 20)
+    n = args.samples or n
     with rc.scratch(args, "read-seq") as tmp:
         sizes = rc.random_sizes(n, lo, hi, seed=1)
         rc.write_files(tmp / "src", sizes)

@@ -34,10 +34,9 @@ def read_files(paths: list[Path], order: np.ndarray) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = rc.parser(__doc__.splitlines()[0])
-    p.add_argument("--files", type=int, help="number of files (default 50,000; 5,000 with --quick)")
     p.add_argument("--batch", type=int, default=256, help="samples per read_many call")
     args = p.parse_args(argv)
-    n = args.files or (5_000 if args.quick else 50_000)
+    n = args.samples or (5_000 if args.quick else 50_000)
     with rc.scratch(args, "read-small") as tmp:
         sizes = rc.random_sizes(n, 1 << 10, 64 << 10, seed=2)
         paths = rc.write_files(tmp / "files", sizes)
