@@ -162,7 +162,7 @@ def test_fuzz_adopting_mutated_tars(corpus: tuple[bytes, bytes, bytes, Path]) ->
     shard, _, _, root = corpus
     rnd = random.Random(2)
     path = root / "mut.tar"
-    for n in range(300):
+    for n in range(200):
         mutate = rnd.choice(SHARD_MUTATIONS)
         path.write_bytes(mutate(rnd, shard))
         _only_feedline_errors(partial(index_tar, path, root / "mut.tar.idx"), f"case {n}: tar {mutate.__name__}")

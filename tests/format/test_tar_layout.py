@@ -29,7 +29,7 @@ names = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     name=names,
     size=st.integers(0, 1 << 40),
@@ -79,7 +79,7 @@ def test_check_member_name_rejects_names_tar_and_webdataset_disagree_on(key: str
     assert e.value.fix
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     name=st.text(st.characters(min_codepoint=1, max_codepoint=0x7F), min_size=1, max_size=110),
     size=st.one_of(st.integers(0, 1 << 20), st.integers(0, 8**11 + 5)),

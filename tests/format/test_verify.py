@@ -28,6 +28,15 @@ def dataset(source: tuple[Path, Samples], tmp_path: Path) -> Path:
     return tmp_path / "ds"
 
 
+@pytest.fixture(scope="module")
+def good_manifest(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    root = tmp_path_factory.mktemp("manifest")
+    for i in range(3):
+        (root / f"{i}.jpg").write_bytes(b"x" * i)
+    pack(root, root / "ds")
+    return (root / "ds" / MANIFEST_NAME).read_bytes()
+
+
 def _flip(path: Path, pos: int) -> None:
     with open(path, "r+b") as f:
         f.seek(pos)
@@ -99,11 +108,12 @@ def test_missing_manifest_means_no_dataset(tmp_path: Path) -> None:
         (lambda d: d.update(shards={}), "'shards' list"),
     ],
 )
-def test_bad_manifests_are_format_errors(dataset: Path, edit: object, message: str) -> None:
-    doc = json.loads((dataset / MANIFEST_NAME).read_text())
+def test_bad_manifests_are_format_errors(good_manifest: bytes, edit: object, message: str) -> None:
+    doc = json.loads(good_manifest)
     edit(doc)  # type: ignore[operator]
-    with pytest.raises(FormatError, match=message):
-        parse_manifest(json.dumps(doc).encode(), dataset / MANIFEST_NAME)
+    with pytest.raises(FormatError, match=message) as e:
+        parse_manifest(json.dumps(doc).encode(), "ds/manifest.json")
+    assert e.value.path == "ds/manifest.json"
 
 
 @pytest.mark.parametrize("data", [b"", b"{", b"\xff\xfe", b"[]", b"[" * 100000, b'{"format": "feedline"}'])
