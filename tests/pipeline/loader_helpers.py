@@ -94,3 +94,8 @@ class Huge:
 
     def __getitem__(self, i: int) -> np.ndarray:
         return np.zeros(self.size, np.uint8)
+
+
+def flat(lists: Any) -> list[int]:
+    """Concatenate lists of ids."""
+    return [i for part in lists for i in part]

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loader_helpers import Failing, Huge, Numbers, batch_ids, fail_on, report_pid_and_hang
+from loader_helpers import (
+    Failing,
+    Huge,
+    Numbers,
+    batch_ids,
+    fail_on,
+    flat,
+    report_pid_and_hang,
+)
 
 import feedline
 from feedline.errors import LoaderTimeout, ResourceError, WorkerDied, WorkerError
@@ -99,7 +107,7 @@ def test_skip_keeps_batch_sizes_counts_and_rank_lockstep() -> None:
     r1, stats1 = run(1)
     assert len(r0) == len(r1) == 4  # lockstep: same number of batches on each rank
     assert all(len(b) == 8 for b in r0 + r1)
-    assert not bad & set(sum(r0 + r1, []))
+    assert not bad & set(flat(r0 + r1))
     # each skip is counted (a bad sample met again as a refill candidate counts again)
     assert stats0["skipped"] + stats1["skipped"] >= len(bad)
     assert {s["key"] for s in stats0["skipped_samples"] + stats1["skipped_samples"]} == {

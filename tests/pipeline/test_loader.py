@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from loader_helpers import Numbers, batch_ids, flat
 
 import feedline
 from feedline.errors import ResourceError
-from loader_helpers import Numbers, batch_ids
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -23,7 +23,7 @@ def test_epoch_covers_the_rank_order_in_order(worker_type: str) -> None:
         got = [batch_ids(b) for b in loader]
         assert [len(g) for g in got] == [8] * 6  # drop_last: 50 -> 48
         order = np.random.Generator(np.random.PCG64([5, 2])).permutation(50)[:48]
-        assert sum(got, []) == order.tolist()
+        assert flat(got) == order.tolist()
         assert got[0] and all(isinstance(k, str) for k in loader.state_dict()["fingerprint"])
 
 
@@ -81,7 +81,7 @@ def test_out_of_order_delivers_everything_once() -> None:
         assert first[0] != 0  # the straggler did not block delivery
         gate.set()
         rest = [batch_ids(b) for b in it]
-        assert sorted(sum([first, *rest], [])) == list(range(48))
+        assert sorted(flat([first, *rest])) == list(range(48))
 
 
 def test_tuple_samples_and_custom_collate() -> None:
