@@ -28,6 +28,7 @@ INDEX_SUFFIX = ".idx"
 _WRITE_BUFFER = 1 << 20
 _MAX_IOV = 512  # below IOV_MAX (1024 on Linux)
 _WRITEBACK_EVERY = 16 << 20
+_MAX_FIELDS = 1 << 16  # field ids are '<u2' in the index
 
 
 def check_align(align: object) -> int:
@@ -101,6 +102,7 @@ class ShardWriter:
         self._pending_bytes = 0
         self._pos = 0
         self._keys: list[str] = []
+        self._key_set: set[str] = set()
         self._field_ids: dict[str, int] = {}
         self._records: list[tuple[int, int, int, int, int]] = []
         self.index: ShardIndex | None = None
@@ -156,12 +158,15 @@ class ShardWriter:
         if self._fd is None:
             raise ValueError("write_sample on a closed ShardWriter")
         items = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
-        if not items:
-            raise ConfigError(f"sample {key!r} has no fields", key=key, fix="give every sample at least one file")
+        names = self._check_sample(key, [field for field, _ in items])
+        if checksums is not None and len(checksums) != len(items):
+            raise ValueError(f"checksums: {len(checksums)} values for {len(items)} fields")
         sample = len(self._keys)
         self._keys.append(key)
-        for n, (field, data) in enumerate(items):
-            name = check_member_name(key, field)
+        self._key_set.add(key)
+        for n, ((field, data), name) in enumerate(zip(items, names, strict=True)):
+            if isinstance(data, memoryview) and data.itemsize != 1:
+                data = data.cast("B")  # bytes, not elements (C-contiguous views only)
             size = len(data)
             self._write(member_header(name, size, self._pos, self.align if n == 0 else 0))
             fid = self._field_ids.setdefault(field, len(self._field_ids))
@@ -170,43 +175,51 @@ class ShardWriter:
             self._write(data)
             self._write(padding(size))
 
+    def _check_sample(self, key: str, fields: list[str]) -> list[str]:
+        """Validate a whole sample before any byte of it is written; its member names."""
+        if not fields:
+            raise ConfigError(f"sample {key!r} has no fields", key=key, fix="give every sample at least one file")
+        if key in self._key_set:
+            raise ConfigError(f"sample key {key!r} written twice", key=key, fix="keys must be unique in a shard")
+        if len(set(fields)) != len(fields):
+            raise ConfigError(f"sample {key!r} repeats a field", key=key, fix="give each field once")
+        new = {f for f in fields if f not in self._field_ids}
+        if len(self._field_ids) + len(new) > _MAX_FIELDS:
+            raise ConfigError(f"more than {_MAX_FIELDS} distinct fields in one shard", key=key)
+        return [check_member_name(key, field) for field in fields]
+
     def close(self) -> ShardInfo:
         """Finish the archive, fsync, write the index, rename both into place.
 
         Returns the :class:`ShardInfo` (names relative to the shard's folder).
+        On any failure the temp files are removed and the error propagates.
         """
         if self.info is not None:
             return self.info
-        self._write(END_OF_ARCHIVE)
-        self._flush()
-        fd, self._fd = self._fd, None
-        if fd is None:
-            raise ValueError("close on an aborted ShardWriter")
-        try:
-            self._writeback.wait()
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        members = np.array(self._records, dtype=MEMBER_DTYPE) if self._records else np.zeros(0, MEMBER_DTYPE)
-        shard_sum = self._hasher.intdigest()
-        data = encode_index(
-            self._keys,
-            list(self._field_ids),
-            members,
-            shard_size=self._pos,
-            shard_checksum=shard_sum,
-            checksum_algo=self.checksum_algo,
-            align=self.align,
-        )
-        self.index = ShardIndex.from_bytes(data, shard_size=self._pos, shard=self.path.name)
         index_temp = temp_name(self.index_path)
-        with open(index_temp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(self._temp, self.path)
-        os.replace(index_temp, self.index_path)
-        fsync_dir(self.path.parent)
+        try:
+            shard_sum = self._finish_tar()
+            data = encode_index(
+                self._keys,
+                list(self._field_ids),
+                np.array(self._records, dtype=MEMBER_DTYPE) if self._records else np.zeros(0, MEMBER_DTYPE),
+                shard_size=self._pos,
+                shard_checksum=shard_sum,
+                checksum_algo=self.checksum_algo,
+                align=self.align,
+            )
+            self.index = ShardIndex.from_bytes(data, shard_size=self._pos, shard=self.path.name)
+            with open(index_temp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(self._temp, self.path)
+            os.replace(index_temp, self.index_path)
+            fsync_dir(self.path.parent)
+        except BaseException:
+            self.abort()
+            remove_quietly(index_temp)
+            raise
         self.info = ShardInfo(
             name=self.path.name,
             index=self.index_path.name,
@@ -217,6 +230,20 @@ class ShardWriter:
             index_checksum=hexdigest(checksum(data, self.checksum_algo)),
         )
         return self.info
+
+    def _finish_tar(self) -> int:
+        """Write the end-of-archive blocks, fsync and close the tar; its checksum."""
+        self._write(END_OF_ARCHIVE)
+        self._flush()
+        fd, self._fd = self._fd, None
+        if fd is None:
+            raise ValueError("close on an aborted ShardWriter")
+        try:
+            self._writeback.wait()
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return self._hasher.intdigest()
 
     def abort(self) -> None:
         """Drop everything written: close and remove the temp file."""
