@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from feedline.observe import spans
 from feedline.observe._host import HostSampler
@@ -107,6 +107,7 @@ class Session:
         self._last: Any = None
         self._replay_from: int | None = None
         self._replay_left = 0
+        self._end_cb: Callable[[], Any] | None = None
         self._worker_dir: str | None = None
         self._hooked = False
         self._stopped = False
@@ -168,7 +169,9 @@ class Session:
         if self._replay_left > 0:
             self._replay_left -= 1
             batch = self._last
-        elif self.steps is not None and self._replay_from is None and len(self.wait) >= self.steps:
+        elif self._replay_from is not None:
+            self._end(self._end_cb)
+        elif self.steps is not None and len(self.wait) >= self.steps:
             batch = self._limit(on_limit)
         else:
             try:
@@ -179,12 +182,17 @@ class Session:
         return batch
 
     def _limit(self, on_limit: Callable[[], Any] | None) -> Any:
-        if self._replay_from is None and self._last is not None and self._want_ab():
+        """The measured steps are over: start the replay, or end the run."""
+        if self._last is not None and self._want_ab():
             self._replay_from = len(self.wait)
             self._replay_left = self.replay - 1
+            self._end_cb = on_limit
             if self.device_type == "cuda":
                 set_replay_cache({})
             return self._last
+        self._end(on_limit)
+
+    def _end(self, on_limit: Callable[[], Any] | None) -> NoReturn:
         set_replay_cache(None)
         if on_limit is not None:
             on_limit()

@@ -250,18 +250,31 @@ def _deliver(stage: str, start: float, end: float, **attrs: Any) -> None:
     fh.flush()
 
 
+def run_delay() -> float:
+    """Seconds this thread has waited on a run queue (Linux schedstat; 0.0 elsewhere).
+
+    CPU-bound work on a busy host is delayed by the scheduler; counting that
+    delay as CPU demand keeps a slow decode from looking like a slow read.
+    """
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _make_fetch(orig: Any) -> Any:
     def fetch(self: Any, index: Any) -> Any:
         col = self.collate_fn
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col)
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0, q0 = time.perf_counter(), time.thread_time(), run_delay()
         out = orig(self, index)
-        cpu = time.thread_time() - c0
+        cpu, queued = time.thread_time() - c0, run_delay() - q0
         c_start, c_end, c_cpu = col.last
         if c_start < t0:  # collate did not run (should not happen): whole fetch is items
             c_start, c_end, c_cpu = time.perf_counter(), time.perf_counter(), 0.0
-        _deliver("fetch", t0, c_start, cpu=max(0.0, cpu - c_cpu))
+        _deliver("fetch", t0, c_start, cpu=max(0.0, cpu - c_cpu), runq=max(0.0, queued))
         _deliver("collate", c_start, c_end, cpu=c_cpu)
         return out
 

@@ -20,7 +20,7 @@ from feedline.observe.findings import Finding, RunFacts, detect, recommended_wor
 VERDICTS = ("data-bound", "compute-bound", "balanced")
 DATA_BOUND_STALL = 0.25
 COMPUTE_BOUND_STALL = 0.10
-BALANCED_RATIO = 0.8
+BALANCED_RATIO = 0.7
 
 
 @dataclass
@@ -109,6 +109,19 @@ class Report:
         )
 
 
+def cpu_demand(wall: float, cpu: float, runq: float) -> float:
+    """The CPU part of a fetch: CPU time plus its share of the run-queue delay.
+
+    On a busy host a thread waits for a core both while computing (preempted)
+    and after each I/O wake-up. The delay is split in the proportion of CPU
+    time to the rest of the un-queued time, so a CPU-bound decode keeps its
+    delay and an I/O-bound read keeps its own.
+    """
+    active = max(wall - runq, 1e-12)
+    share = min(1.0, cpu / active)
+    return min(wall, cpu + runq * share)
+
+
 def _per_batch(m: Measurements, steps: int) -> dict[str, float]:
     """Mean per-batch read / decode / h2d / gpu seconds, and where they came from."""
     by: dict[str, list[float]] = {}
@@ -116,7 +129,8 @@ def _per_batch(m: Measurements, steps: int) -> dict[str, float]:
     for s in m.spans:
         by.setdefault(s.stage, []).append(s.duration)
         if s.stage == "fetch":
-            cpu_in_fetch += float(s.attrs.get("cpu", 0.0))
+            cpu_in_fetch += cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)),
+                                       float(s.attrs.get("runq", 0.0)))
     n = len(by.get("fetch") or by.get("collate") or []) or max(steps, 1)
     fetch = sum(by.get("fetch", []))
     read = (sum(by.get("read", [])) + max(0.0, fetch - cpu_in_fetch)) / n

@@ -1,0 +1,112 @@
+"""What does measuring cost? Step time with vs without ``feedline.watch``.
+
+Question: how much does ``feedline.watch`` (the same engine ``feedline
+diagnose`` installs) add to a training step? The step is fixed-time work
+(a host busy-wait on CPU; a fixed chain of matmuls on CUDA), the loader a
+``DataLoader`` over in-memory tensors (so the hooks on fetch and collate run).
+Baseline: the same loop without watch, measured in the same run, alternating.
+Prints medians of ``--repeat`` runs and the overhead ratio; goal < 2 %.
+
+    .venv/bin/python bench/diagnose_overhead.py [--quick] [--repeat N] [--json PATH] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import feedline
+
+
+def make_step(device: str, step_s: float) -> Any:
+    if device == "cpu":
+        def cpu_step(batch: Any) -> None:
+            end = time.perf_counter() + step_s
+            while time.perf_counter() < end:
+                pass
+
+        return cpu_step
+    a = torch.randn(2048, 2048, device=device)
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a @ a
+    torch.cuda.synchronize(device)
+    reps = max(1, round(step_s / ((time.perf_counter() - t0) / 10)))
+
+    def gpu_step(batch: Any) -> None:
+        x = batch[0].to(device, non_blocking=True)
+        for _ in range(reps):
+            a @ a
+        del x
+
+    return gpu_step
+
+
+def one_run(loader: DataLoader, step: Any, device: str, watched: bool) -> float:
+    """Seconds per step over one pass of ``loader``."""
+    it: Any = feedline.watch(loader, device=device) if watched else loader
+    n = 0
+    t0 = time.perf_counter()
+    for batch in it:
+        step(batch)
+        n += 1
+    if device != "cpu":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - t0
+    if watched:
+        it.report()
+    return elapsed / max(n, 1)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small size for smoke tests")
+    p.add_argument("--repeat", type=int, default=None, help="runs per variant (median reported)")
+    p.add_argument("--json", default=None, help="write results to this JSON file")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--step-ms", type=float, default=None, help="fixed step time in ms")
+    args = p.parse_args(argv)
+    repeat = args.repeat or (3 if args.quick else 7)
+    steps = 20 if args.quick else 100
+    step_s = (args.step_ms or (5.0 if args.quick else 10.0)) / 1e3
+    device = args.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        sys.exit("--device cuda needs a CUDA GPU")
+    torch.set_num_threads(1)
+    data = TensorDataset(torch.randn(steps * 32, 64), torch.arange(steps * 32))
+    loader = DataLoader(data, batch_size=32, num_workers=0, pin_memory=device != "cpu")
+    step = make_step(device, step_s)
+    one_run(loader, step, device, watched=True)  # warm-up: imports, first hooks
+    base: list[float] = []
+    watched: list[float] = []
+    for _ in range(repeat):
+        base.append(one_run(loader, step, device, watched=False))
+        watched.append(one_run(loader, step, device, watched=True))
+    b, w = statistics.median(base), statistics.median(watched)
+    result = {
+        "question": "step time with feedline.watch vs without (same loop, same run)",
+        "device": device, "steps_per_run": steps, "repeat": repeat, "step_ms": step_s * 1e3,
+        "baseline": {"name": "plain loop", "median_step_s": b, "runs": base},
+        "watched": {"name": "feedline.watch", "median_step_s": w, "runs": watched},
+        "ratio": w / b, "overhead_pct": (w / b - 1) * 100, "goal_pct": 2.0,
+    }
+    print(f"step: {step_s * 1e3:.1f} ms fixed work on {device}, {steps} steps x {repeat} runs")
+    print(f"  plain loop       median {b * 1e3:8.3f} ms/step")
+    print(f"  feedline.watch   median {w * 1e3:8.3f} ms/step")
+    print(f"  ratio {w / b:.4f} (overhead {result['overhead_pct']:+.2f} %, goal < 2 %)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Smoke test of bench/diagnose_overhead.py: it runs and writes well-formed results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "diagnose_overhead.py"
+
+
+@pytest.mark.timeout(120)
+def test_quick_run_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--repeat", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=110, check=False)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["repeat"] == 2 and len(data["baseline"]["runs"]) == 2
+    assert data["baseline"]["median_step_s"] > 0 and data["watched"]["median_step_s"] > 0
+    assert data["ratio"] == data["watched"]["median_step_s"] / data["baseline"]["median_step_s"]
+    assert "overhead" in proc.stdout

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from feedline.observe.findings import RunFacts, detect, recommended_workers, shm_free_bytes
+
+
+def facts(**kw: object) -> RunFacts:
+    base: dict[str, object] = dict(device_type="cuda", verdict="compute-bound", stall_fraction=0.02,
+                                   gpu_utilisation=0.95, step_p50=0.05, wait_p50=0.001,
+                                   wait_p99=0.002, cores=16, gpus=1, workers_rec=4)
+    base.update(kw)
+    return RunFacts(**base)  # type: ignore[arg-type]
+
+
+def codes(f: RunFacts) -> set[str]:
+    return {x.code for x in detect(f)}
+
+
+def test_healthy_run_has_no_findings() -> None:
+    assert codes(facts(loader={"num_workers": 4, "pin_memory": True, "batch_size": 32},
+                       copies={"count": 10, "pinned": 10, "non_blocking": 10})) == set()
+
+
+def test_num_workers_zero_names_the_fix_in_dataloader_terms() -> None:
+    found = detect(facts(verdict="data-bound", stall_fraction=0.8,
+                         loader={"num_workers": 0, "batch_size": 64}))
+    f = next(x for x in found if x.code == "num-workers-zero")
+    assert f.severity == "high"
+    assert f.fix.startswith("use DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True, "
+                            "persistent_workers=True)")
+    assert "feedline.Loader" in f.fix
+
+
+def test_workers_above_cores_and_above_rule() -> None:
+    assert "workers-above-cores" in codes(facts(loader={"num_workers": 32}, cores=16))
+    got = codes(facts(loader={"num_workers": 12}, cores=16, gpus=1))
+    assert "workers-above-rule" in got  # min(16/1, 8) = 8
+    assert "workers-above-rule" in codes(facts(loader={"num_workers": 4}, cores=16, gpus=8))
+    assert not codes(facts(loader={"num_workers": 2}, cores=16, gpus=8))
+
+
+def test_pinned_without_non_blocking_and_pageable_copies() -> None:
+    got = codes(facts(loader={"num_workers": 4, "pin_memory": True},
+                      copies={"count": 5, "pinned": 5, "blocking_from_pinned": 5}))
+    assert "pinned-blocking-copy" in got and "pageable-copy" not in got
+    got = codes(facts(loader={"num_workers": 4, "pin_memory": False},
+                      copies={"count": 5, "pageable": 5}))
+    assert got == {"pageable-copy"}
+
+
+def test_shm_too_small_for_prefetch() -> None:
+    loader = {"num_workers": 8, "prefetch_factor": 4}
+    assert "shm-too-small" in codes(facts(loader=loader, batch_bytes=64 << 20, shm_free=1 << 30))
+    assert "shm-too-small" not in codes(facts(loader=loader, batch_bytes=16 << 20, shm_free=1 << 30))
+
+
+def test_pinned_growth_only_when_it_never_levels_off() -> None:
+    growing = [float(i) * (100 << 20) for i in range(1, 12)]
+    assert "pinned-growth" in codes(facts(pinned_series=growing))
+    flat = [float(400 << 20)] * 11
+    assert "pinned-growth" not in codes(facts(pinned_series=flat))
+
+
+def test_idle_device_and_tail_stalls() -> None:
+    assert "device-idle-waiting" in codes(facts(gpu_utilisation=0.3, stall_fraction=0.6))
+    tail = codes(facts(step_p50=0.02, wait_p50=0.001, wait_p99=0.08))
+    assert "tail-stalls" in tail
+    assert "tail-stalls" not in codes(facts(step_p50=0.02, wait_p50=0.015, wait_p99=0.03))
+
+
+def test_findings_sorted_by_severity() -> None:
+    found = detect(facts(verdict="data-bound", stall_fraction=0.5, gpu_utilisation=0.4,
+                         loader={"num_workers": 0}, copies={"count": 3, "pageable": 3}))
+    order = [f.severity for f in found]
+    assert order == sorted(order, key=["high", "warning", "info"].index)
+
+
+def test_recommended_workers_rule() -> None:
+    assert recommended_workers(16, 1) == 8
+    assert recommended_workers(16, 8) == 2
+    assert recommended_workers(2, 1) == 2
+    assert recommended_workers(1, 4) == 1
+
+
+def test_shm_free_bytes_reads_dev_shm(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert shm_free_bytes(str(tmp_path / "missing")) is None
+    assert (shm_free_bytes(str(tmp_path)) or 0) > 0

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import pytest
+
+from feedline.observe._stats import Span
+from feedline.observe.report import Measurements, build_report
+
+
+def meas(wait: float, body: float, fetch: float, cpu: float, workers: int | None,
+         n: int = 20, **kw: object) -> Measurements:
+    spans = [Span("fetch", i, i + fetch, 1, 1, {"cpu": cpu, "runq": 0.0}) for i in range(n)]
+    loader = {} if workers is None else {"num_workers": workers, "batch_size": 8}
+    return Measurements(name="m", device_type="cpu", wait=[wait] * n, body=[body] * n,
+                        gpu=[body] * n, spans=spans, loader=loader, cores=8, gpus=1, **kw)  # type: ignore[arg-type]
+
+
+def test_serial_io_bound_run() -> None:
+    rep = build_report(meas(wait=0.030, body=0.010, fetch=0.030, cpu=0.001, workers=0))
+    assert rep.verdict == "data-bound" and rep.binding == "read"
+    assert rep.stall_fraction == pytest.approx(0.75)
+    assert rep.analysis["applies"] == "serial"
+    assert rep.analysis["predicted"] == pytest.approx(0.040)
+    # 3 workers hide 30 ms of reads behind a 10 ms step: 40 ms -> 10 ms
+    assert rep.predicted_gain == pytest.approx(4.0)
+    assert "num_workers=3" in rep.recommendation
+
+
+def test_serial_cpu_bound_run_binds_on_decode() -> None:
+    rep = build_report(meas(wait=0.030, body=0.010, fetch=0.030, cpu=0.028, workers=0))
+    assert rep.verdict == "data-bound" and rep.binding == "decode"
+
+
+def test_compute_bound_pipelined_run() -> None:
+    rep = build_report(meas(wait=0.001, body=0.040, fetch=0.010, cpu=0.009, workers=2))
+    assert rep.verdict == "compute-bound" and rep.binding == "gpu"
+    assert rep.analysis["applies"] == "steady"
+    assert rep.analysis["predicted"] == pytest.approx(0.040)
+    assert rep.predicted_gain == 1.0
+
+
+def test_balanced_when_the_data_path_needs_most_of_the_step() -> None:
+    rep = build_report(meas(wait=0.002, body=0.020, fetch=0.036, cpu=0.030, workers=2))
+    assert rep.verdict == "balanced"
+
+
+def test_synthetic_batch_check_decides_an_unclear_run() -> None:
+    ab = {"steps": 8, "with_data_path": 0.03, "without_data_path": 0.015, "ratio": 2.0}
+    rep = build_report(meas(wait=0.004, body=0.020, fetch=0.036, cpu=0.030, workers=2, ab=ab))
+    assert rep.verdict == "data-bound"
+
+
+def test_empty_run_does_not_crash() -> None:
+    rep = build_report(Measurements(name="e", device_type="cpu", wait=[], body=[], gpu=[], spans=[]))
+    assert rep.steps == 0 and rep.stall_fraction == 0.0
+    assert rep.to_dict()["verdict"] in ("data-bound", "compute-bound", "balanced")

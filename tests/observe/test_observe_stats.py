@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from feedline.observe import spans
+from feedline.observe._stats import EMPTY_STATS, Recorder, Span, StageStats, summarize
+
+
+@given(st.lists(st.floats(min_value=0, max_value=10, allow_nan=False), min_size=1, max_size=200))
+def test_summarize_matches_numpy_and_is_ordered(xs: list[float]) -> None:
+    s = summarize(xs)
+    arr = np.array(xs)
+    assert s.count == len(xs)
+    assert s.max == pytest.approx(arr.max())
+    assert s.p99 == pytest.approx(np.percentile(arr, 99))
+    assert s.p50 <= s.p95 + 1e-12 <= s.p99 + 2e-12 <= s.max + 3e-12
+    assert StageStats.from_dict(s.to_dict()) == s
+
+
+def test_summarize_empty() -> None:
+    assert summarize([]) == EMPTY_STATS
+
+
+def test_tail_is_not_hidden_by_the_mean() -> None:
+    s = summarize([0.001] * 99 + [1.0])
+    assert s.p50 == pytest.approx(0.001)
+    assert s.max == 1.0 and s.p99 > 10 * s.p50
+
+
+def test_recorder_is_a_thread_safe_sink_with_a_cap() -> None:
+    rec = Recorder(max_spans=1000)
+    spans.install(rec)
+    try:
+        def work() -> None:
+            for i in range(300):
+                spans.emit("decode", float(i), float(i) + 0.5, key=i)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        spans.uninstall(rec)
+    assert len(rec.spans()) == 1000 and rec.dropped == 200
+    assert rec.stages()["decode"].mean == pytest.approx(0.5)
+    assert len({s.tid for s in rec.spans()}) >= 2
+    spans.emit("decode", 0.0, 1.0)  # uninstalled: not recorded
+    assert len(rec.spans()) == 1000
+
+
+def test_recorder_rejects_bad_cap() -> None:
+    with pytest.raises(ValueError, match="max_spans"):
+        Recorder(max_spans=0)
+
+
+def test_span_round_trip() -> None:
+    s = Span("read", 1.0, 1.5, 12, 34, {"shard": "a.tar"})
+    assert Span.from_list(s.to_list()) == s and s.duration == 0.5

@@ -1,0 +1,73 @@
+"""Shared pieces of the scenario training scripts (each script's truth is set by construction).
+
+``compute(seconds)`` stands for the device step: a real forward/backward/update
+of a small model plus a sleep that sets the step's length (on a GPU the host
+would wait for the kernels the same way). ``burn(seconds)`` is CPU work
+(decode), ``sleep`` in a dataset is storage latency (read).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+torch.set_num_threads(1)
+
+
+def burn(seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU time (a stand-in for decoding)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class Step:
+    """A small model trained for real; each call takes about ``seconds``."""
+
+    def __init__(self, features: int, seconds: float) -> None:
+        self.model = torch.nn.Linear(features, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.seconds = seconds
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        t0 = time.perf_counter()
+        x = x.to("cpu")
+        loss = ((self.model(x).squeeze(1) - y) ** 2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        rest = self.seconds - (time.perf_counter() - t0)
+        if rest > 0:
+            time.sleep(rest)
+        return float(loss.detach())
+
+
+class Samples(torch.utils.data.Dataset):
+    """``n`` samples of ``features`` floats; ``item(i)`` adds the per-sample cost."""
+
+    def __init__(self, n: int, features: int, read_s: float = 0.0, decode_s: float = 0.0,
+                 slow_every: int = 0, slow_s: float = 0.0, batch: int = 1) -> None:
+        self.n, self.features = n, features
+        self.read_s, self.decode_s = read_s, decode_s
+        self.slow_every, self.slow_s, self.batch = slow_every, slow_s, batch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.read_s:
+            time.sleep(self.read_s)
+        if self.decode_s:
+            burn(self.decode_s)
+        if self.slow_every and i % (self.slow_every * self.batch) == 0:
+            time.sleep(self.slow_s)
+        x = torch.full((self.features,), float(i % 7))
+        return x, x.sum() / self.features
+
+
+def train(loader: torch.utils.data.DataLoader, step: Step, epochs: int = 1000) -> None:
+    """The ordinary loop: iterate, step; nothing diagnose-specific."""
+    for _ in range(epochs):
+        for x, y in loader:
+            step(x, y)
