@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from feedline.cli.main import main
+from feedline.demo.story import DemoConfig, _work_dir
 
 TINY_ARGS = ["--frames", "16", "--steps", "3", "--batch-size", "4", "--width", "64",
              "--height", "48", "--lidar-points", "200", "--workers", "2", "--device", "cpu"]
 
 
 @pytest.mark.timeout(300)
-def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out, report, html = tmp_path / "work", tmp_path / "demo.json", tmp_path / "demo.html"
-    main(["demo", *TINY_ARGS, "--out", str(out), "--json", str(report), "--html", str(html)])
+def test_demo_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the default work dir goes here
+    report, html = tmp_path / "demo.json", tmp_path / "demo.html"
+    main(["demo", *TINY_ARGS, "--json", str(report), "--html", str(html)])
     text = capsys.readouterr().out
     for row in ("step time p50", "step time p95", "data-stall fraction", "samples/s",
                 "H2D time per batch", "verdict", "speedup"):
@@ -33,7 +37,20 @@ def test_demo_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         data["after"]["samples_per_s"] / data["before"]["samples_per_s"])
     page = html.read_text()
     assert page.startswith("<!DOCTYPE html>") and "before" in page and "after" in page
-    assert (out / "packed" / "manifest.json").exists() and (out / "raw").is_dir()
+    assert not list(tmp_path.glob("feedline-demo-*")), "the temporary work dir is removed"
+
+
+def test_work_dir_kept_or_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with _work_dir(DemoConfig(out=tmp_path / "mine")) as work:
+        (work / "f").write_text("x")
+    assert (tmp_path / "mine" / "f").exists()
+    with _work_dir(DemoConfig(keep=True)) as work:
+        (work / "f").write_text("x")
+    assert (work / "f").exists()
+    with _work_dir(DemoConfig()) as work:
+        (work / "f").write_text("x")
+    assert not work.exists()
 
 
 def test_bad_option_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,13 +59,3 @@ def test_bad_option_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert e.value.code == 2
     assert "batch_size" in capsys.readouterr().err
     assert not (tmp_path / "raw").exists()
-
-
-def test_temp_work_dir_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    main(["demo", *TINY_ARGS, "--steps", "1"])
-    assert (tmp_path / "feedline-demo.html").exists()
-    assert not list(tmp_path.glob("feedline-demo-*")), "the temporary work dir is removed"
