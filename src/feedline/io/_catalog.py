@@ -53,6 +53,9 @@ class Catalog:
     shards: list[ShardEntry]
     starts: np.ndarray  # int64, len(shards) + 1: global index of each shard's first sample
 
+    def __post_init__(self) -> None:
+        self.first_of_shard: list[int] = self.starts.tolist()
+
     @property
     def num_samples(self) -> int:
         """Samples in the whole dataset."""

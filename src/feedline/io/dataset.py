@@ -9,6 +9,7 @@ handed back as a zero-copy view into that buffer.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -164,12 +165,17 @@ class PackedDataset:
         return f"feedline-{h.hexdigest()[:32]}"
 
     def locate(self, i: int) -> tuple[str, str]:
-        """``(shard name, sample key)`` of global sample ``i``."""
+        """``(shard name, sample key)`` of global sample ``i`` (cheap: no I/O, no numpy)."""
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"sample index must be an int, got {type(i).__name__}")
         catalog = self._state().catalog
-        idx = self._indices([i], catalog.num_samples)
-        pos, local = catalog.locate(idx)
-        shard = catalog.shards[int(pos[0])]
-        return shard.name, shard.index.keys[int(local[0])]
+        n = catalog.num_samples
+        j = int(i) + n if i < 0 else int(i)
+        if not 0 <= j < n:
+            raise IndexError(f"sample index {int(i)} out of range for a dataset of {n} samples")
+        pos = bisect.bisect_right(catalog.first_of_shard, j) - 1
+        shard = catalog.shards[pos]
+        return shard.name, shard.index.keys[j - catalog.first_of_shard[pos]]
 
     # -- reading -----------------------------------------------------------------
     @staticmethod
