@@ -1,10 +1,13 @@
-"""Reading one shard's part of a batch: plan windows, read them, slice views.
+"""Reading a batch: plan windows per shard, read them into arenas, slice views.
 
-For the requested samples of one shard, :func:`read_shard_samples` asks the
-planner for aligned windows, reads each window with a single backend request
-into a pooled buffer (one buffer per window, never one per sample), checks
-direct windows against the GDS alignment rule, and builds each sample's dict
-of zero-copy views. With a checksum algorithm it verifies every field.
+A :class:`ShardJob` is the part of a batch in one shard: its samples in file
+order, the planner's aligned windows over them, and their member columns.
+:func:`read_jobs` packs every window of the batch into a few arena buffers
+(4096-aligned slots, at most ``ARENA_BYTES`` each, from the dataset's pool:
+no allocation per sample or per window), checks direct windows against the
+GDS alignment rule, reads each window with a single backend request, and
+builds each sample's dict of zero-copy views. With a checksum algorithm it
+verifies every field.
 """
 
 from __future__ import annotations

@@ -52,8 +52,12 @@ class PackedDataset:
 
     Thread-safe: any number of threads may call :meth:`read_many` at once.
     Picklable: pickling keeps the root and options; the copy reopens lazily on
-    first use (process workers rely on this). Returned views point into window
-    buffers that are not reused while any view of them is alive.
+    first use (process workers rely on this; a forked child also reopens).
+
+    Memory: a batch's windows are read into arena buffers of up to 32 MiB
+    from a small per-dataset pool (at most 8 cached). Returned views point
+    into those buffers, which are not reused while any view of them is alive:
+    copy or decode the bytes and drop the views to let buffers recycle.
     """
 
     def __init__(
