@@ -187,6 +187,25 @@ def pack(
         remove_quietly(out / MANIFEST_NAME)
         fsync_dir(out)
     state = _Counter(progress, sum(len(s.files) for s in samples), sum(s.nbytes for s in samples), len(plan))
+    infos, indexes = _write_shards(plan, out, align, algo, workers, state)
+    remove_quietly(temp_name(out / MANIFEST_NAME))
+    _clean_stale(out, len(plan))
+    manifest = Manifest(
+        version=FORMAT_VERSION,
+        checksum_algo=algo,
+        align=align,
+        shards=tuple(infos),
+        fields=field_stats(indexes),
+        num_samples=sum(i.num_samples for i in infos),
+    )
+    write_manifest(out, manifest)
+    return manifest
+
+
+def _write_shards(
+    plan: list[list[PlannedSample]], out: Path, align: int, algo: str, workers: int, state: _Counter
+) -> tuple[list[ShardInfo], list[ShardIndex]]:
+    """Write (or reuse) every planned shard, in order."""
     infos: list[ShardInfo] = []
     indexes: list[ShardIndex] = []
     pool = ThreadPoolExecutor(workers, thread_name_prefix="feedline-pack") if workers > 1 else None
@@ -203,25 +222,14 @@ def pack(
                         writer.write_sample(sample.key, fields, sums)
                         state.sample_done(sample)
                     infos.append(writer.close())
-                    index = writer.index
+                index = writer.index
                 state.shard_done([], reused=False)
             if index is not None:
                 indexes.append(index)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-    remove_quietly(temp_name(out / MANIFEST_NAME))
-    _clean_stale(out, len(plan))
-    manifest = Manifest(
-        version=FORMAT_VERSION,
-        checksum_algo=algo,
-        align=align,
-        shards=tuple(infos),
-        fields=field_stats(indexes),
-        num_samples=sum(i.num_samples for i in infos),
-    )
-    write_manifest(out, manifest)
-    return manifest
+    return infos, indexes
 
 
 class _Counter:
