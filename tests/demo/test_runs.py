@@ -35,6 +35,7 @@ def test_measured_run_cycles_epochs_and_reports(tiny_raw: Path) -> None:
     from feedline.demo.model import DemoNet
     from feedline.demo.naive import naive_loader
     from feedline.demo.runs import measured_run
+    from feedline.demo.table import figures_from_report
 
     torch.manual_seed(0)
     init = DemoNet((10, 6)).state_dict()
@@ -49,6 +50,10 @@ def test_measured_run_cycles_epochs_and_reports(tiny_raw: Path) -> None:
     assert rep.name == "before" and rep.steps >= 6  # the first step may count as warm-up
     assert rep.stages["h2d"].count == 7  # every .to(device) copy was timed
     assert out.wall_s > 0 and rep.step_time.p50 > 0
+    figures = figures_from_report(rep, name="before", loader="naive", device="cpu", steps=7,
+                                  batch_size=4, wall_s=out.wall_s, losses=out.losses)
+    assert figures.h2d_per_batch_s == pytest.approx(rep.stages["h2d"].total / 7, rel=0.01)
+    assert figures.last_loss == out.losses[-1] and figures.verdict == rep.verdict
     # training a run never changes the shared init: each run starts from the same weights
     assert all(torch.equal(init[k], snapshot[k]) for k in init)
 

@@ -53,9 +53,14 @@ def _finding(finding: Any) -> str:
     return f"{message} (fix: {fix})" if fix else str(message)
 
 
-def _fact(report: Any, name: str, default: Any = None) -> Any:
-    value = getattr(report, name, default)
-    return value() if callable(value) else value
+def _h2d_per_batch(report: Any) -> float | None:
+    # stages["h2d"] holds one entry per copy (many per batch on CUDA); the
+    # analysis holds observe's per-batch figure, the one the verdict used.
+    h2d = report.stages.get("h2d")
+    if h2d is None or not h2d.count:
+        return None
+    per_batch = (report.analysis or {}).get("h2d")
+    return float(per_batch) if per_batch is not None else float(h2d.total) / max(report.steps, 1)
 
 
 def figures_from_report(
@@ -65,11 +70,9 @@ def figures_from_report(
     """Read a :func:`feedline.watch` report into :class:`RunFigures`.
 
     Uses ``report.step_time`` (p50, p95), ``stall_fraction``, ``samples_per_s``,
-    ``gpu_utilisation``, ``stages["h2d"]`` (its mean per batch), ``verdict``,
-    ``binding`` and ``findings``.
+    ``gpu_utilisation``, the H2D time per batch (``analysis["h2d"]``, only when
+    ``stages`` has an ``"h2d"`` stage), ``verdict``, ``binding`` and ``findings``.
     """
-    h2d = (_fact(report, "stages") or {}).get("h2d")
-    findings = [_finding(f) for f in (_fact(report, "findings") or [])]
     util, rate = report.gpu_utilisation, report.samples_per_s
     return RunFigures(
         name=name,
@@ -83,10 +86,10 @@ def figures_from_report(
         utilisation=math.nan if util is None else float(util),
         utilisation_of="GPU" if device.startswith("cuda") else "compute",
         samples_per_s=math.nan if rate is None else float(rate),
-        h2d_per_batch_s=float(h2d.mean) if h2d is not None and h2d.count else None,
+        h2d_per_batch_s=_h2d_per_batch(report),
         verdict=str(report.verdict),
-        binding=None if _fact(report, "binding") is None else str(report.binding),
-        findings=findings,
+        binding=None if report.binding is None else str(report.binding),
+        findings=[_finding(f) for f in report.findings],
         wall_s=wall_s,
         first_loss=losses[0] if losses else math.nan,
         last_loss=losses[-1] if losses else math.nan,
