@@ -129,3 +129,20 @@ def test_manifest_is_json_without_pickle_and_written_last(dataset: Path) -> None
     newest_shard = max((dataset / s["name"]).stat().st_mtime_ns for s in doc["shards"])
     assert (dataset / MANIFEST_NAME).stat().st_mtime_ns >= newest_shard
     assert not [p for p in dataset.iterdir() if p.name.endswith(".partial")]
+
+
+@pytest.mark.parametrize("where", ["header", "mid-sample", "one byte short", "trailing garbage", "mid-index"])
+def test_damaged_files_fail_at_open_naming_the_shard(dataset: Path, where: str) -> None:
+    info = read_manifest(dataset).shards[0]
+    shard, index_path = dataset / info.name, dataset / info.index
+    data = shard.read_bytes()
+    if where == "mid-index":
+        index_path.write_bytes(index_path.read_bytes()[: info.index_size // 2])
+    else:
+        lo, hi = load_index(dataset, info).sample_extent(1)
+        cut = {"header": 100, "mid-sample": (lo + hi) // 2, "one byte short": len(data) - 1}.get(where)
+        shard.write_bytes(data[:cut] if cut is not None else data + b"garbage")
+    with pytest.raises(FormatError) as e:
+        load_index(dataset, info)
+    assert e.value.shard == info.name and e.value.fix
+    assert [p.shard for p in verify(dataset)] != []
