@@ -106,6 +106,9 @@ def test_missing_manifest_means_no_dataset(tmp_path: Path) -> None:
         (lambda d: d["shards"][0].update(checksum="xyz"), "hex"),
         (lambda d: d["shards"].append(dict(d["shards"][0])), "twice"),
         (lambda d: d.update(shards={}), "'shards' list"),
+        (lambda d: d["fields"].update(jpg=3), "'extension'"),
+        (lambda d: d["fields"]["jpg"].update(count="many"), "'count'"),
+        (lambda d: d["fields"]["jpg"].update(min_size=10**9), "min_size > max_size"),
     ],
 )
 def test_bad_manifests_are_format_errors(good_manifest: bytes, edit: object, message: str) -> None:

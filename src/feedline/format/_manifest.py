@@ -102,6 +102,19 @@ def _relative(doc: dict[str, Any], name: str, path: Path) -> str:
     return value
 
 
+_FIELD_INTS = ("count", "total_bytes", "min_size", "max_size")
+
+
+def _field(name: str, entry: Any, path: Path) -> dict[str, Any]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("extension"), str):
+        raise FormatError(f"manifest field {name!r} needs an object with an 'extension'", path=str(path), field=name, fix=_FIX)
+    for key in _FIELD_INTS:
+        _int(entry, key, path)
+    if entry["min_size"] > entry["max_size"]:
+        raise FormatError(f"manifest field {name!r} has min_size > max_size", path=str(path), field=name, fix=_FIX)
+    return {"extension": entry["extension"], **{key: entry[key] for key in _FIELD_INTS}}
+
+
 def _shard(doc: Any, path: Path) -> ShardInfo:
     if not isinstance(doc, dict):
         raise FormatError(f"manifest shard entry must be an object, got {doc!r}", path=str(path), fix=_FIX)
@@ -185,7 +198,7 @@ def parse_manifest(data: bytes, path: str | os.PathLike[str] = MANIFEST_NAME) ->
         checksum_algo=str(algo),
         align=_int(doc, "align", path),
         shards=shards,
-        fields={str(k): v for k, v in fields.items() if isinstance(v, dict)},
+        fields={name: _field(name, entry, path) for name, entry in fields.items()},
         num_samples=num_samples,
     )
 
