@@ -167,12 +167,19 @@ def verify_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
 ) -> None:
     """Check every checksum (shard files, index files, each member); exit 1 on any mismatch."""
+    from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
+
     from feedline.format import read_manifest, verify_shard
 
     manifest = read_manifest(root)
     problems = []
-    for info in manifest.shards:
-        problems.extend(verify_shard(root, info, manifest.checksum_algo))
+    columns = (TextColumn("[bold]verifying"), BarColumn(), TextColumn("{task.fields[shard]}"), TransferSpeedColumn())
+    with Progress(*columns, console=_console(), transient=True, disable=as_json) as bar:
+        task = bar.add_task("verify", total=sum(s.size for s in manifest.shards), shard="")
+        for info in manifest.shards:
+            bar.update(task, shard=info.name)
+            problems.extend(verify_shard(root, info, manifest.checksum_algo))
+            bar.advance(task, info.size)
     if as_json:
         print(json.dumps({"ok": not problems, "problems": [p.to_json() for p in problems]}, indent=1))
     elif problems:
