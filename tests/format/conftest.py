@@ -16,8 +16,9 @@ def make_source(root: Path, n: int = 24, *, seed: int = 0, max_size: int = 9000)
     """
     rnd = random.Random(seed)
     samples: dict[str, dict[str, bytes]] = {}
+    special = {1: "x" * 120 + "/long", 2: "ünïcödé/000002"}  # pax path headers
     for i in range(n):
-        key = f"{i:06d}" if i % 3 else f"day1/{i:06d}"
+        key = special.get(i) or (f"{i:06d}" if i % 3 else f"day1/{i:06d}")
         fields = {
             "cam0.jpg": rnd.randbytes(rnd.randint(1, max_size)),
             "lidar.npy": rnd.randbytes(rnd.randint(0, max_size)),
