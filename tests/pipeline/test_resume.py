@@ -71,7 +71,8 @@ def test_resume_out_of_order() -> None:
     run_test_save_load_state(make, stops=[0, 3, 7, 10, 13], ordered=False)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_resume_with_process_workers() -> None:
     def make() -> feedline.Loader:
         return feedline.Loader(Numbers(24), batch_size=4, workers=2, worker_type="process",

@@ -60,11 +60,24 @@ def test_slot_larger_than_budget_is_a_resource_error() -> None:
         pool.configure(_layout())
 
 
-def test_cpu_engine_hands_out_a_copy() -> None:
-    slot = torch.arange(6.0)
-    sent, fence = CpuEngine().send({"x": slot, "k": ["a"]})
-    slot.fill_(-1)
-    assert fence is None and sent["x"].tolist() == [0, 1, 2, 3, 4, 5] and sent["k"] == ["a"]
+def test_cpu_engine_gives_the_user_fresh_memory_never_recycled() -> None:
+    layout = _layout()
+    pool = SlotPool(2 * layout.nbytes, pin=False, reuse=False)
+    pool.configure(layout)
+    first = pool.acquire()
+    first.arrays[("x",)][:] = 1
+    sent, fence = CpuEngine().send({"x": first.tensors[("x",)], "k": ["a"]})
+    pool.release(first, fence)
+    second = pool.acquire()  # the budget counts only slots in flight
+    second.arrays[("x",)][:] = 2
+    assert fence is None and sent["k"] == ["a"]
+    assert bool((sent["x"] == 1).all())  # the user's batch was not overwritten
+    assert second.tensors[("x",)].data_ptr() != sent["x"].data_ptr()
+    assert pool.allocated_bytes == layout.nbytes <= pool.peak_bytes <= pool.budget
+    pool.close()
+
+
+def test_make_engine_checks_the_device() -> None:
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="cuda:0"):
             make_engine("cuda")  # the device index must be explicit

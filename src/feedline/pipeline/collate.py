@@ -58,6 +58,11 @@ class Layout:
         return count * np.dtype(leaf.dtype).itemsize
 
     @property
+    def flat(self) -> bool:
+        """True for a flat dict of fields (packed samples): the fast path."""
+        return isinstance(self.skeleton, dict) and all(len(leaf.path) == 1 for leaf in self.leaves)
+
+    @property
     def nbytes(self) -> int:
         """Bytes of one slot (all dense leaves at full batch size)."""
         return sum(self.leaf_bytes(leaf) for leaf in self.dense)
@@ -122,46 +127,63 @@ def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int) -> Lay
     return Layout(skeleton, tuple(leaves), batch_size, max_depth)
 
 
-def check(layout: Layout, sample: Any) -> list[tuple[Path, Any]]:
-    """The sample's leaves in layout order.
-
-    Raises:
-        DecodeError: the structure, a dense shape or dtype differs from the layout.
-    """
+def _leaves(layout: Layout, sample: Any) -> list[Any]:
+    """The sample's leaf values in layout order (structure checked)."""
+    if layout.flat and isinstance(sample, Mapping):
+        try:
+            values = [sample[leaf.path[0]] for leaf in layout.leaves]
+        except KeyError:
+            values = []
+        if values and len(sample) - ("__key__" in sample) == len(values):
+            return values
     skeleton, leaves = flatten(sample, layout.max_depth)
     if skeleton != layout.skeleton:
         raise DecodeError(
             "sample structure differs from the first batch",
             stage="collate", fix="return the same fields from every sample, or pass collate=",
         )
-    for spec, (path, value) in zip(layout.leaves, leaves, strict=True):
+    return [value for _, value in leaves]
+
+
+def check(layout: Layout, sample: Any) -> None:
+    """Check one sample against the layout.
+
+    Raises:
+        DecodeError: the structure, a dense shape or dtype differs from the layout.
+    """
+    for spec, value in zip(layout.leaves, _leaves(layout, sample), strict=True):
         if spec.shape is None:
+            continue
+        if isinstance(value, np.ndarray) and value.shape == spec.shape and (
+                value.dtype.str == spec.dtype):
             continue
         arr = _as_dense(value)
         if arr is None or arr.shape != spec.shape or arr.dtype.str != spec.dtype:
             got = None if arr is None else (tuple(arr.shape), arr.dtype.str)
             raise DecodeError(
                 f"leaf has {got}, the first batch had {(spec.shape, spec.dtype)}",
-                stage="collate", field="/".join(map(str, path)),
+                stage="collate", field="/".join(map(str, spec.path)),
                 fix="make the field fixed-size (resize/pad in transform=) or pass collate=",
             )
-    return leaves
 
 
 def fill(layout: Layout, arrays: Mapping[Path, np.ndarray], samples: Sequence[Any]
          ) -> dict[Path, list[Any]]:
-    """Write dense leaves of ``samples`` into rows of ``arrays`` (the slot).
+    """Write dense leaves of ``samples`` into the first rows of ``arrays`` (the slot).
 
-    Returns the ragged leaves as lists (numpy views are copied so they survive
-    the read buffer). Samples must have passed :func:`check`.
+    One ``numpy.stack(..., out=)`` per dense leaf. Returns the ragged leaves as
+    lists (numpy views are copied so they survive the read buffer). Samples
+    must have passed :func:`check`.
     """
-    ragged: dict[Path, list[Any]] = {leaf.path: [] for leaf in layout.leaves if leaf.shape is None}
-    for row, sample in enumerate(samples):
-        for spec, (path, value) in zip(layout.leaves, flatten(sample, layout.max_depth)[1], strict=True):
-            if spec.shape is not None:
-                arrays[path][row] = value if isinstance(value, np.ndarray) else np.asarray(value)
-            elif isinstance(value, np.ndarray):
-                ragged[path].append(np.array(value, copy=True))
-            else:
-                ragged[path].append(value)
+    columns = list(zip(*(_leaves(layout, s) for s in samples), strict=True))
+    ragged: dict[Path, list[Any]] = {}
+    n = len(samples)
+    for spec, column in zip(layout.leaves, columns, strict=True):
+        if spec.shape is None:
+            ragged[spec.path] = [np.array(v, copy=True) if isinstance(v, np.ndarray) else v
+                                 for v in column]
+        elif spec.shape == ():
+            arrays[spec.path][:n] = column
+        else:
+            np.stack([np.asarray(v) for v in column], out=arrays[spec.path][:n])
     return ragged

@@ -57,11 +57,12 @@ class Prepared:
     """False when prepared before the layout was known (samples not checked against it)."""
 
 
-def worker_error(exc: BaseException, item: Item, stage: str, worker: str) -> WorkerError:
+def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
+                 shard: str | None = None) -> WorkerError:
     """Wrap ``exc`` with its place; keeps type name and traceback text."""
     err = WorkerError(
         f"{type(exc).__name__} in {stage}: {exc}",
-        worker=worker, shard=item.shard, key=item.key, stage=stage,
+        worker=worker, shard=shard or item.shard, key=item.key, stage=stage,
         fix='fix the sample or the function, or pass on_error="skip" to skip bad samples',
     )
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -122,7 +123,8 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None) -> Prepa
                 out.samples.append(sample)
                 out.keys.append(item.key)
             elif ctx.on_error == "raise":
-                raise worker_error(exc, item, stage or "read", worker)
+                raise worker_error(exc, item, stage or "read", worker,
+                                   ctx.source.shard_of(item))
             else:
                 out.skipped.append({"key": item.key, "stage": stage or "read",
                                     "error": type(exc).__name__})

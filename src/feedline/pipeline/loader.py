@@ -135,7 +135,8 @@ class Loader:
         ctx = Context(self._source, decoders, transform, self.on_error)
         opts = Options(self.batch_size, self.workers, self.worker_type,
                        self.workers + self.prefetch, shm_dir, start_method, collate)
-        self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned), opts)
+        self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned,
+                                                        reuse=engine.reuse_slots), opts)
         self._finalizer = weakref.finalize(self, self._rt.close)
         self._pos = state.Position()
         self._restored = False

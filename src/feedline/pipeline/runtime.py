@@ -155,11 +155,7 @@ class Runtime:
         layout = self.ctx.layout
         assert layout is not None
         views, n = arena.slot(res.slot), len(res.keys)
-        if not self.engine.needs_pinned:
-            dense = {p: torch.from_numpy(v[:n]) for p, v in views.items()}
-            tree, fence = self._send(res.job, layout, dense, res.ragged, res.keys, res.worker)
-            return Ready(res.job.batch_id, tree, fence, res.keys, res.skipped, res.worker)
-        slot = self.pool.acquire()
+        slot = self.pool.acquire()  # out of the arena (reused) into a slot (pinned on CUDA)
         fence = None
         try:
             with spans.span("pin", batch=res.job.batch_id, worker=res.worker):

@@ -59,6 +59,10 @@ class SlotPool:
 
     Slots are allocated lazily, the first time no free one exists and the
     budget allows, so a small run never touches the whole budget.
+
+    With ``reuse=False`` (the CPU engine) a released slot is not recycled: its
+    tensors now belong to the user's batch (no copy out), and the budget bounds
+    the bytes of batches still in flight.
     """
 
     def __init__(
@@ -66,18 +70,21 @@ class SlotPool:
         budget: int,
         *,
         pin: bool,
+        reuse: bool = True,
         allocate: Callable[[tuple[int, ...], torch.dtype, bool], torch.Tensor] | None = None,
     ) -> None:
         if budget < 1:
             raise ValueError(f"pinned_budget must be positive, got {budget}")
         self.budget = budget
         self.pin = pin
+        self.reuse = reuse
         self._allocate = allocate or _empty
         self._layout: Layout | None = None
         self._free: deque[Slot] = deque()
         self._pending: deque[tuple[Slot, Fence]] = deque()
         self._cond = threading.Condition()
         self._count = 0
+        self._ids = 0
         self._closed = False
         self.peak_bytes = 0
 
@@ -120,7 +127,8 @@ class SlotPool:
                     return self._free.popleft()
                 if (self._count + 1) * self.slot_bytes <= self.budget:
                     self._count += 1
-                    slot_id = self._count
+                    self._ids += 1
+                    slot_id = self._ids
                     break
                 if not self._pending:
                     self._cond.wait()
@@ -149,7 +157,9 @@ class SlotPool:
     def release(self, slot: Slot, fence: Fence | None = None) -> None:
         """Give ``slot`` back; it is reused only after ``fence`` (if any) completes."""
         with self._cond:
-            if fence is None:
+            if not self.reuse:
+                self._count -= 1  # the user's batch owns the memory now
+            elif fence is None:
                 self._free.append(slot)
             else:
                 self._pending.append((slot, fence))

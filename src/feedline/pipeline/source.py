@@ -88,11 +88,18 @@ class Source:
         except Exception:
             # Isolate the failing sample(s) by reading one at a time.
             return [self._fetch_one(i) for i in indices]
-        items = []
-        for i, sample in zip(indices, samples, strict=True):
-            shard, key = self.locate(i)
-            items.append(Item(i, str(sample.get("__key__", key)), shard, sample))
-        return items
+        # the shard is looked up only when an error needs to name it (see shard_of)
+        return [Item(i, str(s["__key__"]) if "__key__" in s else str(i), None, s)
+                for i, s in zip(indices, samples, strict=True)]
+
+    def shard_of(self, item: Item) -> str | None:
+        """The shard of ``item`` (looked up lazily for packed samples)."""
+        if item.shard is None and self.packed:
+            try:
+                return self.locate(item.index)[0]
+            except Exception:  # the error being reported matters more than its shard
+                return None
+        return item.shard
 
     def _fetch_one(self, index: int) -> Item:
         try:

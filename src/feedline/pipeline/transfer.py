@@ -16,8 +16,9 @@ Both engines have the same interface:
 its memory while the consumer stream may still read it. Host source tensors
 must be pinned for the copy to be asynchronous.
 
-:class:`CpuEngine` copies out of the slot (``clone``) so the user owns the
-batch and the slot is free at once; its fence is ``None``.
+:class:`CpuEngine` hands the slot's tensors to the user without a copy: CPU
+slots are never recycled (the pool only bounds the bytes in flight), so the
+user owns the batch; its fence is ``None``.
 """
 
 from __future__ import annotations
@@ -32,15 +33,20 @@ from feedline.pipeline.slots import Fence
 
 
 class CpuEngine:
-    """The engine for ``device="cpu"``: a copy out of the slot, no fence."""
+    """The engine for ``device="cpu"``: no copy, no fence.
+
+    Its slots are not reused (``reuse_slots = False``): each batch is collated
+    into fresh memory that the user then owns, so nothing can overwrite it.
+    """
 
     needs_pinned = False
+    reuse_slots = False
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
 
     def send(self, tree: Any) -> tuple[Any, Fence | None]:
-        return nested.map_tensors(tree, torch.clone), None
+        return tree, None
 
     def accept(self, tree: Any, fence: Fence | None) -> Any:
         return tree
@@ -54,6 +60,7 @@ class CudaEngine:
     """
 
     needs_pinned = True
+    reuse_slots = True
 
     def __init__(self, device: torch.device) -> None:
         self.device = device

@@ -1,0 +1,94 @@
+"""Shared plumbing of the bench/loader_*.py benchmarks (not a benchmark itself).
+
+Each loader benchmark builds its data in a scratch folder, warms up every
+contender once (worker start-up and page cache are not what is measured),
+times ``--repeat`` epochs of each, and prints medians with a ratio against a
+baseline measured in the same run. ``--json PATH`` writes the same results.
+Numbers from a shared machine are preliminary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """The common options: --quick, --json, --repeat, --dir, --samples, --device."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="small sizes (seconds, for smoke tests)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per contender (median)")
+    p.add_argument("--dir", metavar="DIR", help="scratch folder for the data (default: temp)")
+    p.add_argument("--samples", type=int, help="override the number of samples")
+    p.add_argument("--device", default="cpu", help='"cpu" or "cuda:0"')
+    return p
+
+
+@contextmanager
+def scratch(args: argparse.Namespace, name: str) -> Iterator[Path]:
+    """A fresh scratch folder, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=f"feedline-{name}-", dir=args.dir))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Report:
+    """Rows of timed contenders and ratios between them."""
+
+    def __init__(self, name: str, args: argparse.Namespace, **params: Any) -> None:
+        self.doc: dict[str, Any] = {
+            "benchmark": name, "quick": bool(args.quick), "preliminary": True,
+            "repeat": args.repeat, "params": params, "rows": [], "comparisons": [],
+            "host": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        }
+        self.args = args
+
+    def time(self, name: str, run: Callable[[], int], *, warmup: bool = True) -> dict[str, Any]:
+        """Time ``run`` (returns the samples it processed) ``--repeat`` times."""
+        if warmup:
+            run()
+        runs, count = [], 0
+        for _ in range(max(1, self.args.repeat)):
+            t0 = time.perf_counter()
+            count = run()
+            runs.append(time.perf_counter() - t0)
+        med = statistics.median(runs)
+        row = {"name": name, "median_s": med, "runs_s": runs, "samples": count,
+               "samples_per_s": count / med if med > 0 else float("inf")}
+        self.doc["rows"].append(row)
+        print(f"{name:<40} {med * 1e3:9.1f} ms  {row['samples_per_s']:12.0f} samples/s")
+        return row
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.doc["rows"].append(row)
+
+    def compare(self, ours: str, baseline: str, goal: float, *, key: str = "samples_per_s",
+                higher_is_better: bool = True) -> float:
+        rows = {r["name"]: r for r in self.doc["rows"]}
+        a, b = rows[ours][key], rows[baseline][key]
+        ratio = a / b if higher_is_better else b / a
+        self.doc["comparisons"].append({"ours": ours, "baseline": baseline, "ratio": ratio,
+                                        "goal": goal, "meets_goal": ratio >= goal, "key": key})
+        print(f"  {ours} vs {baseline}: {ratio:.2f}x (goal >= {goal}x)")
+        return ratio
+
+    def finish(self) -> int:
+        if self.args.json:
+            Path(self.args.json).write_text(json.dumps(self.doc, indent=2))
+        return 0
