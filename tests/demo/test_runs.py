@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -66,3 +68,32 @@ def test_measured_run_rejects_an_empty_loader() -> None:
     with pytest.raises(ValueError, match="no batches"):
         measured_run([], name="x", init=init, imu_shape=(10, 6), device="cpu", steps=2,
                      batch_size=1, copy_to_device=False)
+
+
+class _Mixed:
+    """A loader that hands over batches whose lidar sweeps belong to other samples."""
+
+    def __init__(self, inner: Iterable[dict[str, Any]]) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for batch in self.inner:
+            batch["lidar.npy"] = batch["lidar.npy"][1:] + batch["lidar.npy"][:1]
+            yield batch
+
+
+def test_measured_run_stops_on_a_misaligned_first_batch(tiny_raw: Path) -> None:
+    from feedline.demo.align import misaligned
+    from feedline.demo.model import DemoNet
+    from feedline.demo.naive import naive_loader
+    from feedline.demo.runs import measured_run
+    from feedline.errors import FeedlineError
+
+    init = DemoNet((10, 6)).state_dict()
+    kwargs: dict[str, Any] = dict(name="x", init=init, imu_shape=(10, 6), device="cpu",
+                                  steps=2, batch_size=4, copy_to_device=False, verify=misaligned)
+    out = measured_run(naive_loader(tiny_raw, 4), **kwargs)
+    assert len(out.losses) == 2
+    with pytest.raises(FeedlineError, match=r"lidar\.npy") as e:
+        measured_run(_Mixed(naive_loader(tiny_raw, 4)), **kwargs)
+    assert e.value.stage == "collate" and "more" in str(e.value)

@@ -19,7 +19,7 @@ import torch
 
 from feedline.demo import _parts
 from feedline.demo.model import DemoNet, train_step
-from feedline.errors import DeviceError
+from feedline.errors import DeviceError, FeedlineError
 from feedline.observe import spans
 
 LEARNING_RATE = 2e-3
@@ -90,6 +90,17 @@ def warm_up(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], batch: Ma
         torch.cuda.synchronize(dev)
 
 
+def _verify(name: str, batch: Mapping[str, Any],
+            verify: Callable[[Mapping[str, Any]], list[str]]) -> None:
+    problems = verify(batch)
+    if problems:
+        raise FeedlineError(
+            f"run {name!r}: the first batch is wrong: {problems[0]}"
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+            stage="collate", fix="check the loader's collate of multi-rate and ragged fields",
+        )
+
+
 def measured_run(
     batches: Iterable[Mapping[str, Any]],
     *,
@@ -101,6 +112,7 @@ def measured_run(
     batch_size: int,
     copy_to_device: bool,
     on_step: Callable[[], None] | None = None,
+    verify: Callable[[Mapping[str, Any]], list[str]] | None = None,
 ) -> RunOutcome:
     """Train a fresh model from ``init`` for exactly ``steps`` steps, watched.
 
@@ -110,9 +122,12 @@ def measured_run(
         copy_to_device: copy each batch with :func:`to_device` inside an
             ``h2d`` span (the "before" code); otherwise batches arrive on device.
         on_step: called after each step (progress bars).
+        verify: checks the first batch (in the first step, which the report
+            counts as warm-up); returns problems, each one line.
 
     Raises:
         ValueError: ``batches`` yields nothing.
+        FeedlineError: ``verify`` found a problem in the first batch.
     """
     dev = torch.device(device)
     model, opt = _fresh(init, imu_shape, dev)
@@ -125,6 +140,8 @@ def measured_run(
             if copy_to_device:
                 with spans.span("h2d"):
                     batch = to_device(batch, dev)
+            if verify is not None and not losses:
+                _verify(name, batch, verify)
             losses.append(train_step(model, opt, batch, dev))
             if on_step is not None:
                 on_step()
