@@ -198,10 +198,10 @@ def notes(c: Comparison) -> list[str]:
         lines.append(f"{r.name}: {_verdict(r)}, {_pct(r.stall_fraction)} of each step waiting for data")
         lines += [f"  - {f}" for f in r.findings[:2]]
     if not c.before.device.startswith("cuda"):
-        lines.append(
-            "note: on cpu nothing crosses PCIe; the before run's H2D is its .to('cpu') call, "
-            "feedline's is the copy out of its batch slot, done by a loader thread, not the step"
-        )
+        after = ("made no copy" if c.after.h2d_per_batch_s is None
+                 else "timed its hand-over of each batch, done by a loader thread, not the step")
+        lines.append("note: on cpu nothing crosses PCIe; the before run's H2D is its .to('cpu') "
+                     f"call, feedline's loader {after}")
     return lines
 
 
