@@ -34,6 +34,10 @@ def _open_plain(path: str) -> int:
         raise ReadError(f"cannot open {path}: {e.strerror}", path=path) from e
 
 
+def _nbytes(buffer: Any) -> int:
+    return int(buffer.nbytes) if isinstance(buffer, (np.ndarray, memoryview)) else memoryview(buffer).nbytes
+
+
 def pread_into(fd: int, offset: int, buffer: Any, *, stop_on_partial_block: bool = False) -> int:
     """Fill ``buffer`` from ``fd`` at ``offset``; return the bytes read (< len at EOF).
 
@@ -41,7 +45,7 @@ def pread_into(fd: int, offset: int, buffer: Any, *, stop_on_partial_block: bool
     that ends off a block boundary is end of file and stops the loop, since
     another O_DIRECT read at an unaligned offset would fail.
     """
-    want = buffer.nbytes if isinstance(buffer, np.ndarray) else memoryview(buffer).nbytes
+    want = _nbytes(buffer)
     got = os.preadv(fd, [buffer], offset) if want else 0  # the common case: one call
     if got == 0 or got == want or (stop_on_partial_block and got % PAGE):
         return got
@@ -73,7 +77,10 @@ class BufferedReader:
     def read_into(self, handle: Any, offset: int, buffer: Any) -> int:
         """Read ``len(buffer)`` bytes at ``offset`` (fewer at end of file); GIL released."""
         try:
-            return pread_into(handle, offset, buffer)
+            n = os.preadv(handle, [buffer], offset)  # the common case: one call fills it
+            if n == 0 or n == _nbytes(buffer):
+                return n
+            return n + pread_into(handle, offset + n, memoryview(buffer).cast("B")[n:])
         except OSError as e:
             raise ReadError(f"read of {memoryview(buffer).nbytes} bytes at {offset} failed: {e.strerror}") from e
 

@@ -130,30 +130,33 @@ def _arenas(jobs: list[ShardJob]) -> list[list[tuple[ShardJob, Window, int]]]:
 
 
 def read_jobs(jobs: list[ShardJob], reader: Reader, pool: HostBufferPool, algo: str | None) -> None:
-    """Read every window of ``jobs`` (one buffer per arena, not per sample) and slice the samples."""
+    """Read every window of ``jobs`` (one buffer per arena, not per sample) and slice the samples.
+
+    This is the per-window hot loop: attribute lookups are hoisted and the span
+    hook is only entered when a sink listens.
+    """
+    read_into = reader.read_into
+    direct = reader.direct
+    traced = spans.active()
     for group in _arenas(jobs):
-        job, w, off = group[-1]
-        buf = _allocate(reader, pool, off + w.size)
+        _, last_w, last_off = group[-1]
+        buf = _allocate(reader, pool, last_off + last_w.size)
         whole = memoryview(buf) if reader.device == "cpu" else buf
         base = _address(buf)
         for job, w, off in group:
             if w.size:  # a window of only empty members reads nothing
-                _read_window(job, w, reader, buf[off : off + w.size], base + off)
+                handle = job.state.handle(reader)
+                target = buf[off : off + w.size]
+                if direct:
+                    validate_direct(w, base + off, shard=job.state.entry.name)
+                if traced:
+                    with spans.span("read", shard=job.state.entry.name, bytes=w.size, backend=reader.name):
+                        got = read_into(handle, w.start, target)
+                else:
+                    got = read_into(handle, w.start, target)
+                if got < w.length:
+                    raise _truncated(job.state.entry, job.samples, w, got)
             _slice_samples(job, w, whole, w.start - off, algo)
-
-
-def _read_window(job: ShardJob, w: Window, reader: Reader, target: Any, address: int) -> None:
-    entry = job.state.entry
-    if reader.direct:
-        validate_direct(w, address, shard=entry.name)
-    handle = job.state.handle(reader)
-    if spans.active():
-        with spans.span("read", shard=entry.name, bytes=w.size, backend=reader.name):
-            got = reader.read_into(handle, w.start, target)
-    else:
-        got = reader.read_into(handle, w.start, target)
-    if got < w.length:
-        raise _truncated(entry, job.samples, w, got)
 
 
 def _member_rows(index: Any, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
