@@ -15,7 +15,7 @@ from feedline.observe._torch_hooks import (
     install_copy_hook,
     install_fetch_hooks,
     read_worker_spans,
-    run_delay,
+    sched_times,
     uninstall_copy_hook,
     uninstall_fetch_hooks,
 )
@@ -100,7 +100,10 @@ def test_read_worker_spans_skips_a_torn_last_line(tmp_path) -> None:  # type: ig
     assert [s.start for s in read_worker_spans(tmp_path)] == [1.0]
 
 
-def test_run_delay_is_monotonic() -> None:
-    a = run_delay()
-    b = run_delay()
-    assert 0.0 <= a <= b
+def test_sched_times_counts_this_threads_cpu() -> None:
+    cpu0, q0 = sched_times()
+    end = time.thread_time() + 0.02
+    while time.thread_time() < end:
+        pass
+    cpu1, q1 = sched_times()
+    assert 0.015 <= cpu1 - cpu0 <= 0.5 and q1 >= q0 >= 0.0

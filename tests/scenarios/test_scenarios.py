@@ -19,7 +19,7 @@ import pytest
 
 SCRIPTS = Path(__file__).parent / "scripts"
 SCENARIOS = {
-    "slow_read": 30, "slow_decode": 25, "compute_bound": 20, "balanced": 40, "bursty": 40,
+    "slow_read": 30, "slow_decode": 25, "compute_bound": 16, "balanced": 30, "bursty": 40,
     "naive_before": 12,
 }
 
@@ -97,7 +97,7 @@ def test_serial_loader_gets_num_workers_finding_with_fix(runs: dict) -> None:
 def test_compute_bound_has_no_data_findings(runs: dict) -> None:
     data = _ok(runs, "compute_bound")
     assert not [f for f in data["findings"] if f["severity"] == "high"], data["findings"]
-    assert data["stall_fraction"] < 0.10
+    assert data["stall_fraction"] < 0.15
     assert data["predicted_gain"] == 1.0
 
 

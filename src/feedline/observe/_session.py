@@ -235,12 +235,15 @@ class Session:
         gpu = list(self.body)
         if self.device_type != "cpu" and self._timer is not None:
             gpu = self._timer.finish() if self._stopped else self._timer.snapshot()
+        cut = self.starts[end] if end < len(self.starts) else float("inf")
+        copies = [(r, d) for r, d in zip(self.copy_log.records, self.copy_log.durations(),
+                                         strict=False) if r.start < cut]
         m = Measurements(
             name=self.name, device_type=self.device_type, wait=self.wait[:end],
             body=self.body[:end], gpu=gpu[:end], spans=self.recorder.spans(),
             step_starts=self.starts[:end],
-            copy_times=[d for r, d in zip(self.copy_log.records, self.copy_log.durations(), strict=False)
-                        if r.start < (self.starts[end] if end < len(self.starts) else float("inf"))],
+            copy_times=[d for _, d in copies],
+            blocking_copy_s=sum(d for r, d in copies if not (r.pinned and r.non_blocking)),
             copies=self.copy_log.summary(), loader=dict(self.loader),
             batch_samples=self.batch_size, batch_bytes=self.batch_bytes,
             host=self.sampler.summary(), pinned_series=list(self.pinned),

@@ -216,18 +216,18 @@ _worker_files: dict[int, Any] = {}
 
 
 class _TimedCollate:
-    """Wraps a fetcher's collate_fn and remembers the last call's wall/CPU times."""
+    """Wraps a fetcher's collate_fn and remembers the last call's start and end."""
 
     _feedline_timed = True
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
-        self.last = (0.0, 0.0, 0.0)
+        self.last = (0.0, 0.0)
 
     def __call__(self, data: Any) -> Any:
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0 = time.perf_counter()
         out = self.fn(data)
-        self.last = (t0, time.perf_counter(), time.thread_time() - c0)
+        self.last = (t0, time.perf_counter())
         return out
 
 
@@ -250,17 +250,33 @@ def _deliver(stage: str, start: float, end: float, **attrs: Any) -> None:
     fh.flush()
 
 
-def run_delay() -> float:
-    """Seconds this thread has waited on a run queue (Linux schedstat; 0.0 elsewhere).
+_sched_tls = threading.local()
 
-    CPU-bound work on a busy host is delayed by the scheduler; counting that
-    delay as CPU demand keeps a slow decode from looking like a slow read.
+
+def sched_times() -> tuple[float, float]:
+    """(CPU seconds, run-queue seconds) of the calling thread, from Linux schedstat.
+
+    The run-queue delay is how long the thread waited for a core: CPU-bound
+    work on a busy host is delayed by the scheduler, and counting that delay
+    keeps a slow decode from looking like a slow read. One ``pread`` on a
+    per-thread descriptor (reopened after fork); elsewhere falls back to
+    ``(time.thread_time(), 0.0)``.
     """
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    pid = os.getpid()
+    held = getattr(_sched_tls, "fd", None)
+    if held is None or held[0] != pid:
+        try:
+            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            fd = -1
+        held = _sched_tls.fd = (pid, fd)
+    if held[1] >= 0:
+        try:
+            parts = os.pread(held[1], 128, 0).split()
+            return int(parts[0]) / 1e9, int(parts[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass  # fall through to the portable clock
+    return time.thread_time(), 0.0
 
 
 def _make_fetch(orig: Any) -> Any:
@@ -268,14 +284,20 @@ def _make_fetch(orig: Any) -> Any:
         col = self.collate_fn
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col)
-        t0, c0, q0 = time.perf_counter(), time.thread_time(), run_delay()
+        t0 = time.perf_counter()
+        c0, q0 = sched_times()
         out = orig(self, index)
-        cpu, queued = time.thread_time() - c0, run_delay() - q0
-        c_start, c_end, c_cpu = col.last
+        c1, q1 = sched_times()
+        c_start, c_end = col.last
         if c_start < t0:  # collate did not run (should not happen): whole fetch is items
-            c_start, c_end, c_cpu = time.perf_counter(), time.perf_counter(), 0.0
-        _deliver("fetch", t0, c_start, cpu=max(0.0, cpu - c_cpu), runq=max(0.0, queued))
-        _deliver("collate", c_start, c_end, cpu=c_cpu)
+            c_start = c_end = time.perf_counter()
+        # CPU and queueing of the whole fetch, collate included; the report counts
+        # collate as CPU work, so the fetch keeps the share of its own wall time.
+        wall = max(c_end - t0, 1e-12)
+        share = (c_start - t0) / wall
+        _deliver("fetch", t0, c_start, cpu=max(0.0, c1 - c0) * share,
+                 runq=max(0.0, q1 - q0) * share)
+        _deliver("collate", c_start, c_end)
         return out
 
     fetch._feedline_orig = orig  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ from feedline.observe.findings import Finding, RunFacts, detect, recommended_wor
 
 VERDICTS = ("data-bound", "compute-bound", "balanced")
 DATA_BOUND_STALL = 0.25
-COMPUTE_BOUND_STALL = 0.10
+COMPUTE_BOUND_STALL = 0.15
 BALANCED_RATIO = 0.7
 
 
@@ -35,6 +35,8 @@ class Measurements:
     spans: list[Span]
     step_starts: list[float] = field(default_factory=list)
     copy_times: list[float] = field(default_factory=list)
+    blocking_copy_s: float = 0.0
+    """Total time of copies that block the step (pageable, or without non_blocking)."""
     copies: dict[str, int] = field(default_factory=dict)
     loader: dict[str, Any] = field(default_factory=dict)
     batch_samples: int | None = None
@@ -218,7 +220,9 @@ def build_report(m: Measurements) -> Report:
     iters = [a + b for a, b in zip(wait, body, strict=True)]
     step = summarize(iters) if iters else EMPTY_STATS
     wait_s = summarize(wait)
-    stall = sum(wait) / sum(iters) if iters and sum(iters) > 0 else 0.0
+    # A blocking host-to-device copy inside the step is a data stall too: the device waits.
+    stall_s = sum(wait) + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
+    stall = min(1.0, stall_s / sum(iters)) if iters and sum(iters) > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
     workers = int(m.loader.get("num_workers") or 0)
     data_time = (pb["read"] + pb["decode"]) / max(workers, 1)

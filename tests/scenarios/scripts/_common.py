@@ -47,8 +47,9 @@ class Samples(torch.utils.data.Dataset):
     """``n`` samples of ``features`` floats; ``item(i)`` adds the per-sample cost."""
 
     def __init__(self, n: int, features: int, read_s: float = 0.0, decode_s: float = 0.0,
-                 slow_every: int = 0, slow_s: float = 0.0, batch: int = 1) -> None:
-        self.n, self.features = n, features
+                 slow_every: int = 0, slow_s: float = 0.0, batch: int = 1,
+                 batch_read_s: float = 0.0) -> None:
+        self.n, self.features, self.batch_read_s = n, features, batch_read_s
         self.read_s, self.decode_s = read_s, decode_s
         self.slow_every, self.slow_s, self.batch = slow_every, slow_s, batch
 
@@ -58,6 +59,8 @@ class Samples(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.read_s:
             time.sleep(self.read_s)
+        if self.batch_read_s and i % self.batch == 0:  # one storage round trip per batch
+            time.sleep(self.batch_read_s)
         if self.decode_s:
             burn(self.decode_s)
         if self.slow_every and i % (self.slow_every * self.batch) == 0:

@@ -1,0 +1,99 @@
+"""`feedline diagnose` as a command: exit status, reports on crashes, nesting, no loader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+NESTED_EXIT_3 = """
+import sys, time
+import torch
+from torch.utils.data import DataLoader
+outer = DataLoader(list(range(40)), batch_size=2)
+inner = DataLoader(list(range(400)), batch_size=4)
+it = iter(inner)
+for step, batch in enumerate(outer):
+    next(it)            # a loader used inside the step: timed as a stage, not a step
+    time.sleep(0.002)
+    if step == 6:
+        sys.exit(3)
+"""
+
+CRASH = """
+import time
+from torch.utils.data import DataLoader
+for step, batch in enumerate(DataLoader(list(range(40)), batch_size=2)):
+    time.sleep(0.002)
+    if step == 4:
+        raise RuntimeError("boom in the training step")
+"""
+
+NO_LOADER = """
+print("no data loader here")
+"""
+
+
+def run(tmp: Path, name: str, body: str, *opts: str) -> tuple[subprocess.CompletedProcess, dict]:
+    script = tmp / f"{name}.py"
+    script.write_text(textwrap.dedent(body))
+    out = tmp / f"{name}.json"
+    cmd = [sys.executable, "-m", "feedline", "diagnose", "--json", str(out), *opts, "--",
+           sys.executable, str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, check=False)
+    return proc, (json.loads(out.read_text()) if out.exists() else {})
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("cli")
+    jobs = {"nested": (NESTED_EXIT_3,), "crash": (CRASH,), "none": (NO_LOADER,)}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futs = {k: pool.submit(run, tmp, k, *v) for k, v in jobs.items()}
+        return {k: f.result() for k, f in futs.items()}
+
+
+@pytest.mark.timeout(300)
+def test_exit_status_is_preserved_and_only_the_outer_loader_steps(results: dict) -> None:
+    proc, data = results["nested"]
+    assert proc.returncode == 3, proc.stderr
+    assert data["steps"] == 6  # 7 steps (0..6), the first is warm-up
+    assert data["stages"]["fetch"]["count"] >= 14  # both loaders' fetches are timed
+    assert "STEP (wait+body)" in proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_crashing_script_still_gets_its_report(results: dict) -> None:
+    proc, data = results["crash"]
+    assert proc.returncode == 1
+    assert "boom in the training step" in proc.stderr
+    assert data["steps"] == 4
+
+
+@pytest.mark.timeout(300)
+def test_a_script_without_a_loader_says_so(results: dict) -> None:
+    proc, data = results["none"]
+    assert proc.returncode == 0
+    assert "no data loader here" in proc.stdout
+    assert "no training steps measured" in proc.stderr
+    assert data["steps"] == 0
+
+
+def test_missing_command_is_a_usage_error() -> None:
+    proc = subprocess.run([sys.executable, "-m", "feedline", "diagnose"], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert "no training command given" in proc.stderr
+
+
+def test_unstartable_command_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "feedline", "diagnose", "--",
+                           str(tmp_path / "nope")], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 2
+    assert "cannot start" in proc.stderr
