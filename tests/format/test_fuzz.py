@@ -157,15 +157,19 @@ def test_fuzz_reader_default(corpus: tuple[bytes, bytes, bytes, Path]) -> None:
     assert caught > 3500  # nearly every mutation is detected, the rest are harmless
 
 
-@pytest.mark.timeout(60)
-def test_fuzz_adopting_mutated_tars(corpus: tuple[bytes, bytes, bytes, Path]) -> None:
+def _adopt_mutated(corpus: tuple[bytes, bytes, bytes, Path], cases: int, seed: int) -> None:
     shard, _, _, root = corpus
-    rnd = random.Random(2)
+    rnd = random.Random(seed)
     path = root / "mut.tar"
-    for n in range(200):
+    for n in range(cases):
         mutate = rnd.choice(SHARD_MUTATIONS)
         path.write_bytes(mutate(rnd, shard))
         _only_feedline_errors(partial(index_tar, path, root / "mut.tar.idx"), f"case {n}: tar {mutate.__name__}")
+
+
+@pytest.mark.timeout(60)
+def test_fuzz_adopting_mutated_tars(corpus: tuple[bytes, bytes, bytes, Path]) -> None:
+    _adopt_mutated(corpus, 100, seed=2)
 
 
 def test_untouched_corpus_opens(corpus: tuple[bytes, bytes, bytes, Path]) -> None:
@@ -180,3 +184,9 @@ def test_untouched_corpus_opens(corpus: tuple[bytes, bytes, bytes, Path]) -> Non
 @pytest.mark.parametrize("seed", range(10))
 def test_fuzz_reader_many(corpus: tuple[bytes, bytes, bytes, Path], seed: int) -> None:
     _run(corpus, 50_000, seed=100 + seed)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_fuzz_adopting_many(corpus: tuple[bytes, bytes, bytes, Path]) -> None:
+    _adopt_mutated(corpus, 5000, seed=3)
