@@ -120,9 +120,14 @@ def index_cmd(
     checksum: Annotated[str, typer.Option("--checksum", help="checksum algorithm: xxh3 or crc32c")] = "xxh3",
 ) -> None:
     """Adopt existing tar shards: build their indexes and a manifest without rewriting them."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
     from feedline.format import index_tars
 
-    manifest = index_tars(tars, out, checksum_algo=checksum)
+    columns = (TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=_console(), transient=True) as bar:
+        task = bar.add_task("index", total=len(tars))
+        manifest = index_tars(tars, out, checksum_algo=checksum, progress=lambda done, _: bar.update(task, completed=done))
     root = out if out is not None else tars[0].parent
     print(f"indexed {manifest.num_samples} samples in {len(manifest.shards)} tar(s) -> {root / 'manifest.json'}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mmap
 import os
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +112,7 @@ def index_tars(
     out_dir: str | os.PathLike[str] | None = None,
     *,
     checksum_algo: str = "xxh3",
+    progress: Callable[[int, int], None] | None = None,
 ) -> Manifest:
     """Build ``.idx`` files and a manifest for existing WebDataset tars.
 
@@ -120,6 +121,8 @@ def index_tars(
         out_dir: the dataset root, where indexes and ``manifest.json`` go
             (default: the folder of the first tar). Shards are named by their
             path relative to it.
+        checksum_algo: ``"xxh3"`` or ``"crc32c"``.
+        progress: called with ``(tars done, tars total)`` after each tar.
 
     Raises:
         ConfigError: no tars, or a missing file.
@@ -156,6 +159,8 @@ def index_tars(
             )
         )
         indexes.append(index)
+        if progress is not None:
+            progress(len(indexes), len(paths))
     fsync_dir(root)
     manifest = Manifest(
         version=FORMAT_VERSION,
