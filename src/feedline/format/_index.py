@@ -118,9 +118,7 @@ def _parse_header(data: memoryview, shard: str) -> dict[str, int]:
             "counts disagree with its size (truncated, padded or corrupt)",
             shard,
         )
-    if head["num_samples"] > head["num_members"] or head["num_fields"] > max(
-        head["num_members"], 0
-    ):
+    if head["num_samples"] > head["num_members"] or head["num_fields"] > head["num_members"]:
         raise _fail(
             f"index counts are inconsistent: {head['num_samples']} samples, "
             f"{head['num_fields']} fields, {head['num_members']} members",
@@ -141,10 +139,8 @@ def _check_body_checksum(data: memoryview, stored: int, shard: str) -> None:
 
 
 def _parse_table(blob: memoryview, count: int, what: str, shard: str) -> list[str]:
-    try:
-        text = bytes(blob).decode("utf-8", "surrogateescape") if len(blob) else ""
-    except UnicodeDecodeError:  # pragma: no cover - surrogateescape never fails on bytes
-        raise _fail(f"{what} table is not UTF-8", shard) from None
+    # surrogateescape keeps non-UTF-8 file names (as tar does); decoding cannot fail
+    text = bytes(blob).decode("utf-8", "surrogateescape")
     names = text.split("\n") if text else []
     if len(names) != count:
         raise _fail(f"{what} table holds {len(names)} names, the header says {count}", shard)
