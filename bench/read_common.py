@@ -168,13 +168,23 @@ def report(name: str, args: argparse.Namespace, params: dict[str, Any], rows: li
     return doc
 
 
+def _consume(samples: list[dict[str, Any]]) -> int:
+    total = 0
+    for sample in samples:
+        for key, value in sample.items():
+            if key != "__key__":
+                total += value.nbytes
+    return total
+
+
 def read_all(ds: Any, order: np.ndarray | range, batch: int = 256) -> int:
-    """Read every sample in ``order`` through ``ds.read_many`` in batches; returns bytes seen."""
+    """Read every sample in ``order`` through ``ds.read_many`` in batches; returns bytes seen.
+
+    Each batch is consumed and dropped before the next is read (as a training
+    loop does after collating), so its window buffers go back to the pool.
+    """
     total = 0
     order = np.asarray(order)
     for lo in range(0, len(order), batch):
-        for sample in ds.read_many(order[lo : lo + batch]):
-            for key, value in sample.items():
-                if key != "__key__":
-                    total += value.nbytes
+        total += _consume(ds.read_many(order[lo : lo + batch]))
     return total

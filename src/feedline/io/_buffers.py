@@ -63,8 +63,9 @@ class HostBufferPool:
             uncached buffer instead of waiting (correct, just not recycled).
 
     Buffers have power-of-two capacities (>= 64 KiB), so windows of similar
-    size reuse the same buffer. A buffer is reused only when nothing but the
-    pool references it.
+    size reuse the same buffer; the most recently used idle buffer that fits
+    is preferred. A buffer is reused only
+    when nothing but the pool references it.
     """
 
     def __init__(self, *, align: int = PAGE, max_cached: int = 8) -> None:
@@ -95,22 +96,34 @@ class HostBufferPool:
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         with self._lock:
-            best = -1
-            for i in range(len(self._raw)):
-                cap = self._capacity(i)
-                if cap >= nbytes and self._idle(i) and (best < 0 or cap < self._capacity(best)):
-                    best = i
-            if best >= 0:
-                pad = self._pad[best]
-                return self._raw[best][pad : pad + nbytes]
+            i = self._pick(nbytes)
+            if i >= 0:
+                raw, pad = self._raw.pop(i), self._pad.pop(i)
+                self._raw.insert(0, raw)  # most recently used first
+                self._pad.insert(0, pad)
+                return raw[pad : pad + nbytes]
             raw, pad = _allocate(_capacity_for(nbytes), self.align)
             self.allocations += 1
             if len(self._raw) < self.max_cached:
-                self._raw.append(raw)
-                self._pad.append(pad)
+                self._raw.insert(0, raw)
+                self._pad.insert(0, pad)
             else:
                 self._replace_idle(raw, pad)
             return raw[pad : pad + nbytes]
+
+    def _pick(self, nbytes: int) -> int:
+        """The most recently used idle buffer that fits without wasting more than 4x
+        (it is likely still in the CPU cache), else the smallest idle one that fits."""
+        smallest = -1
+        for i in range(len(self._raw)):
+            cap = self._capacity(i)
+            if cap < nbytes or not self._idle(i):
+                continue
+            if cap <= max(4 * nbytes, _MIN_CAPACITY):
+                return i
+            if smallest < 0 or cap < self._capacity(smallest):
+                smallest = i
+        return smallest
 
     def _replace_idle(self, raw: np.ndarray, pad: int) -> None:
         # Swap the smallest idle buffer for the bigger new one so the pool adapts.
