@@ -1,0 +1,64 @@
+"""Smoke tests of bench/loader_*.py: they run at a tiny size and write well-formed
+results. No timing assertions (the machine is shared)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{script[:-3]}", ROOT / "bench" / script)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out = tmp_path / "result.json"
+        rc = module.main(["--quick", "--repeat", "1", "--json", str(out), "--dir", str(tmp_path),
+                          *extra])
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert rc == 0
+    doc: dict[str, Any] = json.loads(out.read_text())
+    assert doc["preliminary"] is True and doc["quick"] is True and doc["rows"]
+    for row in doc["rows"]:
+        assert row["median_s"] > 0 and math.isfinite(row["samples_per_s"]) and row["samples"] > 0
+    assert doc["comparisons"]
+    for comp in doc["comparisons"]:
+        assert comp["ratio"] > 0 and isinstance(comp["meets_goal"], bool) and comp["baseline"]
+    return doc
+
+
+@pytest.mark.timeout(300)
+def test_loader_small(tmp_path: Path) -> None:
+    doc = _run("loader_small.py", tmp_path, "--samples", "600")
+    assert doc["comparisons"][0]["baseline"] == "torch DataLoader (2 processes)"
+
+
+@pytest.mark.timeout(300)
+def test_loader_jpeg(tmp_path: Path) -> None:
+    doc = _run("loader_jpeg.py", tmp_path, "--samples", "70")
+    assert len(doc["comparisons"]) == 3
+
+
+@pytest.mark.timeout(300)
+def test_loader_overlap(tmp_path: Path) -> None:
+    doc = _run("loader_overlap.py", tmp_path, "--samples", "6")
+    assert {c["case"] for c in doc["cases"]} == {"data faster than step", "data slower than step"}
+    assert all(c["predicted_step_s"] > 0 for c in doc["cases"])
+
+
+@pytest.mark.timeout(300)
+def test_loader_memory(tmp_path: Path) -> None:
+    doc = _run("loader_memory.py", tmp_path, "--samples", "600")
+    assert doc["pinned_peak_bytes"] <= doc["params"]["budget"]
+    assert len(doc["rss_bytes"]) == 3
