@@ -100,3 +100,19 @@ def test_cli_pack_killed_at_any_point_is_all_or_nothing(make_src, tmp_path: Path
         assert verify(out) == []
     manifest = pack(src, out, shard_size=16 << 10)
     assert manifest.num_samples == len(samples) and verify(out) == []
+
+
+def test_rerun_rewrites_shards_whose_sources_changed(make_src, read_all, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src, samples = make_src(n=30)
+    for path in src.rglob("*"):  # sources older than any shard, whatever the clock granularity
+        os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    out = tmp_path / "out"
+    first = pack(src, out, shard_size=SHARD)
+    inodes = {s.name: (out / s.name).stat().st_ino for s in first.shards}
+    key = sorted(samples)[-1]  # lives in the last shard
+    new = bytes(reversed(samples[key]["json"]))  # same size, new content
+    (src / f"{key}.json").write_bytes(new)
+    second = pack(src, out, shard_size=SHARD)
+    changed = [s.name for s in second.shards if (out / s.name).stat().st_ino != inodes[s.name]]
+    assert changed == [first.shards[-1].name]
+    assert read_all(out)[key]["json"] == new

@@ -97,9 +97,16 @@ def _loaded(samples: list[PlannedSample], algo: str, pool: ThreadPoolExecutor | 
 
 
 def _reusable(path: Path, planned: list[PlannedSample], align: int, algo: str) -> ShardIndex | None:
-    """The index of a complete shard from an earlier run, if it matches the plan."""
+    """The index of a complete shard from an earlier run, if it matches the plan.
+
+    It must list the same keys, fields and sizes, and no source file may have
+    been modified after the shard was written.
+    """
     index_path = path.with_name(path.name + ".idx")
     if not (path.is_file() and index_path.is_file()):
+        return None
+    written = path.stat().st_mtime_ns
+    if any(f.mtime_ns >= written for s in planned for f in s.files):
         return None
     try:
         index = ShardIndex.load(index_path, shard_size=path.stat().st_size, shard=path.name)

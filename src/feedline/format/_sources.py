@@ -13,18 +13,19 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from feedline.errors import ConfigError
 from feedline.format._tar import BLOCK, END_OF_ARCHIVE, header_upper_bound, round_up, split_name
 
 
-@dataclass(frozen=True)
-class SourceFile:
-    """One file of a sample: its field name, path on disk and size at planning time."""
+class SourceFile(NamedTuple):
+    """One file of a sample: field name, path on disk, size and mtime at planning time."""
 
     field: str
     path: str
     size: int
+    mtime_ns: int
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ class PlannedSample:
         return total
 
 
-def _walk(root: Path, prefix: str = "", skip: Path | None = None) -> Iterable[tuple[str, str, int]]:
-    """(relative name, path, size) of every non-hidden file below ``root``, sorted.
+def _walk(root: Path, prefix: str = "", skip: Path | None = None) -> Iterable[tuple[str, str, os.stat_result]]:
+    """(relative name, path, stat) of every non-hidden file below ``root``, sorted.
 
     The folder ``skip`` (the output folder, when it lies inside a source) is left out.
     """
@@ -61,13 +62,16 @@ def _walk(root: Path, prefix: str = "", skip: Path | None = None) -> Iterable[tu
                 continue
             yield from _walk(Path(entry.path), f"{prefix}{entry.name}/", skip)
         elif entry.is_file():
-            yield prefix + entry.name, entry.path, entry.stat().st_size
+            yield prefix + entry.name, entry.path, entry.stat()
 
 
-def _listed(list_file: Path) -> Iterable[tuple[str, str, int]]:
+def _listed(list_file: Path) -> Iterable[tuple[str, str, os.stat_result]]:
     base = list_file.parent
-    with open(list_file, encoding="utf-8") as f:
-        lines = [line.strip() for line in f]
+    try:
+        with open(list_file, encoding="utf-8") as f:
+            lines = [line.strip() for line in f]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read list file {str(list_file)!r}: {e}", fix="give a UTF-8 text file, one path per line") from None
     for line in lines:
         if not line or line.startswith("#"):
             continue
@@ -76,13 +80,13 @@ def _listed(list_file: Path) -> Iterable[tuple[str, str, int]]:
         if rel.startswith(".."):
             rel = path.name
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
         except OSError as e:
             raise ConfigError(
                 f"{list_file}: cannot read listed file {line!r}: {e.strerror}",
                 fix="fix the path in the list file",
             ) from None
-        yield rel.replace(os.sep, "/"), str(path), size
+        yield rel.replace(os.sep, "/"), str(path), st
 
 
 def collect(sources: Iterable[str | os.PathLike[str]], exclude: str | os.PathLike[str] | None = None) -> list[PlannedSample]:
@@ -104,7 +108,7 @@ def collect(sources: Iterable[str | os.PathLike[str]], exclude: str | os.PathLik
             entries = _listed(src)
         else:
             raise ConfigError(f"source {str(src)!r} does not exist", fix="pass a folder or a list file")
-        for rel, path, size in entries:
+        for rel, path, st in entries:
             parts = split_name(rel)
             if parts is None:
                 raise ConfigError(
@@ -120,7 +124,7 @@ def collect(sources: Iterable[str | os.PathLike[str]], exclude: str | os.PathLik
                     field=field,
                     fix="each key.field must come from one file",
                 )
-            sample[field] = SourceFile(field, path, size)
+            sample[field] = SourceFile(field, path, st.st_size, st.st_mtime_ns)
     if not grouped:
         raise ConfigError("no files found in the sources", fix="check the SRC paths")
     return [
