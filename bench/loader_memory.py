@@ -14,6 +14,7 @@ import sys
 import time
 
 import psutil
+
 from loader_common import Report, parser, scratch
 from loader_small import build
 

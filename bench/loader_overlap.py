@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 import numpy as np
+
 from loader_common import Report, parser
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from loader_common import Report, parser, scratch
 
 
@@ -56,7 +57,6 @@ def build(folder: Path, n: int) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = parser(__doc__.splitlines()[0]).parse_args(argv)
     n = args.samples or (2048 if args.quick else 32768)
-    import torch
     from torch.utils.data import DataLoader
 
     import feedline
@@ -79,8 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         report.time("torch DataLoader (2 processes)", theirs)
         report.compare("feedline Loader (2 threads)", "torch DataLoader (2 processes)", 2.0)
         loader.close()
-        del baseline
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return report.finish()
 
 
