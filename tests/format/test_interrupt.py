@@ -43,6 +43,12 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60.0) 
         time.sleep(0.005)  # polling interval, not a synchronisation sleep
 
 
+def _age(src: Path) -> None:
+    """Date the sources in the past, so no shard looks older than them whatever the clock tick."""
+    for path in src.rglob("*"):
+        os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+
+
 def _kill_midway(src: Path, out: Path, stall_after: int) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(src), str(out), str(stall_after), str(SHARD)])
     try:
@@ -56,6 +62,7 @@ def _kill_midway(src: Path, out: Path, stall_after: int) -> None:
 @pytest.mark.timeout(120)
 def test_killed_pack_leaves_no_manifest_and_rerun_reuses_complete_shards(make_src, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     src, _ = make_src(n=40)
+    _age(src)
     ref = pack(src, tmp_path / "ref", shard_size=SHARD, align=4096)
     assert len(ref.shards) >= 4
     out = tmp_path / "out"
@@ -104,8 +111,7 @@ def test_cli_pack_killed_at_any_point_is_all_or_nothing(make_src, tmp_path: Path
 
 def test_rerun_rewrites_shards_whose_sources_changed(make_src, read_all, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     src, samples = make_src(n=30)
-    for path in src.rglob("*"):  # sources older than any shard, whatever the clock granularity
-        os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    _age(src)
     out = tmp_path / "out"
     first = pack(src, out, shard_size=SHARD)
     inodes = {s.name: (out / s.name).stat().st_ino for s in first.shards}
