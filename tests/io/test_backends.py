@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from iodata import Samples, disk_dir, expected_samples
 
-from feedline.errors import AlignmentError, DeviceError
+from feedline.errors import AlignmentError, DeviceError, ReadError
 from feedline.io import (
     BufferedReader,
     DirectReader,
@@ -190,3 +190,16 @@ def test_aligned_empty_is_aligned() -> None:
         assert buf.size == n and buffer_address(buf) % 4096 == 0
     with pytest.raises(ValueError, match="align"):
         aligned_empty(10, 3000)
+
+
+def test_direct_read_of_a_shard_truncated_after_open_names_the_sample(disk_dataset: Path) -> None:
+    ds = open_dataset(disk_dataset, io="direct")
+    index = ds._state().catalog.shards[1].index
+    first = index.sample_members(7)[0]
+    shard = disk_dataset / "shard-00001.tar"
+    shard.write_bytes(shard.read_bytes()[: int(first["offset"]) + 3])
+    with pytest.raises(ReadError) as err:
+        ds.read_many([15 + 6, 15 + 7])
+    assert err.value.shard == "shard-00001.tar"
+    assert err.value.key == index.keys[7]
+    assert err.value.field == index.fields[int(first["field"])]
