@@ -18,7 +18,7 @@ BEFORE = RunFigures(
 AFTER = dataclasses.replace(
     BEFORE, name="after", loader="feedline.Loader", step_p50_s=0.1, step_p95_s=0.12,
     stall_fraction=0.05, utilisation=0.95, samples_per_s=100.0, h2d_per_batch_s=None,
-    verdict="compute-bound", binding=None,
+    verdict="compute-bound", binding="gpu",
 )
 
 
@@ -36,7 +36,7 @@ def test_render_shows_every_row() -> None:
     text = console.export_text()
     for word in ("step time p50", "step time p95", "data-stall fraction",
                  "compute utilisation", "samples/s", "H2D time per batch", "verdict",
-                 "data-bound (decode)", "compute-bound", "2.50x", "200.00 ms", "n/a (no copy)"):
+                 "data-bound (decode)", "compute-bound (compute)", "2.50x", "200.00 ms", "n/a (no copy)"):
         assert word in text, word
 
 
@@ -54,3 +54,13 @@ def test_json_is_strict_and_complete() -> None:
 def test_runs_must_match() -> None:
     with pytest.raises(ValueError, match="same steps"):
         comparison(BEFORE, dataclasses.replace(AFTER, steps=11))
+
+
+def test_gpu_binding_keeps_its_name_on_cuda() -> None:
+    console = Console(record=True, width=160)
+    on_gpu = dataclasses.replace(AFTER, device="cuda", utilisation_of="GPU")
+    render(comparison(dataclasses.replace(BEFORE, device="cuda", utilisation_of="GPU"), on_gpu),
+           console)
+    text = console.export_text()
+    assert "compute-bound (gpu)" in text and "GPU utilisation" in text
+    assert "nothing crosses PCIe" not in text

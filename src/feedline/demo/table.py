@@ -161,7 +161,11 @@ def _rows(c: Comparison) -> list[tuple[str, str, str, str]]:
 
 
 def _verdict(r: RunFigures) -> str:
-    return r.verdict if not r.binding else f"{r.verdict} ({r.binding})"
+    if not r.binding:
+        return r.verdict
+    # observe names the compute stage "gpu"; on a cpu run that compute is the CPU's
+    binding = "compute" if r.binding == "gpu" and r.utilisation_of != "GPU" else r.binding
+    return f"{r.verdict} ({binding})"
 
 
 def _loss(r: RunFigures) -> str:
