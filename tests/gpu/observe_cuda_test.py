@@ -82,6 +82,7 @@ def test_watch_times_the_gpu_with_events_and_calls_it_compute_bound() -> None:
     # CUDA-event time of the step agrees with a synchronised measurement of the same work
     assert abs(rep.stages["gpu"].p50 - truth) < 0.25 * truth
     assert rep.copies["blocking_from_pinned"] == 0 and rep.copies["pinned"] >= 39
+    assert rep.stages["pin"].count >= 39  # the DataLoader's pin-memory thread is timed
     assert not {"pinned-blocking-copy", "pageable-copy"} & {f.code for f in rep.findings}
 
 

@@ -65,6 +65,9 @@ class Slow(torch.utils.data.Dataset):
 
 
 def test_fetch_hook_times_fetch_and_collate_in_process() -> None:
+    from torch.utils.data._utils import pin_memory as pin_mod
+
+    pin_before = pin_mod.pin_memory
     rec = Recorder()
     spans.install(rec)
     install_fetch_hooks(None)
@@ -79,6 +82,7 @@ def test_fetch_hook_times_fetch_and_collate_in_process() -> None:
     # 4 samples x 2 ms of CPU each: the CPU demand (cpu + run-queue wait) covers it
     assert all(f.attrs["cpu"] + f.attrs["runq"] >= 0.007 for f in fetches)
     assert not hasattr(fetch_mod._MapDatasetFetcher.fetch, "_feedline_orig")
+    assert pin_mod.pin_memory is pin_before
 
 
 def test_fetch_hook_ships_worker_spans_through_files(tmp_path) -> None:  # type: ignore[no-untyped-def]

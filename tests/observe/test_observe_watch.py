@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 import feedline
 from feedline.observe import Report, render_text, spans, write_trace
-from feedline.observe.html import write_html
+from feedline.observe.report_html import write_html
 
 
 class Items(torch.utils.data.Dataset):

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         if trace is not None:
             write_trace(rep, trace)
         if html is not None:
-            from feedline.observe.html import write_html
+            from feedline.observe.report_html import write_html
 
             write_html([rep], html)
         if not quiet:

@@ -11,17 +11,9 @@ from feedline.observe._export import render_text, write_trace
 from feedline.observe._stats import StageStats, summarize
 from feedline.observe.findings import Finding
 from feedline.observe.report import Report
+from feedline.observe.report_html import write_html  # matplotlib loads only when called
 from feedline.observe.spans import STAGE_NAMES, active, emit, install, span, uninstall
 from feedline.observe.watch import Watch, watch
-
-
-def __getattr__(name: str) -> object:
-    if name == "write_html":  # matplotlib loads only when an HTML report is written
-        from feedline.observe.html import write_html
-
-        return write_html
-    raise AttributeError(f"module 'feedline.observe' has no attribute {name!r}")
-
 
 __all__ = [
     "STAGE_NAMES",

@@ -210,7 +210,7 @@ def uninstall_copy_hook(log: CopyLog) -> None:
 # ---------------------------------------------------------------- fetches ---
 
 _fetch_users = 0
-_orig_fetch: dict[type, Any] = {}
+_orig_fetch: dict[Any, Any] = {}
 _worker_dir: str | None = None
 _worker_files: dict[int, Any] = {}
 
@@ -304,6 +304,25 @@ def _make_fetch(orig: Any) -> Any:
     return fetch
 
 
+_pin_depth = threading.local()
+
+
+def _make_pin(orig: Any) -> Any:
+    def pin_memory(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_pin_depth, "n", 0):  # torch recurses through this global: time the outer call
+            return orig(data, *args, **kwargs)
+        _pin_depth.n = 1
+        t0 = time.perf_counter()
+        try:
+            out = orig(data, *args, **kwargs)
+        finally:
+            _pin_depth.n = 0
+        _deliver("pin", t0, time.perf_counter())
+        return out
+
+    return pin_memory
+
+
 def install_fetch_hooks(worker_dir: str | Path | None) -> None:
     """Time DataLoader fetch + collate; worker-process spans go to ``worker_dir``.
 
@@ -311,6 +330,7 @@ def install_fetch_hooks(worker_dir: str | Path | None) -> None:
     """
     global _fetch_users, _worker_dir
     from torch.utils.data._utils import fetch as fetch_mod
+    from torch.utils.data._utils import pin_memory as pin_mod
 
     with _lock:
         _fetch_users += 1
@@ -321,16 +341,21 @@ def install_fetch_hooks(worker_dir: str | Path | None) -> None:
         for cls in (fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher):
             _orig_fetch[cls] = cls.fetch
             setattr(cls, "fetch", _make_fetch(cls.fetch))  # noqa: B010
+        # the DataLoader's pin-memory thread looks this module global up on every batch
+        _orig_fetch[pin_mod] = pin_mod.pin_memory
+        pin_mod.pin_memory = _make_pin(pin_mod.pin_memory)
 
 
 def uninstall_fetch_hooks() -> None:
     """Undo one :func:`install_fetch_hooks`; the last one restores torch."""
     global _fetch_users
+    from torch.utils.data._utils import pin_memory as pin_mod
+
     with _lock:
         _fetch_users = max(0, _fetch_users - 1)
         if _fetch_users == 0:
-            for cls, orig in _orig_fetch.items():
-                setattr(cls, "fetch", orig)  # noqa: B010
+            for owner, orig in _orig_fetch.items():
+                setattr(owner, "pin_memory" if owner is pin_mod else "fetch", orig)
             _orig_fetch.clear()
 
 
