@@ -36,13 +36,13 @@ def _files_column() -> Any:
     from rich.text import Text
 
     class FilesColumn(ProgressColumn):
-        """``1234/5000 files, 2.1k files/s`` from the task's ``files`` fields."""
+        """``1234/5000 files 2,100 files/s`` from the task's ``files`` fields."""
 
         def render(self, task: Task) -> Text:
             files = task.fields.get("files", 0)
             elapsed = task.elapsed or 0.0
             rate = files / elapsed if elapsed > 0 else 0.0
-            return Text(f"{files}/{task.fields.get('files_total', 0)} files, {rate:,.0f} files/s")
+            return Text(f"{files}/{task.fields.get('files_total', 0)} files {rate:,.0f} files/s")
 
     return FilesColumn()
 
@@ -58,11 +58,11 @@ def _pack_progress(console: Console) -> Progress:
 
     return Progress(
         TextColumn("[bold]{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=24),
         TextColumn("{task.fields[shards]}"),
         _files_column(),
         TransferSpeedColumn(),
-        TimeRemainingColumn(),
+        TimeRemainingColumn(compact=True),
         console=console,
         transient=False,
     )
@@ -92,7 +92,7 @@ def pack_cmd(
     size = parse_bytes(shard_size, name="--shard-size")
     console = _console()
     start = time.perf_counter()
-    done: dict[str, int] = {"files": 0, "bytes": 0}
+    last = [0.0]
     if quiet:
         manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum)
     else:
@@ -100,7 +100,10 @@ def pack_cmd(
             task = bar.add_task("packing", total=None, files=0, files_total=0, shards="")
 
             def report(p: PackProgress) -> None:
-                done["files"], done["bytes"] = p.files_done, p.bytes_done
+                now = time.perf_counter()
+                if now - last[0] < 0.05 and p.files_done < p.files_total:
+                    return  # a redraw per sample would cost more than packing it
+                last[0] = now
                 bar.update(
                     task, total=p.bytes_total, completed=p.bytes_done, files=p.files_done,
                     files_total=p.files_total,
