@@ -30,7 +30,7 @@ def demo(
     json_path: Path = typer.Option(
         None, "--json", help="Also write the table as JSON (both runs and \"speedup\")."),
     html_path: Path = typer.Option(
-        None, "--html", help="HTML report path (default: feedline-demo.html here, or in --out)."),
+        None, "--html", help="HTML report path (default: report.html in --out, else in ./feedline-demo/)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data, the model init and the order."),
 ) -> None:
     """Make a multi-sensor driving log, pack it, train a small model twice (naive

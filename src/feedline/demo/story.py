@@ -30,6 +30,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from feedline.demo.synth import SynthConfig
 
+DEFAULT_REPORT_DIR = Path("feedline-demo")
+
 
 @dataclass(frozen=True)
 class DemoConfig:
@@ -101,8 +103,8 @@ def _bar(console: Console) -> Progress:
 def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
     """Run the whole demo; print progress and the table to ``console``.
 
-    The HTML report goes to ``cfg.html_path`` (default ``feedline-demo.html``
-    in the current folder when the work dir is temporary, else in ``cfg.out``).
+    The HTML report goes to ``cfg.html_path``, by default ``report.html`` in
+    ``cfg.out``, or in ``./feedline-demo/`` when the work dir is temporary.
 
     Raises:
         ValueError: a bad option (named).
@@ -112,7 +114,8 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
     console = console or Console()
     start = time.perf_counter()
     with _work_dir(cfg) as work:
-        html_path = cfg.html_path or (work if cfg.out else Path.cwd()) / "feedline-demo.html"
+        html_path = cfg.html_path or (cfg.out or DEFAULT_REPORT_DIR) / "report.html"
+        html_path.parent.mkdir(parents=True, exist_ok=True)
         table = _run_in(cfg, work, html_path, console)
     if cfg.json_path is not None:
         cfg.json_path.write_text(json.dumps(table, indent=2) + "\n")
