@@ -1,0 +1,106 @@
+"""GPU-machine checks of the loader's transfer path (copy stream, events, slot reuse).
+
+Collected only with FEEDLINE_GPU=1 (bench/gpu_check.py runs ``pytest tests/gpu``).
+Fails, never skips, without CUDA. ``torch.cuda._sleep`` holds the copy stream
+busy so that a missing event wait or an early slot reuse shows up as wrong
+data instead of passing by luck.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+import feedline
+from feedline.pipeline import collate
+from feedline.pipeline.slots import SlotPool
+from feedline.pipeline.transfer import CudaEngine
+
+DEV = torch.device("cuda:0")
+SPIN = 50_000_000  # GPU cycles (~tens of ms) that keep a stream busy
+
+
+def _require_cuda() -> None:
+    assert torch.cuda.is_available(), "these tests need a CUDA device (run them on the GPU box)"
+
+
+class Numbers:
+    """Sample i: {"x": float32[1024] filled with i, "y": i}."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"x": np.full((1024,), i, np.float32), "y": i}
+
+
+def test_copy_runs_on_its_own_stream_and_the_consumer_waits_on_its_event() -> None:
+    _require_cuda()
+    engine = CudaEngine(DEV)
+    assert engine.stream != torch.cuda.current_stream(DEV)
+    host = torch.arange(1 << 22, dtype=torch.float32).pin_memory()
+    with torch.cuda.stream(engine.stream):
+        torch.cuda._sleep(SPIN)  # the copy cannot start before this finishes
+    t0 = time.perf_counter()
+    tree, fence = engine.send({"x": host})
+    issued = time.perf_counter() - t0
+    assert isinstance(fence, torch.cuda.Event)
+    assert not fence.query(), "the copy finished at once: it did not run behind the busy stream"
+    assert issued < 0.05, "send() blocked the host: the copy is not asynchronous"
+    batch = engine.accept(tree, fence)  # consumer stream waits on the event (device side)
+    expect = torch.arange(1 << 22, dtype=torch.float32, device=DEV)
+    same = torch.equal(batch["x"], expect)  # runs on the consumer stream, after the copy
+    assert same and batch["x"].device == DEV
+
+
+def test_slot_is_not_reused_before_its_copy_completed() -> None:
+    _require_cuda()
+    layout = collate.infer_layout([{"x": np.zeros(1 << 22, np.float32)}], 1, 1)
+    pool = SlotPool(layout.nbytes, pin=True)  # room for exactly one slot
+    pool.configure(layout)
+    engine = CudaEngine(DEV)
+    slot = pool.acquire()
+    assert slot.tensors[("x",)].is_pinned()
+    slot.arrays[("x",)][:] = 1.0
+    with torch.cuda.stream(engine.stream):
+        torch.cuda._sleep(SPIN)
+    tree, fence = engine.send({"x": slot.tensors[("x",)]})
+    pool.release(slot, fence)
+    again = pool.acquire()  # must wait for the fence: there is only one slot
+    assert again is slot
+    again.arrays[("x",)][:] = 2.0  # overwrite immediately
+    batch = engine.accept(tree, fence)
+    torch.cuda.synchronize()
+    assert bool((batch["x"] == 1.0).all()), "the slot was overwritten while its copy was pending"
+    pool.close()
+
+
+def test_held_batches_stay_intact_on_cuda() -> None:
+    _require_cuda()
+    slot_bytes = 16 * (1024 * 4 + 8)
+    loader = feedline.Loader(Numbers(160), batch_size=16, device="cuda:0", workers=4,
+                             prefetch=2, pinned_budget=2 * slot_bytes, shuffle=False)
+    held = list(loader)
+    torch.cuda.synchronize()
+    assert len(held) == 10
+    for b, batch in enumerate(held):
+        expect = torch.arange(16 * b, 16 * b + 16, device=DEV)
+        assert batch["x"].device == DEV and torch.equal(batch["y"], expect)
+        assert torch.equal(batch["x"][:, 0], expect.float())
+        assert torch.equal(batch["x"][:, -1], expect.float())
+    assert loader.stats["pinned_peak_bytes"] <= 2 * slot_bytes
+    loader.close()
+
+
+def test_process_workers_to_cuda() -> None:
+    _require_cuda()
+    with feedline.Loader(Numbers(64), batch_size=8, device="cuda:0", workers=2,
+                         worker_type="process", shuffle=False) as loader:
+        ys = [int(v) for b in loader for v in b["y"].tolist()]
+        assert ys == list(range(64))
