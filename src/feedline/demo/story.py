@@ -150,13 +150,14 @@ def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> d
     fast = _parts.feedline_loader(packed, batch_size=cfg.batch_size, device=device,
                                   workers=workers, seed=cfg.synth.seed)
     plans = (
-        ("before", "DataLoader(num_workers=0, pin_memory=False)", naive, True),
-        ("after", f"feedline.Loader(workers={workers})", fast, False),
+        ("before", "DataLoader(num_workers=0, pin_memory=False) over the small files", naive,
+         True),
+        ("after", f"feedline.Loader(workers={workers}) over the shards", fast, False),
     )
     figures, reports = [], []
     with _bar(console) as bar:
         for name, loader_text, batches, copy in plans:
-            task = bar.add_task(f"  {name}: {loader_text}", total=cfg.steps)
+            task = bar.add_task(f"  {name}", total=cfg.steps)
             out = runs.measured_run(
                 batches, name=name, init=init, imu_shape=imu_shape, device=device,
                 steps=cfg.steps, batch_size=cfg.batch_size, copy_to_device=copy,

@@ -179,10 +179,12 @@ def render(c: Comparison, console: Console | None = None) -> None:
     table = Table(
         title=f"{b.steps} steps x batch {b.batch_size} on {b.device}: same model init, same data",
         title_justify="left",
+        caption=f"{b.name}: {b.loader}\n{a.name}: {a.loader}",
+        caption_justify="left",
     )
     table.add_column("metric")
-    table.add_column(f"before: {b.loader}", justify="right")
-    table.add_column(f"after: {a.loader}", justify="right")
+    table.add_column(b.name, justify="right")
+    table.add_column(a.name, justify="right")
     table.add_column("change", justify="right")
     for row in _rows(c):
         table.add_row(*row)
