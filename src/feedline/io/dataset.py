@@ -270,8 +270,9 @@ def open_dataset(
         root: the dataset folder holding ``manifest.json``, or a remote URL.
         io: ``"auto"`` (GDS when engaged, else buffered; see ``ds.backend``),
             ``"buffered"``, ``"direct"`` (O_DIRECT) or ``"gds"`` (device memory;
-            fields come back as CUDA ``uint8`` tensors). Remote roots use ranged
-            reads whatever ``auto`` would pick.
+            fields come back as CUDA ``uint8`` tensors, so use it from the main
+            process or thread workers: CUDA does not survive ``fork``). Remote
+            roots use ranged reads whatever ``auto`` would pick.
         verify: checksum every field read; a mismatch raises ChecksumError.
         storage_options: passed to fsspec for remote roots (e.g. ``endpoint_url``).
         max_window: largest coalesced read in bytes (multiple of 4096).
