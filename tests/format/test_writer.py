@@ -60,7 +60,7 @@ def test_memoryview_and_numpy_payloads_store_their_bytes(tmp_path: Path) -> None
 
 
 def test_large_payload_crosses_the_write_batches(tmp_path: Path) -> None:
-    big = bytes(range(256)) * (20 << 12)  # 20 MiB: several writev batches and a background sync
+    big = bytes(range(256)) * (20 << 12)  # 20 MiB: several writev batches
     with ShardWriter(tmp_path / "s.tar") as w:
         for i in range(3):
             w.write_sample(f"{i}", {"bin": big[i:]})

@@ -8,9 +8,7 @@ shard under its final name is always complete. An exception inside the
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -27,7 +25,6 @@ from feedline.format._tar import END_OF_ARCHIVE, check_member_name, member_heade
 INDEX_SUFFIX = ".idx"
 _WRITE_BUFFER = 1 << 20
 _MAX_IOV = 512  # below IOV_MAX (1024 on Linux)
-_WRITEBACK_EVERY = 16 << 20
 _MAX_FIELDS = 1 << 16  # field ids are '<u2' in the index
 
 
@@ -39,41 +36,6 @@ def check_align(align: object) -> int:
             fix="use --align 4096 for O_DIRECT / GPUDirect Storage, or 0",
         )
     return align
-
-
-class _Writeback:
-    """Starts ``fdatasync`` in a background thread every ``every`` bytes.
-
-    The disk writes the shard while the writer keeps packing, so the final
-    fsync in :meth:`ShardWriter.close` has little left to do. An error of a
-    background sync is re-raised by :meth:`wait`.
-    """
-
-    def __init__(self, fd: int, every: int = _WRITEBACK_EVERY) -> None:
-        self.fd, self.every = fd, every
-        self.unsynced = 0
-        self._thread: threading.Thread | None = None
-        self._error: OSError | None = None
-
-    def _sync(self) -> None:
-        try:
-            os.fdatasync(self.fd)
-        except OSError as e:
-            self._error = e
-
-    def wrote(self, n: int) -> None:
-        self.unsynced += n
-        if self.unsynced >= self.every and (self._thread is None or not self._thread.is_alive()):
-            self.unsynced = 0
-            self._thread = threading.Thread(target=self._sync, name="feedline-writeback", daemon=True)
-            self._thread.start()
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            raise self._error
 
 
 class ShardWriter:
@@ -97,7 +59,6 @@ class ShardWriter:
         self._hasher = hasher(checksum_algo)
         self._temp = temp_name(self.path)
         self._fd: int | None = os.open(self._temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._writeback = _Writeback(self._fd)
         self._pending: list[bytes | memoryview] = []
         self._pending_bytes = 0
         self._pos = 0
@@ -135,7 +96,6 @@ class ShardWriter:
             rest = memoryview(b"".join(self._pending))[written:]
             while rest:
                 rest = rest[os.write(self._fd, rest) :]
-        self._writeback.wrote(self._pending_bytes)
         self._pending.clear()
         self._pending_bytes = 0
 
@@ -239,7 +199,6 @@ class ShardWriter:
         if fd is None:
             raise ValueError("close on an aborted ShardWriter")
         try:
-            self._writeback.wait()
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -250,8 +209,6 @@ class ShardWriter:
         fd, self._fd = self._fd, None
         self._pending.clear()
         if fd is not None:
-            with contextlib.suppress(OSError):  # the shard is dropped: its sync error is moot
-                self._writeback.wait()
             os.close(fd)
         remove_quietly(self._temp)
 
