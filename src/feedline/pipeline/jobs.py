@@ -71,24 +71,45 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     return err
 
 
-def _process(ctx: Context, item: Item) -> tuple[Any, str | None, BaseException | None]:
-    """(sample, failed stage, error) for one fetched item."""
-    if item.error is not None:
-        return None, "read", item.error
-    sample = item.value
-    stage = "decode"
-    try:
-        if ctx.source.packed:
-            sample = ctx.decoders.decode_sample(sample, key=item.key)
-        stage = "transform"
-        if ctx.transform is not None:
-            sample = ctx.transform(sample)
-        stage = "collate"
-        if ctx.layout is not None:
-            collate.check(ctx.layout, sample)
-    except Exception as exc:
-        return None, stage, exc
-    return sample, None, None
+Live = list[tuple[Item, Any]]
+Failed = list[tuple[Item, str, BaseException]]
+
+
+def _stage(name: str, fn: Callable[[Any, Item], Any], live: Live, failed: Failed,
+           record: Record | None, attrs: dict[str, Any]) -> Live:
+    """Apply one stage to every live sample; failures move to ``failed``; timed as a span."""
+    t0 = time.perf_counter()
+    ok: Live = []
+    for item, sample in live:
+        try:
+            ok.append((item, fn(sample, item)))
+        except Exception as exc:
+            failed.append((item, name, exc))
+    if record is not None:
+        record(name, t0, time.perf_counter(), attrs)
+    return ok
+
+
+def _checked(layout: collate.Layout, sample: Any) -> Any:
+    collate.check(layout, sample)
+    return sample
+
+
+def _run_stages(ctx: Context, items: list[Item], record: Record | None, attrs: dict[str, Any]
+                ) -> tuple[Live, Failed]:
+    """Decode, transform and check fetched items, stage by stage (each stage one span)."""
+    failed: Failed = [(it, "read", it.error) for it in items if it.error is not None]
+    live: Live = [(it, it.value) for it in items if it.error is None]
+    if ctx.source.packed:
+        live = _stage("decode", lambda s, it: ctx.decoders.decode_sample(s, key=it.key), live,
+                      failed, record, attrs)
+    if ctx.transform is not None:
+        transform = ctx.transform
+        live = _stage("transform", lambda s, it: transform(s), live, failed, record, attrs)
+    if ctx.layout is not None:
+        layout = ctx.layout
+        live = _stage("collate", lambda s, it: _checked(layout, s), live, failed, None, attrs)
+    return live, failed
 
 
 def _detach(sample: Any) -> Any:
@@ -110,24 +131,22 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None) -> Prepa
     want = len(job.indices)
     out = Prepared([], [], checked=ctx.layout is not None)
     pending, refill = list(job.indices), list(job.refill)
+    attrs = {"batch": job.batch_id, "worker": worker}
     while pending:
         t0 = time.perf_counter()
         items = ctx.source.fetch(pending)
-        t1 = time.perf_counter()
-        results = [(item, *_process(ctx, item)) for item in items]
         if record is not None:
-            record("read", t0, t1, {"batch": job.batch_id, "worker": worker})
-            record("decode", t1, time.perf_counter(), {"batch": job.batch_id, "worker": worker})
-        for item, sample, stage, exc in results:
-            if exc is None:
-                out.samples.append(sample)
-                out.keys.append(item.key)
-            elif ctx.on_error == "raise":
-                raise worker_error(exc, item, stage or "read", worker,
-                                   ctx.source.shard_of(item))
-            else:
-                out.skipped.append({"key": item.key, "stage": stage or "read",
-                                    "error": type(exc).__name__})
+            record("read", t0, time.perf_counter(), attrs)
+        live, failed = _run_stages(ctx, items, record, attrs)
+        if failed and ctx.on_error == "raise":
+            order = {id(it): k for k, it in enumerate(items)}
+            item, stage, exc = min(failed, key=lambda f: order[id(f[0])])
+            raise worker_error(exc, item, stage, worker, ctx.source.shard_of(item))
+        for item, stage, exc in failed:
+            out.skipped.append({"key": item.key, "stage": stage, "error": type(exc).__name__})
+        for item, sample in live:
+            out.samples.append(sample)
+            out.keys.append(item.key)
         missing = want - len(out.samples)
         if missing and not refill:
             raise WorkerError(
