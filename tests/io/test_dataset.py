@@ -198,3 +198,15 @@ def test_shard_truncated_after_open_is_a_read_error_at_the_sample(dataset: Path)
 def test_missing_manifest_is_a_format_error(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="no manifest"):
         open_dataset(tmp_path)
+
+
+def test_importing_feedline_io_loads_no_heavy_or_optional_dependency() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, feedline.io; "
+        "print([m for m in ('torch', 'kvikio', 'fsspec', 's3fs', 'webdataset') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
