@@ -68,3 +68,12 @@ def test_large_payload_crosses_the_write_batches(tmp_path: Path) -> None:
     data = (tmp_path / "s.tar").read_bytes()
     for i in range(3):
         assert bytes(index.sample_fields(i, data, verify=True)["bin"]) == big[i:]
+
+
+def test_a_sample_with_more_fields_than_one_writev_takes(tmp_path: Path) -> None:
+    fields = {f"f{i:04d}": bytes([i % 256]) * (i % 700) for i in range(1200)}
+    with ShardWriter(tmp_path / "s.tar") as w:
+        w.write_sample("a", fields)
+    index = ShardIndex.load(tmp_path / "s.tar.idx", shard_size=(tmp_path / "s.tar").stat().st_size)
+    got = index.sample_fields(0, (tmp_path / "s.tar").read_bytes(), verify=True)
+    assert {k: bytes(v) for k, v in got.items()} == fields

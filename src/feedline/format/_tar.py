@@ -9,7 +9,6 @@ on the requested boundary: every tar reader skips it.
 
 from __future__ import annotations
 
-import re
 import tarfile
 
 from feedline.errors import ConfigError
@@ -20,8 +19,6 @@ FIXED_MTIME = 1577836800  # 2020-01-01T00:00:00Z: fixed so reruns give identical
 FIXED_MODE = 0o644
 _COMMENT_OVERHEAD = len(" comment=\n")
 _PAX_RECORD_MIN = 12  # b"12 comment=\n"
-# The WebDataset rule: key = everything up to the first dot of the file name.
-_KEY_FIELD = re.compile(r"^((?:.*/|)[^./][^./]*)\.([^/]+)$")
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -32,13 +29,15 @@ def round_up(n: int, multiple: int) -> int:
 def split_name(name: str) -> tuple[str, str] | None:
     """``"a/000123.cam0.jpg" -> ("a/000123", "cam0.jpg")``; None if there is no field.
 
-    A name without a dot in its last component, or one whose last component
-    starts with a dot, has no field under the WebDataset rule.
+    The WebDataset rule: the key runs to the first dot of the last path part.
+    A last part without a dot, starting with a dot or ending with it, or a
+    name with a newline, has no field.
     """
-    m = _KEY_FIELD.match(name)
-    if m is None:
+    slash = name.rfind("/") + 1
+    dot = name.find(".", slash)
+    if dot <= slash or dot == len(name) - 1 or "\n" in name:
         return None
-    return m.group(1), m.group(2)
+    return name[:dot], name[dot + 1 :]
 
 
 def check_member_name(key: str, field: str) -> str:

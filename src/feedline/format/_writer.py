@@ -20,11 +20,12 @@ from feedline.format._atomic import fsync_dir, remove_quietly, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import ShardInfo
-from feedline.format._tar import END_OF_ARCHIVE, check_member_name, member_header, padding
+from feedline.format._tar import BLOCK, END_OF_ARCHIVE, check_member_name, member_header
 
 INDEX_SUFFIX = ".idx"
 _WRITE_BUFFER = 1 << 20
-_MAX_IOV = 512  # below IOV_MAX (1024 on Linux)
+_MAX_IOV = 512  # pieces per writev, below IOV_MAX (1024 on Linux)
+_ZEROS = bytes(BLOCK)
 _MAX_FIELDS = 1 << 16  # field ids are '<u2' in the index
 
 
@@ -91,11 +92,13 @@ class ShardWriter:
     def _flush(self) -> None:
         if self._fd is None:
             raise ValueError("write on a closed ShardWriter")
-        written = os.writev(self._fd, self._pending) if self._pending else 0
-        if written < self._pending_bytes:  # a short write (rare): finish piece by piece
-            rest = memoryview(b"".join(self._pending))[written:]
-            while rest:
-                rest = rest[os.write(self._fd, rest) :]
+        for lo in range(0, len(self._pending), _MAX_IOV):
+            batch = self._pending[lo : lo + _MAX_IOV]
+            written = os.writev(self._fd, batch)
+            if written < sum(len(b) for b in batch):  # a short write (rare): finish it
+                rest = memoryview(b"".join(batch))[written:]
+                while rest:
+                    rest = rest[os.write(self._fd, rest) :]
         self._pending.clear()
         self._pending_bytes = 0
 
@@ -124,16 +127,24 @@ class ShardWriter:
         sample = len(self._keys)
         self._keys.append(key)
         self._key_set.add(key)
+        pending, update = self._pending, self._hasher.update
         for n, ((field, data), name) in enumerate(zip(items, names, strict=True)):
             if isinstance(data, memoryview) and data.itemsize != 1:
                 data = data.cast("B")  # bytes, not elements (C-contiguous views only)
             size = len(data)
-            self._write(member_header(name, size, self._pos, self.align if n == 0 else 0))
+            header = member_header(name, size, self._pos, self.align if n == 0 else 0)
+            pad = _ZEROS[: -size % BLOCK]
             fid = self._field_ids.setdefault(field, len(self._field_ids))
             value = checksums[n] if checksums is not None else self._checksum(data)
-            self._records.append((sample, fid, self._pos, size, value))
-            self._write(data)
-            self._write(padding(size))
+            self._records.append((sample, fid, self._pos + len(header), size, value))
+            for piece in (header, data, pad):
+                update(piece)
+                pending.append(piece)
+            written = len(header) + size + len(pad)
+            self._pos += written
+            self._pending_bytes += written
+        if self._pending_bytes >= _WRITE_BUFFER or len(pending) >= _MAX_IOV:
+            self._flush()
 
     def _check_sample(self, key: str, fields: list[str]) -> list[str]:
         """Validate a whole sample before any byte of it is written; its member names."""
