@@ -84,3 +84,8 @@ def test_recommended_workers_rule() -> None:
 def test_shm_free_bytes_reads_dev_shm(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert shm_free_bytes(str(tmp_path / "missing")) is None
     assert (shm_free_bytes(str(tmp_path)) or 0) > 0
+
+
+def test_host_contention_is_named_separately() -> None:
+    assert "host-contention" in codes(facts(contention=0.2))
+    assert "host-contention" not in codes(facts(contention=0.01))

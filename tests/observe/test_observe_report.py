@@ -53,3 +53,12 @@ def test_empty_run_does_not_crash() -> None:
     rep = build_report(Measurements(name="e", device_type="cpu", wait=[], body=[], gpu=[], spans=[]))
     assert rep.steps == 0 and rep.stall_fraction == 0.0
     assert rep.to_dict()["verdict"] in ("data-bound", "compute-bound", "balanced")
+
+
+def test_cpu_queueing_inside_the_wait_is_not_a_data_stall() -> None:
+    m = meas(wait=0.010, body=0.040, fetch=0.004, cpu=0.003, workers=2)
+    m.wait_runq = [0.009] * len(m.wait)
+    rep = build_report(m)
+    assert rep.stall_fraction == pytest.approx(0.001 / 0.050)
+    assert rep.verdict == "compute-bound"
+    assert "host-contention" in {f.code for f in rep.findings}

@@ -20,7 +20,7 @@ import pytest
 SCRIPTS = Path(__file__).parent / "scripts"
 SCENARIOS = {
     "slow_read": 30, "slow_decode": 25, "compute_bound": 16, "balanced": 30, "bursty": 40,
-    "naive_before": 12,
+    "naive_before": 12, "feedline_loader": 24,
 }
 
 
@@ -61,6 +61,7 @@ def _ok(runs: dict, name: str) -> dict:
     ("balanced", "balanced", None),
     ("bursty", "data-bound", None),
     ("naive_before", "data-bound", None),
+    ("feedline_loader", "compute-bound", "gpu"),
 ])
 def test_verdict_and_binding(runs: dict, name: str, verdict: str, binding: str | None) -> None:
     data = _ok(runs, name)
@@ -68,13 +69,15 @@ def test_verdict_and_binding(runs: dict, name: str, verdict: str, binding: str |
     if binding is not None:
         assert data["binding"] == binding
     assert data["steps"] == SCENARIOS[name] - 1  # the first step (worker start-up) is warm-up
-    for stage in ("wait", "step", "fetch", "collate"):
+    loader_stage = "read" if name == "feedline_loader" else "fetch"  # Loader spans its own stages
+    for stage in ("wait", "step", loader_stage, "collate"):
         st = data["stages"][stage]
         assert st["count"] > 0 and st["p50"] <= st["p95"] <= st["p99"] <= st["max"]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", ["slow_read", "slow_decode", "compute_bound", "naive_before"])
+@pytest.mark.parametrize("name", ["slow_read", "slow_decode", "compute_bound", "naive_before",
+                                  "feedline_loader"])
 def test_model_prediction_within_10_percent(runs: dict, name: str) -> None:
     a = _ok(runs, name)["analysis"]
     assert abs(a["predicted"] - a["measured"]) <= 0.10 * a["measured"], a

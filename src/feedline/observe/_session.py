@@ -28,6 +28,7 @@ from feedline.observe._torch_hooks import (
     install_copy_hook,
     install_fetch_hooks,
     read_worker_spans,
+    sched_times,
     set_replay_cache,
     uninstall_copy_hook,
     uninstall_fetch_hooks,
@@ -97,11 +98,13 @@ class Session:
         self.sampler = HostSampler(host_interval, 0 if self.device_type == "cuda" else None)
         self.loader: dict[str, Any] = {}
         self.wait: list[float] = []
+        self.wait_runq: list[float] = []
         self.body: list[float] = []
         self.starts: list[float] = []
         self.batch_bytes: int | None = None
         self.pinned: list[float] = []
         self.notes: list[str] = []
+        self._pinned_off = False
         self._timer: DeviceTimer | None = None
         self._body: tuple[float, Any] | None = None
         self._last: Any = None
@@ -166,6 +169,7 @@ class Session:
             self.start()
         self.step_done()
         t0 = time.perf_counter()
+        q0 = sched_times()[1]
         if self._replay_left > 0:
             self._replay_left -= 1
             batch = self._last
@@ -179,6 +183,7 @@ class Session:
             except StopIteration:
                 batch = self._limit(None)
         self._after(t0, batch)
+        self.wait_runq.append(max(0.0, sched_times()[1] - q0))
         return batch
 
     def _limit(self, on_limit: Callable[[], Any] | None) -> Any:
@@ -214,7 +219,7 @@ class Session:
                 self.batch_size = samples
             self.batch_bytes = nbytes or self.batch_bytes
         self._last = batch
-        if self.device_type == "cuda" and len(self.wait) % 10 == 1:
+        if self.device_type == "cuda" and len(self.wait) % 10 == 1 and not self._pinned_off:
             self._sample_pinned()
         timer = self._timer if self._timer is not None else self.start()._timer
         if timer is not None:
@@ -223,7 +228,15 @@ class Session:
     def _sample_pinned(self) -> None:
         import torch
 
-        stats = torch.cuda.host_memory_stats()
+        read = getattr(torch.cuda, "host_memory_stats", None)
+        if read is None:
+            return  # an older torch: the pinned-growth rule has no data
+        try:
+            stats = read()
+        except RuntimeError as e:
+            self.notes.append(f"pinned memory not sampled: {e}")
+            self._pinned_off = True
+            return
         key = next((k for k in stats if "allocated_bytes" in k and "current" in k), None)
         if key is not None:
             self.pinned.append(float(stats[key]))
@@ -240,6 +253,7 @@ class Session:
                                          strict=False) if r.start < cut]
         m = Measurements(
             name=self.name, device_type=self.device_type, wait=self.wait[:end],
+            wait_runq=self.wait_runq[:end],
             body=self.body[:end], gpu=gpu[:end], spans=self.recorder.spans(),
             step_starts=self.starts[:end],
             copy_times=[d for _, d in copies],

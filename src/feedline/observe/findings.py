@@ -48,6 +48,8 @@ class RunFacts:
     shm_free: int | None = None
     pinned_series: list[float] = field(default_factory=list)
     workers_rec: int = 1
+    contention: float = 0.0
+    """Fraction of the step the training thread waited for a CPU core inside next()."""
 
 
 def recommended_workers(cores: int, gpus: int) -> int:
@@ -168,6 +170,15 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
             f"the next batch ({f.stall_fraction:.0%} of the step)",
             "overlap loading with compute: more workers, prefetch, pinned memory with "
             "non_blocking copies (feedline.Loader does all three)",
+        ))
+    if f.contention >= 0.05:
+        out.append(Finding(
+            "host-contention", "warning",
+            f"the training process waited {f.contention:.0%} of each step for a CPU core while "
+            "taking the next batch: the host is oversubscribed (other jobs, or more loader "
+            "workers than cores), so it is not counted as a data stall",
+            "give the trainer its cores: fewer workers (min(cores/gpus, 8)), other jobs off "
+            "the machine, or pin processes (taskset / numactl)",
         ))
     if f.step_p50 > 0 and f.wait_p99 > 0.5 * f.step_p50 and f.wait_p50 < 0.2 * f.step_p50:
         out.append(Finding(

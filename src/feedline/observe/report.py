@@ -34,6 +34,8 @@ class Measurements:
     gpu: list[float]
     spans: list[Span]
     step_starts: list[float] = field(default_factory=list)
+    wait_runq: list[float] = field(default_factory=list)
+    """Per step: time of the wait the training thread spent queued for a CPU core."""
     copy_times: list[float] = field(default_factory=list)
     blocking_copy_s: float = 0.0
     """Total time of copies that block the step (pageable, or without non_blocking)."""
@@ -221,7 +223,9 @@ def build_report(m: Measurements) -> Report:
     step = summarize(iters) if iters else EMPTY_STATS
     wait_s = summarize(wait)
     # A blocking host-to-device copy inside the step is a data stall too: the device waits.
-    stall_s = sum(wait) + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
+    # Time the training thread spent queued for a CPU core is host contention, not data.
+    runq = sum(m.wait_runq[k:len(m.wait)])
+    stall_s = sum(wait) - runq + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
     stall = min(1.0, stall_s / sum(iters)) if iters and sum(iters) > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
     workers = int(m.loader.get("num_workers") or 0)
@@ -247,7 +251,9 @@ def build_report(m: Measurements) -> Report:
         binding = "gpu" if pb["gpu"] >= max(data_time, pb["h2d"]) else an.binding
     w_rec = max(1, min(an.workers_needed or 1, recommended_workers(m.cores, m.gpus)))
     rec, gain = _recommend(m, pb, verdict, step.mean, w_rec)
-    findings = detect(_facts(m, verdict, stall, util, step, wait_s, w_rec))
+    facts = _facts(m, verdict, stall, util, step, wait_s, w_rec)
+    facts.contention = runq / sum(iters) if iters and sum(iters) > 0 else 0.0
+    findings = detect(facts)
     starts = m.step_starts[k:]
     return Report(
         name=m.name, device=m.device_type, steps=len(iters),
@@ -255,7 +261,8 @@ def build_report(m: Measurements) -> Report:
         stall_fraction=stall,
         samples_per_s=(m.batch_samples / step.mean) if m.batch_samples and step.mean else None,
         gpu_utilisation=util, verdict=verdict, binding=binding, analysis=analysis,
-        findings=findings, predicted_gain=gain, recommendation=rec, host=m.host,
+        findings=findings, predicted_gain=gain, recommendation=rec,
+        host=m.host | {"wait_cpu_queue_fraction": round(facts.contention, 4)},
         loader=m.loader, copies=m.copies, ab=m.ab,
         timeline=[[t, a, b] for t, a, b in zip(starts, wait, body, strict=False)], spans=m.spans,
     )
