@@ -140,7 +140,7 @@ def test_abandoned_process_loaders_leave_nothing_behind(loops: int) -> None:
     import psutil
 
     def once() -> None:
-        loader = feedline.Loader(Numbers(64), batch_size=4, workers=2, worker_type="process")
+        loader = feedline.Loader(Numbers(64), batch_size=4, workers=1, worker_type="process")
         it = iter(loader)
         next(it)
 
