@@ -45,3 +45,15 @@ def test_loader_batches_train_the_model(packed: Path) -> None:
     loader = _parts.feedline_loader(packed, batch_size=4, device="cpu", workers=2, seed=0)
     losses = [float(train_step(model, opt, b, torch.device("cpu"))) for b in loader]
     assert len(losses) == 3 and all(loss == loss for loss in losses)
+
+
+def test_measured_run_over_the_loader_spans_epochs(packed: Path) -> None:
+    from feedline.demo.align import misaligned
+    from feedline.demo.runs import measured_run
+
+    init = DemoNet((10, 6)).state_dict()
+    loader = _parts.feedline_loader(packed, batch_size=4, device="cpu", workers=2, seed=0)
+    out = measured_run(loader, name="after", init=init, imu_shape=(10, 6), device="cpu",
+                       steps=7, batch_size=4, copy_to_device=False, verify=misaligned)
+    assert len(out.losses) == 7  # 3 batches per epoch: the loader was iterated 3 times
+    assert out.report.loader.get("num_workers") == 2

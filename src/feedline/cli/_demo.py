@@ -12,7 +12,9 @@ def demo(
         None, "--out", help="Work folder for the raw log and the shards (kept). "
         "Default: a temporary folder, removed afterwards unless --keep."),
     frames: int = typer.Option(512, "--frames", min=1, help="Frames (samples) in the synthetic log."),
-    steps: int = typer.Option(30, "--steps", min=1, help="Training steps of each run."),
+    steps: int = typer.Option(
+        50, "--steps", min=1, help="Training steps of each run (the loaders go round again "
+        "if one pass over the frames is shorter)."),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Samples per batch, both runs."),
     workers: int = typer.Option(
         None, "--workers", min=1, help="feedline.Loader threads (default: cores, at most 8)."),

@@ -38,7 +38,7 @@ class DemoConfig:
     """Options of ``feedline demo`` (see the CLI for their help)."""
 
     synth: SynthConfig = field(default_factory=SynthConfig)
-    steps: int = 30
+    steps: int = 50
     batch_size: int = 16
     workers: int | None = None
     device: str | None = None
