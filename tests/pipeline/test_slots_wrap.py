@@ -79,11 +79,13 @@ def test_cpu_engine_gives_the_user_fresh_memory_never_recycled() -> None:
 
 def test_make_engine_checks_the_device() -> None:
     if torch.cuda.is_available():
-        with pytest.raises(ValueError, match="cuda:0"):
-            make_engine("cuda")  # the device index must be explicit
+        assert make_engine("cuda").device.index == torch.cuda.current_device()
     else:
-        with pytest.raises(DeviceError, match="CUDA"):
-            make_engine("cuda:0")
+        for device in ("cuda:0", "cuda"):
+            with pytest.raises(DeviceError, match="CUDA"):
+                make_engine(device)
+    with pytest.raises(ValueError, match="device"):
+        make_engine("mps:0")
 
 
 def test_wrap_on_cpu_passes_batches_through() -> None:

@@ -87,7 +87,8 @@ Engine = CpuEngine | CudaEngine
 
 
 def make_engine(device: str | torch.device) -> Engine:
-    """The engine for ``device``.
+    """The engine for ``device`` (``"cuda"`` means the current CUDA device, resolved once
+    here; pass ``"cuda:N"`` to be explicit).
 
     Raises:
         ValueError: ``device`` is not a device string.
@@ -105,7 +106,7 @@ def make_engine(device: str | torch.device) -> Engine:
                 f"device={device!r} needs CUDA, which is not available",
                 fix='install a CUDA build of torch on a GPU host, or pass device="cpu"',
             )
-        if dev.index is None:
-            raise ValueError(f'device={device!r}: name the CUDA device explicitly, e.g. "cuda:0"')
+        if dev.index is None:  # "cuda": the current device, fixed now for this loader
+            dev = torch.device("cuda", torch.cuda.current_device())
         return CudaEngine(dev)
     raise ValueError(f"device={device!r}: only cpu and cuda devices are supported")
