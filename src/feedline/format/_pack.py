@@ -49,15 +49,22 @@ ProgressFn = Callable[[PackProgress], None]
 _Loaded = tuple[PlannedSample, list[tuple[str, bytes]], list[int]]
 
 
+_MAX_READ = 0x7FFFF000  # Linux returns at most this much from one read()
+
+
 def _read_file(path: str, size: int) -> bytes:
-    """Whole file with raw ``os.read`` calls (no buffered-reader object per file)."""
+    """Whole file with raw ``os.read`` calls (no buffered-reader object per file).
+
+    One syscall for a file of its planned ``size``; a file that grew, or one
+    larger than a single read returns, is read on to its end.
+    """
     fd = os.open(path, os.O_RDONLY)
     try:
-        data = os.read(fd, size + 1)  # one call for the planned size; +1 sees growth
-        if len(data) <= size:
+        data = os.read(fd, size + 1)
+        if len(data) < min(size + 1, _MAX_READ):  # a regular file hit its end
             return data
         chunks = [data]
-        while chunk := os.read(fd, 1 << 20):
+        while chunk := os.read(fd, _MAX_READ):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:

@@ -1,0 +1,51 @@
+"""Finding and reading source files: hidden files, list files, files that changed size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from feedline.errors import ConfigError
+from feedline.format._pack import _read_file
+from feedline.format._sources import collect, plan_shards
+
+
+@pytest.mark.parametrize("planned", [0, 100, 5000, 9000])
+def test_read_file_returns_the_whole_file_whatever_the_planned_size(tmp_path: Path, planned: int) -> None:
+    path = tmp_path / "a.bin"
+    path.write_bytes(bytes(range(256)) * 20)
+    assert _read_file(str(path), planned) == bytes(range(256)) * 20
+
+
+def test_hidden_files_and_folders_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "x.obj").write_bytes(b"1")
+    (tmp_path / ".DS_Store").write_bytes(b"1")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "2.jpg").write_bytes(b"22")
+    (tmp_path / "1.jpg").write_bytes(b"1")
+    samples = collect([tmp_path])
+    assert [(s.key, [f.field for f in s.files]) for s in samples] == [("1", ["jpg"]), ("b/2", ["jpg"])]
+    assert [s.nbytes for s in samples] == [1, 2]
+
+
+def test_list_file_errors_name_the_problem(tmp_path: Path) -> None:
+    listing = tmp_path / "l.txt"
+    listing.write_text("missing.jpg\n")
+    with pytest.raises(ConfigError, match=r"missing\.jpg"):
+        collect([listing])
+    listing.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ConfigError, match="list file"):
+        collect([listing])
+
+
+def test_plan_never_splits_a_sample_and_fills_in_order(tmp_path: Path) -> None:
+    for i in range(10):
+        (tmp_path / f"{i}.a").write_bytes(b"x" * 1000)
+        (tmp_path / f"{i}.b").write_bytes(b"y" * 1000)
+    samples = collect([tmp_path])
+    plan = plan_shards(samples, 8192, align=0)
+    assert [s.key for shard in plan for s in shard] == [str(i) for i in range(10)]
+    assert all(sum(s.bound(0) for s in shard) <= 8192 - 1024 for shard in plan)
+    assert len(plan) == 5  # 2 samples of 3 KiB (headers included) fit in 8 KiB less the 1 KiB end
