@@ -95,3 +95,15 @@ def test_truncated_and_non_tar_files(tmp_path: Path) -> None:
     twin = _tar(tmp_path / "d" / "t.tar", [("a.jpg", b"1")])
     with pytest.raises(ConfigError, match="collide"):
         index_tars([twin, twin])
+
+
+def test_adopting_packed_shards_gives_the_same_members(source: tuple[Path, Samples], tmp_path: Path) -> None:
+    from feedline.format import load_index, pack
+
+    packed = pack(source[0], tmp_path / "ds", shard_size=64 << 10, align=4096)
+    adopted = index_tars([tmp_path / "ds" / s.name for s in packed.shards], tmp_path / "meta")
+    assert [s.checksum for s in adopted.shards] == [s.checksum for s in packed.shards]
+    for a, p in zip(adopted.shards, packed.shards, strict=True):
+        mine, theirs = load_index(tmp_path / "ds", p), load_index(tmp_path / "meta", a)
+        assert mine.keys == theirs.keys
+        assert (mine.members == theirs.members).all()  # tarfile finds the payloads where we put them
