@@ -100,7 +100,8 @@ class ShardJob:
         rec = entry.index.members[rows]
         self.offsets: list[int] = rec["offset"].tolist()
         self.sizes: list[int] = rec["size"].tolist()
-        self.fids: list[int] = rec["field"].tolist()
+        fields = entry.index.fields
+        self.names: list[str] = [fields[f] for f in rec["field"].tolist()]
         self.sums: list[int] = rec["checksum"].tolist()
         self.first: list[int] = np.concatenate(([0], np.cumsum(counts))).tolist()
         self.keys: list[str] = [entry.index.keys[i] for i in self.samples.tolist()]
@@ -171,17 +172,17 @@ def _member_rows(index: Any, samples: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _slice_samples(job: ShardJob, w: Window, view: Any, base: int, algo: str | None) -> None:
     """Append one dict of zero-copy field views per sample of window ``w`` to ``job.done``."""
-    fields = job.state.entry.index.fields
-    offsets, sizes, fids, first = job.offsets, job.sizes, job.fids, job.first
+    offsets, sizes, names, first, keys = job.offsets, job.sizes, job.names, job.first, job.keys
+    done = job.done
     for j in range(w.lo, w.hi):
-        sample: dict[str, Any] = {"__key__": job.keys[j]}
+        sample: dict[str, Any] = {"__key__": keys[j]}
         for m in range(first[j], first[j + 1]):
             start = offsets[m] - base
-            part = view[start : start + sizes[m]]
-            if algo is not None:
-                _verify(part, job.sums[m], algo, job.state.entry.name, job.keys[j], fields[fids[m]])
-            sample[fields[fids[m]]] = part
-        job.done.append(sample)
+            sample[names[m]] = view[start : start + sizes[m]]
+        if algo is not None:
+            for m in range(first[j], first[j + 1]):
+                _verify(sample[names[m]], job.sums[m], algo, job.state.entry.name, keys[j], names[m])
+        done.append(sample)
 
 
 def _verify(part: Any, want: int, algo: Any, shard: str, key: str, field: str) -> None:

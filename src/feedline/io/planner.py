@@ -113,27 +113,36 @@ def coalesce(
         ValueError: bad parameters, unsorted extents, or an extent outside the file.
     """
     _check_params(file_size, align, max_window, max_gap)
+    _check_extents(extents, file_size)
+    if not extents:
+        return []
+    # One pass, arithmetic inlined (this runs once per requested sample).
+    mask = align - 1
     windows: list[Window] = []
-    start = raw_end = lo = 0
-    prev_offset = -1
+    append = windows.append
+    start = extents[0][0] & ~mask
+    raw_end = extents[0][1]
+    lo = 0
+    for i in range(1, len(extents)):
+        offset, end = extents[i]
+        new_end = end if end > raw_end else raw_end
+        if offset - raw_end <= max_gap and ((new_end + mask) & ~mask) - start <= max_window:
+            raw_end = new_end
+            continue
+        append(_close(start, raw_end, lo, i, file_size, align, direct))
+        start, raw_end, lo = offset & ~mask, end, i
+    append(_close(start, raw_end, lo, len(extents), file_size, align, direct))
+    return windows
+
+
+def _check_extents(extents: Sequence[tuple[int, int]], file_size: int) -> None:
+    prev = -1
     for i, (offset, end) in enumerate(extents):
-        if offset < prev_offset:
+        if offset < prev:
             raise ValueError(f"extents must be sorted by offset; extent {i} starts at {offset}")
         if offset < 0 or end < offset or end > file_size:
             raise ValueError(f"extent {i} = [{offset}, {end}) lies outside the file of {file_size} bytes")
-        prev_offset = offset
-        if i == 0:
-            start, raw_end, lo = align_down(offset, align), end, 0
-            continue
-        new_end = max(raw_end, end)
-        if offset - raw_end <= max_gap and align_up(new_end, align) - start <= max_window:
-            raw_end = new_end
-            continue
-        windows.append(_close(start, raw_end, lo, i, file_size, align, direct))
-        start, raw_end, lo = align_down(offset, align), end, i
-    if extents:
-        windows.append(_close(start, raw_end, lo, len(extents), file_size, align, direct))
-    return windows
+        prev = offset
 
 
 def validate_direct(
