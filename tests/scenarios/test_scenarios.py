@@ -108,7 +108,7 @@ def test_compute_bound_has_no_data_findings(runs: dict) -> None:
 def test_bursty_tail_is_reported_although_the_mean_looks_fine(runs: dict) -> None:
     data = _ok(runs, "bursty")
     wait = data["stages"]["wait"]
-    assert wait["p50"] < 0.2 * data["step_time"]["p50"] < wait["p99"]
+    assert wait["p99"] > 3 * wait["p50"] and wait["p99"] > 0.5 * data["step_time"]["p50"]
     assert "tail-stalls" in {f["code"] for f in data["findings"]}
     # The model fed with means predicts a much faster step than measured: averages hide the tail.
     assert data["analysis"]["steady"] < 0.8 * data["analysis"]["measured"]

@@ -206,7 +206,12 @@ class Session:
     def _want_ab(self) -> bool:
         if self.ab_mode is not None:
             return self.ab_mode
-        return len(self.wait) > 2 and build_report(self.measurements()).verdict == "balanced"
+        if len(self.wait) <= 2:
+            return False
+        m = self.measurements()
+        if self._worker_dir is not None:  # worker spans so far (the files stay for the report)
+            m.spans = m.spans + read_worker_spans(self._worker_dir)
+        return build_report(m).verdict == "balanced"
 
     def _after(self, t0: float, batch: Any) -> None:
         t1 = time.perf_counter()

@@ -39,6 +39,7 @@ class RunFacts:
     gpu_utilisation: float | None
     step_p50: float
     wait_p50: float
+    """Median wait for data (time queued for a CPU core excluded)."""
     wait_p99: float
     loader: dict[str, Any] = field(default_factory=dict)
     copies: dict[str, int] = field(default_factory=dict)

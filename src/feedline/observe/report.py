@@ -221,7 +221,6 @@ def build_report(m: Measurements) -> Report:
     wait, body = m.wait[k:], m.body[k:]
     iters = [a + b for a, b in zip(wait, body, strict=True)]
     step = summarize(iters) if iters else EMPTY_STATS
-    wait_s = summarize(wait)
     # A blocking host-to-device copy inside the step is a data stall too: the device waits.
     # Time the training thread spent queued for a CPU core is host contention, not data.
     runq = sum(m.wait_runq[k:len(m.wait)])
@@ -251,7 +250,9 @@ def build_report(m: Measurements) -> Report:
         binding = "gpu" if pb["gpu"] >= max(data_time, pb["h2d"]) else an.binding
     w_rec = max(1, min(an.workers_needed or 1, recommended_workers(m.cores, m.gpus)))
     rec, gain = _recommend(m, pb, verdict, step.mean, w_rec)
-    facts = _facts(m, verdict, stall, util, step, wait_s, w_rec)
+    queued = m.wait_runq[k:len(m.wait)] + [0.0] * max(0, len(wait) - len(m.wait_runq[k:]))
+    data_wait = summarize(max(0.0, a - b) for a, b in zip(wait, queued, strict=False))
+    facts = _facts(m, verdict, stall, util, step, data_wait, w_rec)
     facts.contention = runq / sum(iters) if iters and sum(iters) > 0 else 0.0
     findings = detect(facts)
     starts = m.step_starts[k:]
