@@ -9,8 +9,9 @@ cost. Two cases, each measured against the step alone in the same run:
   5% of the step alone (data stall < 5%);
 * data path slower than the step: the measured step time should be within 10%
   of ``feedline.model.analyze``'s steady-state prediction
-  (``max((read + decode) / workers, h2d, gpu)``), fed with the stage times
-  measured in the same run (the transform's and the step's own durations).
+  (``max((read + decode) / workers, h2d, gpu)``), fed with stage times
+  measured in the same run: the data path alone (one worker, no step) and the
+  step's own duration.
 
 Step times are steady-state means of the interval between batches (the first
 two intervals, while the pipeline fills, are dropped), medians over --repeat.
@@ -41,13 +42,8 @@ class Tiny:
         return {"x": np.full(16, i, np.float32)}
 
 
-COSTS: list[float] = []
-
-
 def slow_sample(sample: dict[str, Any], cost: float) -> dict[str, Any]:
-    t0 = time.perf_counter()
     time.sleep(cost)  # the decode cost of one sample (releases the GIL like a real codec)
-    COSTS.append(time.perf_counter() - t0)  # measured, fed to the model
     return sample
 
 
@@ -55,6 +51,21 @@ def _steady(stamps: list[float]) -> float:
     """Mean interval between batches after the pipeline has filled (first 2 dropped; a
     mean, because workers finishing together make intervals alternate short/long)."""
     return (stamps[-1] - stamps[2]) / (len(stamps) - 3)
+
+
+def _serial_data_time(batches: int, batch_size: int, sample_cost: float) -> float:
+    """The data path's own time per batch, measured alone: one worker, no consumer step
+    (the stage time the model takes as read + decode)."""
+    import feedline
+
+    with feedline.Loader(Tiny(batches * batch_size), batch_size=batch_size, workers=1,
+                         prefetch=2, shuffle=False,
+                         transform=functools.partial(slow_sample, cost=sample_cost)) as one:
+        list(one)
+        stamps = [time.perf_counter()]
+        for _ in one:
+            stamps.append(time.perf_counter())
+    return _steady(stamps)
 
 
 def run_case(name: str, report: Report, *, step: float, sample_cost: float, batches: int,
@@ -67,7 +78,6 @@ def run_case(name: str, report: Report, *, step: float, sample_cost: float, batc
                              transform=functools.partial(slow_sample, cost=sample_cost))
     with_loader, alone, step_costs = [], [], []
     list(loader)  # warm-up: threads started, layout known
-    COSTS.clear()
     for _ in range(max(1, repeat)):
         stamps = [time.perf_counter()]
         for _ in loader:
@@ -83,7 +93,7 @@ def run_case(name: str, report: Report, *, step: float, sample_cost: float, batc
         alone.append(_steady(stamps))
     loader.close()
     measured, base = float(np.median(with_loader)), float(np.median(alone))
-    decode = float(np.mean(COSTS)) * batch_size  # measured serial data time per batch
+    decode = _serial_data_time(batches, batch_size, sample_cost)
     gpu = float(np.median(step_costs))
     predicted = analyze(0.0, decode, 0.0, gpu, workers=workers).steady
     for label, value in (("step alone", base), ("step + loader", measured)):
