@@ -23,7 +23,7 @@ def demo(
     width: int = typer.Option(160, "--width", min=64, help="Camera image width in pixels."),
     height: int = typer.Option(120, "--height", min=48, help="Camera image height in pixels."),
     lidar_points: int = typer.Option(
-        4000, "--lidar-points", min=2, help="Most lidar points per sweep (each sweep has "
+        2000, "--lidar-points", min=2, help="Most lidar points per sweep (each sweep has "
         "between half of this and this many)."),
     imu_window: int = typer.Option(
         10, "--imu-window", min=1, help="IMU samples per frame at 100 Hz (10 = the 100 ms "

@@ -64,7 +64,7 @@ class SynthConfig:
     frames: int = 512
     width: int = 160
     height: int = 120
-    lidar_points: tuple[int, int] = (2000, 4000)
+    lidar_points: tuple[int, int] = (1000, 2000)
     imu_window: int = 10
     imu_channels: int = 6
     quality: int = 90
