@@ -8,14 +8,16 @@ from pathlib import Path
 
 import typer
 
-HELP = """Run a training command unchanged and report where each step's time goes.
-
-Put the command after `--`, e.g. `feedline diagnose --steps 50 --html report.html --
-python train.py --lr 0.1`. DataLoader / feedline.Loader iteration, host-to-device
-copies and step boundaries are hooked in the child process; GPU time comes from
-CUDA events. Prints per-stage p50/p95/p99/max, the data-stall fraction, the
-verdict (data-bound, compute-bound, balanced), the model's prediction and the
-findings with their fixes. Exits with the training command's exit status."""
+HELP = (
+    "Run a training command unchanged and report where each step's time goes.\n\n"
+    "Put the command after --, e.g. feedline diagnose --steps 50 --html report.html -- "
+    "python train.py --lr 0.1\n\n"
+    "DataLoader / feedline.Loader iteration, host-to-device copies and step boundaries are "
+    "hooked in the child process; GPU time comes from CUDA events. Prints per-stage "
+    "p50/p95/p99/max, the data-stall fraction, the verdict (data-bound, compute-bound, "
+    "balanced), the model's prediction and the findings with their fixes. Exits with the "
+    "training command's exit status."
+)
 
 
 def register(app: typer.Typer) -> None:
