@@ -26,6 +26,7 @@ def test_pack_vs_tar_quick_writes_results(tmp_path: Path) -> None:
     assert {"tar cf", "pack (API)", "feedline pack (CLI)"} <= names
     for r in doc["rows"]:
         assert r["median_s"] > 0 and len(r["runs_s"]) == 1 and r["items"] == 120
+        assert r["cpu_median_s"] >= 0
     for c in doc["comparisons"]:
         assert c["baseline"] == "tar cf" and math.isfinite(c["ratio"]) and c["ratio"] > 0
     assert "ratio pack (API) vs tar cf" in proc.stdout
