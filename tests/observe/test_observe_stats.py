@@ -62,3 +62,22 @@ def test_recorder_rejects_bad_cap() -> None:
 def test_span_round_trip() -> None:
     s = Span("read", 1.0, 1.5, 12, 34, {"shard": "a.tar"})
     assert Span.from_list(s.to_list()) == s and s.duration == 0.5
+
+
+def test_host_sampler_summarises_real_samples() -> None:
+    import time
+
+    from feedline.observe._host import HostSampler
+
+    h = HostSampler(interval=0.02).start()
+    end = time.perf_counter() + 0.15
+    while time.perf_counter() < end:  # keep a core busy so CPU use is visible
+        pass
+    h.stop()
+    s = h.summary()
+    assert s["samples"] >= 3
+    assert len(s["cpu_per_core_pct"]) == s["cores"]
+    assert s["cpu_max_core_pct"] > 0 and s["ctx_switches_per_s"] > 0
+    assert s["disk_read_mb_s"] >= 0 and "nvml" not in s  # no GPU asked for
+    with pytest.raises(ValueError, match="interval"):
+        HostSampler(interval=0)

@@ -93,7 +93,10 @@ class HostSampler:
 
     def summary(self) -> dict[str, Any]:
         """Means over the run: CPU per core, switches/s, disk MB/s and wait, GPU SM %, PCIe RX."""
-        return summarize_series(self.series, psutil.cpu_count() or 1)
+        out = summarize_series(self.series, psutil.cpu_count() or 1)
+        if self.gpu_index is not None and self._nvml is None:
+            out["nvml"] = "GPU SM and PCIe not sampled: pip install nvidia-ml-py (pynvml)"
+        return out
 
 
 def summarize_series(series: list[dict[str, Any]], cores: int) -> dict[str, Any]:
