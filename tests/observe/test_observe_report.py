@@ -62,3 +62,13 @@ def test_cpu_queueing_inside_the_wait_is_not_a_data_stall() -> None:
     assert rep.stall_fraction == pytest.approx(0.001 / 0.050)
     assert rep.verdict == "compute-bound"
     assert "host-contention" in {f.code for f in rep.findings}
+
+
+def test_cuda_step_lasts_as_long_as_its_device_work_when_the_host_runs_ahead() -> None:
+    n = 10
+    m = Measurements(name="g", device_type="cuda", wait=[0.0005] * n, body=[0.001] * n,
+                     gpu=[0.050] * n, spans=[], loader={"num_workers": 4}, cores=16, gpus=1)
+    rep = build_report(m)
+    assert rep.step_time.p50 == pytest.approx(0.050)
+    assert rep.verdict == "compute-bound" and rep.gpu_utilisation == pytest.approx(1.0)
+    assert rep.stall_fraction == pytest.approx(0.0005 / 0.050)

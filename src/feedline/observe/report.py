@@ -220,6 +220,11 @@ def build_report(m: Measurements) -> Report:
     k = m.warmup if len(m.wait) > m.warmup else 0
     wait, body = m.wait[k:], m.body[k:]
     iters = [a + b for a, b in zip(wait, body, strict=True)]
+    gpu_k = m.gpu[k:]
+    if m.device_type == "cuda" and len(gpu_k) == len(iters):
+        # The host may run ahead of the device (no sync in the loop): a step then lasts
+        # as long as its device work, not the host's enqueue time.
+        iters = [max(t, g) for t, g in zip(iters, gpu_k, strict=True)]
     step = summarize(iters) if iters else EMPTY_STATS
     # A blocking host-to-device copy inside the step is a data stall too: the device waits.
     # Time the training thread spent queued for a CPU core is host contention, not data.
