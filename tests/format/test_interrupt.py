@@ -74,6 +74,7 @@ def test_killed_pack_leaves_no_manifest_and_rerun_reuses_complete_shards(make_sr
     assert all(p.exists() for p in done) and not (out / "shard-000002.tar").exists()
     inodes = [p.stat().st_ino for p in done]
 
+    (out / ".shard-000099.tar.partial").write_bytes(b"left by an older interrupted run")
     manifest = pack(src, out, shard_size=SHARD, align=4096)
     assert [p.stat().st_ino for p in done] == inodes  # complete shards were reused, not rewritten
     assert manifest == ref

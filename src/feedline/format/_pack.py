@@ -140,7 +140,10 @@ def _reuse_info(path: Path, index: ShardIndex, algo: str) -> ShardInfo:
 
 
 def _clean_stale(out: Path, keep: int) -> None:
-    """Remove shards of an earlier, larger run (only files named like ours)."""
+    """Remove shards of an earlier, larger run and temp files of an interrupted one
+    (only files named like ours)."""
+    for temp in out.glob(".shard-*.partial"):
+        remove_quietly(temp)
     k = keep
     while True:
         path = out / SHARD_PATTERN.format(k)
