@@ -12,7 +12,7 @@ last. No pickle anywhere. Imports stdlib, numpy and xxhash only.
 """
 
 from feedline.format._adopt import index_tar, index_tars
-from feedline.format._checksum import ALGOS, checksum
+from feedline.format._checksum import ALGOS, checksum, checksum_function, hexdigest
 from feedline.format._index import (
     FORMAT_VERSION,
     HEADER_DTYPE,
@@ -50,8 +50,10 @@ __all__ = [
     "ShardInfo",
     "ShardWriter",
     "checksum",
+    "checksum_function",
     "encode_index",
     "field_stats",
+    "hexdigest",
     "index_tar",
     "index_tars",
     "inspect",
