@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,17 @@ def tiny_raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_cfg() -> SynthConfig:
     """The config that wrote :func:`tiny_raw`."""
     return TINY
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models on a shared 2-core machine: one intra-op thread avoids
+    OpenMP spin-waits under contention (restored after each test)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
