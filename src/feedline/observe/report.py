@@ -227,8 +227,11 @@ def build_report(m: Measurements) -> Report:
         iters = [max(t, g) for t, g in zip(iters, gpu_k, strict=True)]
     step = summarize(iters) if iters else EMPTY_STATS
     # A blocking host-to-device copy inside the step is a data stall too: the device waits.
-    # Time the training thread spent queued for a CPU core is host contention, not data.
-    runq = sum(m.wait_runq[k:len(m.wait)])
+    # With loader workers, time the training thread spent queued for a CPU core while it
+    # waited is host contention, not data. In-process loading (num_workers=0, a plain
+    # generator) does the data work on this thread, so its queueing is data time.
+    in_workers = int(m.loader.get("num_workers") or 0) > 0
+    runq = sum(m.wait_runq[k:len(m.wait)]) if in_workers else 0.0
     stall_s = sum(wait) - runq + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
     stall = min(1.0, stall_s / sum(iters)) if iters and sum(iters) > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
@@ -255,7 +258,8 @@ def build_report(m: Measurements) -> Report:
         binding = "gpu" if pb["gpu"] >= max(data_time, pb["h2d"]) else an.binding
     w_rec = max(1, min(an.workers_needed or 1, recommended_workers(m.cores, m.gpus)))
     rec, gain = _recommend(m, pb, verdict, step.mean, w_rec)
-    queued = m.wait_runq[k:len(m.wait)] + [0.0] * max(0, len(wait) - len(m.wait_runq[k:]))
+    queued = m.wait_runq[k:len(m.wait)] if in_workers else []
+    queued = queued + [0.0] * max(0, len(wait) - len(queued))
     data_wait = summarize(max(0.0, a - b) for a, b in zip(wait, queued, strict=False))
     facts = _facts(m, verdict, stall, util, step, data_wait, w_rec)
     facts.contention = runq / sum(iters) if iters and sum(iters) > 0 else 0.0

@@ -58,6 +58,7 @@ def timeline_png(rep: Report, max_seconds: float = 3.0) -> str:
         ax.broken_barh(bars, (y - 0.4, 0.8), color=COLOURS.get(stage, "#7f7f7f"))
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{st} [{pid}:{tid % 10000}]" for st, pid, tid in rows], fontsize=7)
+    ax.invert_yaxis()  # pipeline order top to bottom
     ax.set_xlabel("ms since first measured step")
     ax.set_title(f"{rep.name}: timeline")
     return _png(fig)
