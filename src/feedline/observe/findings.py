@@ -81,7 +81,7 @@ def _workers_rules(f: RunFacts) -> list[Finding]:
     w = f.loader.get("num_workers")
     if w is None:
         return out
-    cap = max(1, min(f.cores // max(f.gpus, 1), 8))
+    cap = recommended_workers(f.cores, f.gpus)
     if w == 0:
         sev = "high" if f.verdict == "data-bound" else "warning"
         out.append(Finding(
