@@ -162,3 +162,16 @@ def test_bad_arguments_name_the_parameter() -> None:
         feedline.Loader(object())
     with pytest.raises(TypeError, match="transform"):
         feedline.Loader(Numbers(8), transform=3)  # type: ignore[arg-type]
+
+
+def test_loader_path_uses_a_host_backend_and_refuses_gds(tmp_path):
+    from loader_helpers import make_packed
+
+    import feedline
+    from feedline.errors import ConfigError
+
+    root = make_packed(tmp_path, 8)
+    with feedline.Loader(str(root), batch_size=4, workers=1, io="auto") as loader:
+        assert loader._source.dataset.backend.name in ("buffered", "direct")
+    with pytest.raises(ConfigError, match="gds"):
+        feedline.Loader(str(root), batch_size=4, workers=1, io="gds")

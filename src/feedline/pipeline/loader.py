@@ -108,7 +108,7 @@ class Loader:
         if isinstance(dataset, (str, os.PathLike)):
             from feedline.io import open_dataset
 
-            dataset = open_dataset(dataset, io=io)
+            dataset = open_dataset(dataset, io=_host_io(io))
         self.batch_size = _positive_int("batch_size", batch_size)
         self.workers = _positive_int("workers", workers)
         self.prefetch = _positive_int("prefetch", prefetch)
@@ -239,3 +239,23 @@ class Loader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _host_io(io: str) -> str:
+    """The read backend for a loader whose decoders run on the host.
+
+    ``auto`` means the best *host* path here: GDS lands bytes in device memory,
+    which the CPU decoders cannot read, so it is only used when asked for.
+
+    Raises:
+        ConfigError: ``io="gds"`` (read raw fields on the device with
+            ``feedline.open_dataset(path, io="gds").read_many`` instead).
+    """
+    if io == "gds":
+        raise ConfigError(
+            "io='gds' reads into device memory, but the Loader decodes on the host",
+            fix="use io='direct' or 'buffered' for the Loader, or read raw fields on the "
+            "device with feedline.open_dataset(path, io='gds').read_many(indices)",
+        )
+    return "buffered" if io == "auto" else io
+
