@@ -2,7 +2,8 @@
 
 Question: how much does ``feedline.watch`` (the same engine ``feedline
 diagnose`` installs) add to a training step? The step is fixed-time work
-(a host busy-wait on CPU; a fixed chain of matmuls on CUDA), the loader a
+(on CPU a sleep, which releases the GIL like a host waiting on its GPU, or
+with ``--step busy`` a Python spin; on CUDA a fixed chain of matmuls), the loader a
 ``DataLoader`` over in-memory tensors (so the hooks on fetch and collate run).
 Baseline: the same loop without watch, measured in the same run, alternating.
 Prints medians of ``--repeat`` runs and the overhead ratio; goal < 2 %.
@@ -25,7 +26,14 @@ from torch.utils.data import DataLoader, TensorDataset
 import feedline
 
 
-def make_step(device: str, step_s: float) -> Any:
+def make_step(device: str, step_s: float, kind: str = "sleep") -> Any:
+    """A fixed-time step. On CPU, ``sleep`` releases the GIL as a host waiting on a device
+    does; ``busy`` spins in Python holding the GIL (the worst case for the sampler thread)."""
+    if device == "cpu" and kind == "sleep":
+        def sleep_step(batch: Any) -> None:
+            time.sleep(step_s)
+
+        return sleep_step
     if device == "cpu":
         def cpu_step(batch: Any) -> None:
             end = time.perf_counter() + step_s
@@ -73,6 +81,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--json", default=None, help="write results to this JSON file")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--step-ms", type=float, default=None, help="fixed step time in ms")
+    p.add_argument("--step", choices=("sleep", "busy"), default="sleep",
+                   help="CPU step: sleep (GIL released, like waiting on a device) or busy (spin)")
     args = p.parse_args(argv)
     repeat = args.repeat or (3 if args.quick else 7)
     steps = 20 if args.quick else 100
@@ -83,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     data = TensorDataset(torch.randn(steps * 32, 64), torch.arange(steps * 32))
     loader = DataLoader(data, batch_size=32, num_workers=0, pin_memory=device != "cpu")
-    step = make_step(device, step_s)
+    step = make_step(device, step_s, args.step)
     one_run(loader, step, device, watched=True)  # warm-up: imports, first hooks
     base: list[float] = []
     watched: list[float] = []
@@ -93,12 +103,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     b, w = statistics.median(base), statistics.median(watched)
     result = {
         "question": "step time with feedline.watch vs without (same loop, same run)",
-        "device": device, "steps_per_run": steps, "repeat": repeat, "step_ms": step_s * 1e3,
+        "device": device, "step_kind": args.step if device == "cpu" else "matmul",
+        "steps_per_run": steps, "repeat": repeat, "step_ms": step_s * 1e3,
         "baseline": {"name": "plain loop", "median_step_s": b, "runs": base},
         "watched": {"name": "feedline.watch", "median_step_s": w, "runs": watched},
         "ratio": w / b, "overhead_pct": (w / b - 1) * 100, "goal_pct": 2.0,
     }
-    print(f"step: {step_s * 1e3:.1f} ms fixed work on {device}, {steps} steps x {repeat} runs")
+    print(f"step: {step_s * 1e3:.1f} ms fixed {result['step_kind']} on {device}, "
+          f"{steps} steps x {repeat} runs")
     print(f"  plain loop       median {b * 1e3:8.3f} ms/step")
     print(f"  feedline.watch   median {w * 1e3:8.3f} ms/step")
     print(f"  ratio {w / b:.4f} (overhead {result['overhead_pct']:+.2f} %, goal < 2 %)")
