@@ -130,7 +130,12 @@ def _per_batch(m: Measurements, steps: int) -> dict[str, float]:
     """Mean per-batch read / decode / h2d / gpu seconds, and where they came from."""
     by: dict[str, list[float]] = {}
     cpu_in_fetch = 0.0
-    for s in m.spans:
+    # Leave out the warm-up (worker start, first fetch) as the step statistics do.
+    t_from = m.step_starts[m.warmup] if len(m.step_starts) > m.warmup else float("-inf")
+    window = [s for s in m.spans if s.start >= t_from]
+    if not any(s.stage in ("fetch", "collate") for s in window):
+        window = m.spans
+    for s in window:
         by.setdefault(s.stage, []).append(s.duration)
         if s.stage == "fetch":
             cpu_in_fetch += cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)),
