@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GPU_BENCHES: list[tuple[str, str, list[str]]] = [
     ("loader_h2d", "bench/loader_h2d.py", []),
     ("read_gds", "bench/read_gds.py", []),
+    ("diagnose_overhead", "bench/diagnose_overhead.py", []),
     ("demo", "-m", ["feedline", "demo", "--device", "cuda"]),
 ]
 
