@@ -79,7 +79,7 @@ def _fresh(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], device: to
 
 
 def warm_up(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], batch: Mapping[str, Any],
-            device: str, steps: int = 3) -> None:
+            device: str, steps: int = 5) -> None:
     """Pay one-time costs (allocator, kernels) on a throwaway copy before measuring."""
     dev = torch.device(device)
     model, opt = _fresh(init, imu_shape, dev)
