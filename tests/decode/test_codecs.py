@@ -119,3 +119,24 @@ def test_decoders_pickle() -> None:
     dec.for_field("jpg")
     back = pickle.loads(pickle.dumps(dec))
     assert back.limits.max_bytes == 10 and back.decode_field("cls", b"1") == b"1"
+
+
+def test_jpeg_decodes_into_a_matching_array_else_fresh() -> None:
+    img = np.random.default_rng(3).integers(0, 255, (20, 28, 3), dtype=np.uint8)
+    data = simplejpeg.encode_jpeg(img, quality=90)
+    want = simplejpeg.decode_jpeg(data, colorspace="RGB")
+    dec = Decoders()
+    slot = np.zeros((2, 20, 28, 3), np.uint8)
+    got = dec.decode_field("jpg", memoryview(data), out=slot[1])
+    assert got is not None and np.shares_memory(got, slot[1])
+    assert slot[1].tobytes() == want.tobytes() and not slot[0].any()
+    other = np.zeros((20, 30, 3), np.uint8)  # wrong width: fresh array, out untouched
+    fresh = dec.decode_field("jpg", data, out=other)
+    assert not np.shares_memory(fresh, other) and not other.any()
+    assert fresh.tobytes() == want.tobytes()
+    assert dec.decodes_into("x.jpeg") and not dec.decodes_into("png")
+    mine = Decoders({"jpg": lambda b: np.zeros((20, 28, 3), np.uint8)})  # override wins
+    assert not mine.decodes_into("jpg")
+    assert not mine.decode_field("jpg", data, out=slot[0]).any()
+    sample = dec.decode_sample({"__key__": "k", "jpg": data}, into={"jpg": slot[0]})
+    assert np.shares_memory(sample["jpg"], slot[0]) and slot[0].tobytes() == want.tobytes()

@@ -105,8 +105,20 @@ def _check_pixels(height: int, width: int, limits: Limits) -> None:
         )
 
 
-def decode_jpeg(data: Buffer, limits: Limits) -> np.ndarray:
-    """An RGB ``uint8`` array (H, W, 3) via simplejpeg (libjpeg-turbo; releases the GIL)."""
+def _fits_rgb(out: np.ndarray, height: int, width: int) -> bool:
+    return (out.shape == (height, width, 3) and out.dtype == np.uint8
+            and out.flags.c_contiguous and out.flags.writeable)
+
+
+def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> np.ndarray:
+    """An RGB ``uint8`` array (H, W, 3) via simplejpeg (libjpeg-turbo; releases the GIL).
+
+    Args:
+        out: optional C-contiguous ``uint8`` array of shape (H, W, 3), e.g. a row of a
+            batch slot: when the image has exactly that shape it is decoded straight into
+            ``out`` (no allocation, no later copy) and ``out`` is returned; otherwise a
+            fresh array is returned and ``out`` is left untouched.
+    """
     import simplejpeg
 
     # bytes, not a memoryview: on a loaded 2-core host two threads decoding memoryviews
@@ -118,6 +130,9 @@ def decode_jpeg(data: Buffer, limits: Limits) -> np.ndarray:
         raise DecodeError(f"JPEG header unreadable: {exc}") from exc
     _check_pixels(height, width, limits)
     try:
+        if out is not None and _fits_rgb(out, height, width):
+            simplejpeg.decode_jpeg(buf, colorspace="RGB", buffer=out)
+            return out
         return np.asarray(simplejpeg.decode_jpeg(buf, colorspace="RGB"))
     except ValueError as exc:
         raise DecodeError(f"JPEG data unreadable: {exc}") from exc

@@ -13,11 +13,19 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from feedline.decode import codecs
 from feedline.decode.codecs import Buffer, Limits
 from feedline.errors import DecodeError, FeedlineError
 
 FieldDecoder = Callable[[Buffer], Any]
+
+_INTO: dict[str, Callable[[Buffer, Limits, np.ndarray], Any]] = {
+    "jpg": codecs.decode_jpeg,
+    "jpeg": codecs.decode_jpeg,
+}
+"""Built-in codecs that can decode straight into a caller's array (``out=``)."""
 
 _BUILTIN: dict[str, Callable[[Buffer, Limits], Any]] = {
     "npy": codecs.decode_npy,
@@ -96,8 +104,19 @@ class Decoders:
             return partial(codecs.decode_raw, ext=ext, limits=self.limits)
         return partial(_raw_bytes, limits=self.limits)
 
-    def decode_field(self, field: str, data: Buffer, *, key: str | None = None) -> Any:
+    def decodes_into(self, field: str) -> bool:
+        """True when ``field`` is decoded by a built-in codec that can write into a
+        caller's array (JPEG, not overridden): see ``into=`` of :meth:`decode_sample`."""
+        ext = extension(field)
+        return ext in _INTO and field not in self.overrides and ext not in self.overrides
+
+    def decode_field(self, field: str, data: Buffer, *, key: str | None = None,
+                     out: np.ndarray | None = None) -> Any:
         """Decode one field, checking ``limits.max_bytes`` first.
+
+        ``out`` (only for fields where :meth:`decodes_into` is true, ignored otherwise):
+        an array to decode into when the decoded shape and dtype match it exactly; the
+        result is then ``out`` itself, else a fresh array (``out`` untouched).
 
         Raises:
             DecodeError: the field is too large or its codec failed (with field and key).
@@ -109,6 +128,8 @@ class Decoders:
                 field=field, key=key, fix="raise the decode limit max_bytes or split the sample",
             )
         try:
+            if out is not None and self.decodes_into(field):
+                return _INTO[extension(field)](data, self.limits, out)
             return self.for_field(field)(data)
         except FeedlineError as exc:
             if exc.place.get("field") in (None, extension(field)):
@@ -116,14 +137,20 @@ class Decoders:
                 exc.args = (exc._render(),)
             raise
 
-    def decode_sample(self, sample: Mapping[str, Any], *, key: str | None = None) -> dict[str, Any]:
-        """Decode every field of a packed sample; ``"__key__"`` and non-buffers pass through."""
+    def decode_sample(self, sample: Mapping[str, Any], *, key: str | None = None,
+                      into: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Decode every field of a packed sample; ``"__key__"`` and non-buffers pass through.
+
+        ``into``: field -> array to decode that field into (see :meth:`decode_field`'s
+        ``out``); a field whose image does not fit its array gets a fresh array instead.
+        """
         out: dict[str, Any] = {}
         for field, value in sample.items():
             if field.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
                 out[field] = value
             else:
-                out[field] = self.decode_field(field, value, key=key)
+                target = into.get(field) if into else None
+                out[field] = self.decode_field(field, value, key=key, out=target)
         return out
 
 

@@ -171,8 +171,9 @@ def fill(layout: Layout, arrays: Mapping[Path, np.ndarray], samples: Sequence[An
          ) -> dict[Path, list[Any]]:
     """Write dense leaves of ``samples`` into the first rows of ``arrays`` (the slot).
 
-    One ``numpy.stack(..., out=)`` per dense leaf. Returns the ragged leaves as
-    lists (numpy views are copied so they survive the read buffer). Samples
+    One ``numpy.stack(..., out=)`` per dense leaf; values that already are their
+    destination row (decoded straight into the slot) are not copied. Returns the ragged
+    leaves as lists (numpy views are copied so they survive the read buffer). Samples
     must have passed :func:`check`.
     """
     columns = list(zip(*(_leaves(layout, s) for s in samples), strict=True))
@@ -185,5 +186,27 @@ def fill(layout: Layout, arrays: Mapping[Path, np.ndarray], samples: Sequence[An
         elif spec.shape == ():
             arrays[spec.path][:n] = column
         else:
-            np.stack([np.asarray(v) for v in column], out=arrays[spec.path][:n])
+            _fill_dense(arrays[spec.path], column)
     return ragged
+
+
+def _in_place(rows: list[int], dst: np.ndarray, column: Sequence[Any]) -> list[bool]:
+    """Per value: is it exactly row ``i`` of ``dst`` (same address, shape and strides)?"""
+    row_shape, row_strides = dst.shape[1:], dst.strides[1:]
+    return [isinstance(v, np.ndarray) and v.__array_interface__["data"][0] == row
+            and v.shape == row_shape and v.strides == row_strides
+            for row, v in zip(rows, column, strict=False)]
+
+
+def _fill_dense(dst: np.ndarray, column: Sequence[Any]) -> None:
+    n = len(column)
+    base, step = dst.__array_interface__["data"][0], dst.strides[0]
+    placed = _in_place([base + i * step for i in range(n)], dst, column)
+    if not any(placed):
+        np.stack([np.asarray(v) for v in column], out=dst[:n])
+        return
+    # rows decoded in place; the others move forward (a value sits at or after its row,
+    # so filling rows in increasing order never overwrites a value not yet copied)
+    for i, (v, ok) in enumerate(zip(column, placed, strict=True)):
+        if not ok:
+            dst[i] = v

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,14 +95,35 @@ def _checked(layout: collate.Layout, sample: Any) -> Any:
     return sample
 
 
-def _run_stages(ctx: Context, items: list[Item], record: Record | None, attrs: dict[str, Any]
-                ) -> tuple[Live, Failed]:
+Into = Mapping[str, np.ndarray]
+"""Field -> the batch slot's array for it: fields decoded straight into their slot row."""
+
+
+def _decode_stage(ctx: Context, items: list[Item], live: Live, failed: Failed,
+                  record: Record | None, attrs: dict[str, Any], into: Into | None, base: int
+                  ) -> Live:
+    """Decode packed samples; with ``into``, item ``k`` decodes into row ``base + k``."""
+    decoders = ctx.decoders
+    if not into:
+        return _stage("decode", lambda s, it: decoders.decode_sample(s, key=it.key), live,
+                      failed, record, attrs)
+    rows = {id(it): base + k for k, it in enumerate(items)}
+
+    def decode(sample: Any, it: Item) -> Any:
+        row = rows[id(it)]
+        return decoders.decode_sample(sample, key=it.key,
+                                      into={f: a[row] for f, a in into.items()})
+
+    return _stage("decode", decode, live, failed, record, attrs)
+
+
+def _run_stages(ctx: Context, items: list[Item], record: Record | None, attrs: dict[str, Any],
+                into: Into | None = None, base: int = 0) -> tuple[Live, Failed]:
     """Decode, transform and check fetched items, stage by stage (each stage one span)."""
     failed: Failed = [(it, "read", it.error) for it in items if it.error is not None]
     live: Live = [(it, it.value) for it in items if it.error is None]
     if ctx.source.packed:
-        live = _stage("decode", lambda s, it: ctx.decoders.decode_sample(s, key=it.key), live,
-                      failed, record, attrs)
+        live = _decode_stage(ctx, items, live, failed, record, attrs, into, base)
     if ctx.transform is not None:
         transform = ctx.transform
         live = _stage("transform", lambda s, it: transform(s), live, failed, record, attrs)
@@ -121,8 +142,15 @@ def _detach(sample: Any) -> Any:
     return sample
 
 
-def prepare(ctx: Context, job: Job, worker: str, record: Record | None) -> Prepared:
+def prepare(ctx: Context, job: Job, worker: str, record: Record | None,
+            into: Into | None = None) -> Prepared:
     """Read, decode, transform and check the samples of ``job``.
+
+    ``into`` (packed sources only; see :func:`direct_fields`): the batch slot's arrays of
+    fields to decode straight into it. Sample ``i`` of the result then usually holds a
+    view of row ``i`` (``collate.fill`` skips rows already in place); an image that does
+    not fit its row, or a batch that needed refilling, ends up as separate arrays that
+    ``fill`` copies in as usual.
 
     Raises:
         WorkerError: a sample failed and ``on_error="raise"``, or too many failed
@@ -137,7 +165,7 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None) -> Prepa
         items = ctx.source.fetch(pending)
         if record is not None:
             record("read", t0, time.perf_counter(), attrs)
-        live, failed = _run_stages(ctx, items, record, attrs)
+        live, failed = _run_stages(ctx, items, record, attrs, into, len(out.samples))
         if failed and ctx.on_error == "raise":
             order = {id(it): k for k, it in enumerate(items)}
             item, stage, exc = min(failed, key=lambda f: order[id(f[0])])
@@ -158,3 +186,17 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None) -> Prepa
             out.samples = [_detach(s) for s in out.samples]
         pending, refill = refill[:missing], refill[missing:]
     return out
+
+
+def direct_fields(ctx: Context, arrays: Mapping[collate.Path, np.ndarray]) -> dict[str, np.ndarray]:
+    """The slot arrays that packed fields can be decoded into (``prepare(into=)``).
+
+    Only without a transform (it may replace or reshape what was decoded), for top-level
+    dense fields whose codec can decode in place (:meth:`Decoders.decodes_into`).
+    """
+    layout = ctx.layout
+    if not ctx.source.packed or ctx.transform is not None or layout is None:
+        return {}
+    return {str(leaf.path[0]): arrays[leaf.path] for leaf in layout.dense
+            if len(leaf.path) == 1 and isinstance(leaf.path[0], str)
+            and ctx.decoders.decodes_into(leaf.path[0])}

@@ -23,8 +23,8 @@ import torch
 from feedline.errors import DecodeError
 from feedline.observe import spans
 from feedline.pipeline import collate, nested, shm
-from feedline.pipeline.jobs import Context, Job, prepare
-from feedline.pipeline.slots import Fence, SlotPool
+from feedline.pipeline.jobs import Context, Job, Prepared, direct_fields, prepare
+from feedline.pipeline.slots import Fence, Slot, SlotPool
 from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import ProcessWorkers, Result
 from feedline.pipeline.workers_thread import ThreadWorkers
@@ -122,17 +122,35 @@ class Runtime:
         return self.pool_workers.submit(job)
 
     def run_job(self, job: Job, worker: str) -> Ready | None:
-        """Thread workers: the whole batch (prepare, fill, start the transfer)."""
+        """Thread workers: the whole batch (prepare, fill, start the transfer).
+
+        Once the layout is known, the slot is taken first and JPEG fields are decoded
+        straight into it (no per-sample image arrays, no stacking copy).
+        """
         if job.run != self.current_run:
             return None  # a newer pass started; this batch is not wanted
-        prep = prepare(self.ctx, job, worker, _record if spans.active() else None)
+        record = _record if spans.active() else None
+        layout = self.ctx.layout
+        if self.opts.collate_fn is None and layout is not None:
+            slot = self.pool.acquire()
+            try:
+                prep = prepare(self.ctx, job, worker, record, direct_fields(self.ctx, slot.arrays))
+            except BaseException:
+                self.pool.release(slot)
+                raise
+            return self._fill_and_send(job, layout, slot, prep, worker)
+        prep = prepare(self.ctx, job, worker, record)
         if self.opts.collate_fn is not None:
             return self._finish_custom(job, self.opts.collate_fn(prep.samples), prep.keys,
                                        prep.skipped, worker)
         layout = self._layout_for(prep.samples)
         if not prep.checked and not _fits(layout, prep.samples):
             prep = prepare(self.ctx, job, worker, None)  # rare: redo with the layout known
-        slot = self.pool.acquire()
+        return self._fill_and_send(job, layout, self.pool.acquire(), prep, worker)
+
+    def _fill_and_send(self, job: Job, layout: collate.Layout, slot: Slot, prep: Prepared,
+                       worker: str) -> Ready:
+        """Collate ``prep`` into ``slot``, start the transfer, give the slot back."""
         fence: Fence | None = None
         try:
             with spans.span("collate", batch=job.batch_id, worker=worker):
