@@ -64,3 +64,10 @@ def test_gpu_binding_keeps_its_name_on_cuda() -> None:
     text = console.export_text()
     assert "compute-bound (gpu)" in text and "GPU utilisation" in text
     assert "nothing crosses PCIe" not in text
+
+
+def test_rounding_size_negative_stall_reads_zero() -> None:
+    console = Console(record=True, width=160)
+    render(comparison(BEFORE, dataclasses.replace(AFTER, stall_fraction=-1e-5)), console)
+    text = console.export_text()
+    assert "-0%" not in text and " 0%" in text

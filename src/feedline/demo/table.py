@@ -133,7 +133,10 @@ def _ms(seconds: float | None) -> str:
 
 
 def _pct(fraction: float) -> str:
-    return "n/a" if math.isnan(fraction) else f"{fraction * 100:.0f}%"
+    if math.isnan(fraction):
+        return "n/a"
+    text = f"{fraction * 100:.0f}%"
+    return "0%" if text == "-0%" else text  # a rounding-size negative reads as zero
 
 
 def _ratio(before: float | None, after: float | None, *, higher_is_better: bool) -> str:
