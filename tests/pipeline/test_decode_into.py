@@ -45,13 +45,18 @@ def _epoch(root: Path, **kw: Any) -> list[dict[str, Any]]:
         return batches
 
 
-def test_direct_batches_are_byte_identical_to_decode_and_stack(tmp_path: Path) -> None:
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_direct_batches_are_byte_identical_to_decode_and_stack(tmp_path: Path,
+                                                                worker_type: str) -> None:
     root = _pack(tmp_path, [(16, 24)] * 30)
-    batches = _epoch(root)
+    batches = _epoch(root, worker_type=worker_type)
     assert len(batches) == 5
     for b in batches:
         ids = b["cls"].tolist()
         assert b["jpg"].numpy().tobytes() == _reference(root, ids).tobytes()
+    if worker_type == "process":
+        return
     # a transform turns the direct path off: same bytes through decode + stack
     plain = _epoch(root, transform=lambda s: s)
     for a, b in zip(batches, plain, strict=True):

@@ -3,7 +3,8 @@
 Workers are started once (``spawn`` or ``forkserver`` context, never fork)
 and persist across epochs. Each receives small job messages over its own pipe,
 prepares the batch (read, decode, transform) and writes the dense leaves
-straight into a slot of a shared-memory arena (:mod:`feedline.pipeline.shm`);
+straight into a slot of a shared-memory arena (:mod:`feedline.pipeline.shm`;
+JPEG fields are decoded into it directly, see ``jobs.direct_fields``);
 only keys, ragged leaves and timings travel back pickled. A reader thread in
 the parent completes each job's future through ``on_result`` (which copies the
 slot out or into pinned memory) and watches every worker's sentinel: a worker
@@ -26,7 +27,7 @@ from typing import Any
 
 from feedline.errors import WorkerDied, WorkerError
 from feedline.pipeline import collate, shm
-from feedline.pipeline.jobs import Context, Job, Record, prepare
+from feedline.pipeline.jobs import Context, Job, Record, direct_fields, prepare
 
 START_TIMEOUT_S = 120.0
 
@@ -103,13 +104,15 @@ def _worker_main(conn: Connection, ctx: Context, spec: shm.ArenaSpec, name: str,
         res = Result(job, name, slot)
 
         try:
-            prep = prepare(ctx, job, name, _recorder(res.timings) if timed else None)
+            views = arena.slot(slot)
+            into = direct_fields(ctx, views) if custom_collate is None else None
+            prep = prepare(ctx, job, name, _recorder(res.timings) if timed else None, into)
             res.keys, res.skipped = prep.keys, prep.skipped
             if custom_collate is not None:
                 res.custom = custom_collate(prep.samples)
             else:
                 assert ctx.layout is not None
-                res.ragged = collate.fill(ctx.layout, arena.slot(slot), prep.samples)
+                res.ragged = collate.fill(ctx.layout, views, prep.samples)
         except Exception as exc:
             res.error = _error_payload(exc)
         conn.send(res)
