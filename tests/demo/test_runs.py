@@ -99,3 +99,12 @@ def test_measured_run_stops_on_a_misaligned_first_batch(tiny_raw: Path) -> None:
     with pytest.raises(FeedlineError, match=r"lidar\.npy") as e:
         measured_run(_Mixed(naive_loader(tiny_raw, 4)), **kwargs)
     assert e.value.stage == "collate" and "more" in str(e.value)
+
+
+def test_cycle_yields_exactly_steps_items() -> None:
+    from feedline.demo.runs import cycle
+
+    assert list(cycle([1, 2], 5, name="x")) == [1, 2, 1, 2, 1]
+    assert list(cycle([1, 2, 3], 2, name="x")) == [1, 2]
+    with pytest.raises(ValueError, match="'x'"):
+        list(cycle([], 1, name="x"))

@@ -11,9 +11,9 @@ run copies each batch to the device the way the seed's code does (a blocking
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -23,6 +23,7 @@ from feedline.errors import DeviceError, FeedlineError
 from feedline.observe import spans
 
 LEARNING_RATE = 2e-3
+T = TypeVar("T")
 
 
 def pick_device(device: str | None) -> str:
@@ -78,14 +79,37 @@ def _fresh(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], device: to
     return model, torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
 
 
-def warm_up(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], batch: Mapping[str, Any],
-            device: str, steps: int = 5) -> None:
-    """Pay one-time costs (allocator, kernels) on a throwaway copy before measuring."""
+def cycle(batches: Iterable[T], steps: int, *, name: str) -> Iterator[T]:
+    """Exactly ``steps`` items of ``batches``, iterating it again as often as needed.
+
+    Raises:
+        ValueError: a pass over ``batches`` yields nothing.
+    """
+    done = 0
+    while done < steps:
+        before = done
+        for batch in batches:
+            yield batch
+            done += 1
+            if done == steps:
+                return
+        if done == before:
+            raise ValueError(f"run {name!r}: the loader yielded no batches")
+
+
+def warm_up(init: dict[str, torch.Tensor], imu_shape: tuple[int, int],
+            loaders: Iterable[Iterable[Mapping[str, Any]]], device: str, steps: int = 10) -> None:
+    """Train a throwaway copy for ``steps`` batches of each loader, unmeasured.
+
+    One-time costs (kernel selection, allocator growth, first-touch page
+    faults, loader start-up) land here instead of in whichever run goes
+    first, so the order of the runs does not decide the comparison.
+    """
     dev = torch.device(device)
     model, opt = _fresh(init, imu_shape, dev)
-    batch = to_device(batch, dev)
-    for _ in range(steps):
-        train_step(model, opt, batch, dev)
+    for loader in loaders:
+        for batch in cycle(loader, steps, name="warm-up"):
+            train_step(model, opt, to_device(batch, dev), dev)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
@@ -134,21 +158,15 @@ def measured_run(
     watched = _parts.watch(batches, device=device, batch_size=batch_size, name=name)
     losses: list[torch.Tensor] = []
     start = time.perf_counter()
-    while len(losses) < steps:
-        before = len(losses)
-        for batch in watched:
-            if copy_to_device:
-                with spans.span("h2d"):
-                    batch = to_device(batch, dev)
-            if verify is not None and not losses:
-                _verify(name, batch, verify)
-            losses.append(train_step(model, opt, batch, dev))
-            if on_step is not None:
-                on_step()
-            if len(losses) == steps:
-                break
-        if len(losses) == before:
-            raise ValueError(f"run {name!r}: the loader yielded no batches")
+    for batch in cycle(watched, steps, name=name):
+        if copy_to_device:
+            with spans.span("h2d"):
+                batch = to_device(batch, dev)
+        if verify is not None and not losses:
+            _verify(name, batch, verify)
+        losses.append(train_step(model, opt, batch, dev))
+        if on_step is not None:
+            on_step()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     wall = time.perf_counter() - start

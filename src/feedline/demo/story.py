@@ -145,10 +145,11 @@ def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> d
         _parts.pack(raw, packed, shard_size=cfg.shard_size, workers=workers,
                     progress=lambda done, total: bar.update(task, completed=done, total=total))
     init, imu_shape, naive = _model_init(cfg, raw)
-    console.print(f"3/4 training {cfg.steps} steps twice on {device} (warm-up first)")
-    runs.warm_up(init, imu_shape, next(iter(naive)), device)
+    console.print(f"3/4 training {cfg.steps} steps twice on {device} "
+                  "(after 10 unmeasured steps of each loader)")
     fast = _parts.feedline_loader(packed, batch_size=cfg.batch_size, device=device,
                                   workers=workers, seed=cfg.synth.seed)
+    runs.warm_up(init, imu_shape, (naive, fast), device)
     plans = (
         ("before", "DataLoader(num_workers=0, pin_memory=False) over the small files", naive,
          True),
