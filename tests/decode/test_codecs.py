@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import sys
+import threading
+from typing import Any
 
 import numpy as np
 import pytest
 import simplejpeg
 from PIL import Image
 
-from feedline.decode import Decoders, Limits, decode_npy, decode_raw
+from feedline.decode import Decoders, Limits, decode_jpeg, decode_npy, decode_raw
 from feedline.errors import DecodeError
 
 
@@ -140,3 +143,32 @@ def test_jpeg_decodes_into_a_matching_array_else_fresh() -> None:
     assert not mine.decode_field("jpg", data, out=slot[0]).any()
     sample = dec.decode_sample({"__key__": "k", "jpg": data}, into={"jpg": slot[0]})
     assert np.shares_memory(sample["jpg"], slot[0]) and slot[0].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("wrap", [bytes, lambda d: memoryview(bytearray(b"x" + d))[1:]])
+def test_jpeg_decode_releases_the_gil(wrap: Any) -> None:
+    # With a 30 s switch interval a thread holding the GIL keeps it: if decoding held it,
+    # the decoder would finish all 40 images before this thread's pure-Python loop ran.
+    img = np.random.default_rng(0).integers(0, 255, (300, 400, 3), dtype=np.uint8)
+    data = wrap(simplejpeg.encode_jpeg(img, quality=90))
+    done = [0]
+
+    def decode() -> None:
+        for _ in range(40):
+            decode_jpeg(data, Limits())
+            done[0] += 1
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    try:
+        worker = threading.Thread(target=decode)
+        worker.start()
+        worker.join(0.01)  # lets the decoder start (join releases the GIL)
+        total = 0
+        for i in range(2_000_000):
+            total += i
+        finished_meanwhile = done[0]
+        worker.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert finished_meanwhile < 40 and done[0] == 40
