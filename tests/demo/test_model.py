@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from feedline.demo.model import DemoNet, batch_inputs, train_step
+from feedline.demo.model import POINT_STRIDE, DemoNet, batch_inputs, train_step
 from feedline.demo.naive import naive_loader
 
 IMU = (10, 6)  # tiny_raw's (imu_window, imu_channels)
@@ -28,7 +28,7 @@ def test_point_pool_is_per_sample(tiny_raw: Path) -> None:
     model = DemoNet(IMU).eval()
     batch = next(iter(naive_loader(tiny_raw, batch_size=3)))
     cams, points, owner, imu, target = batch_inputs(batch, torch.device("cpu"))
-    counts = [s.shape[0] - 1 for s in batch["lidar.npy"]]
+    counts = [len(range(1, s.shape[0], POINT_STRIDE)) for s in batch["lidar.npy"]]
     assert points.shape == (sum(counts), 4)
     assert owner.tolist() == [i for i, n in enumerate(counts) for _ in range(n)]
     assert target.shape == (3,)

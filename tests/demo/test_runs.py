@@ -108,3 +108,13 @@ def test_cycle_yields_exactly_steps_items() -> None:
     assert list(cycle([1, 2, 3], 2, name="x")) == [1, 2]
     with pytest.raises(ValueError, match="'x'"):
         list(cycle([], 1, name="x"))
+
+
+def test_default_workers_leave_cores_to_a_cpu_step() -> None:
+    import os
+
+    from feedline.demo import default_workers
+
+    cores = len(os.sched_getaffinity(0))
+    assert default_workers("cuda") == min(cores, 8)
+    assert default_workers("cpu") == max(1, cores // 2)

@@ -17,7 +17,8 @@ def demo(
         "if one pass over the frames is shorter)."),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Samples per batch, both runs."),
     workers: int = typer.Option(
-        None, "--workers", min=1, help="feedline.Loader threads (default: cores, at most 8)."),
+        None, "--workers", min=1, help="feedline.Loader threads (default: on cuda the cores, at most 8; on "
+        "cpu half the cores, since the step itself runs there)."),
     device: str = typer.Option(
         None, "--device", help="cpu or cuda[:N] (default: cuda when present, else cpu)."),
     width: int = typer.Option(160, "--width", min=64, help="Camera image width in pixels."),

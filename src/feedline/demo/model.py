@@ -29,6 +29,7 @@ LIDAR_FIELD = "lidar.npy"
 IMU_FIELD = "imu.npy"
 META_FIELD = "json"
 LABEL_FIELD = "label.npy"
+POINT_STRIDE = 4
 FIELDS_PER_FRAME = len(CAMERA_FIELDS) + 4  # cameras, lidar, IMU, label, JSON
 
 
@@ -99,7 +100,9 @@ def batch_inputs(
     """
     cams = torch.stack([_stack(batch[f], device) for f in CAMERA_FIELDS], dim=1)
     sweeps: Sequence[Any] = batch[LIDAR_FIELD]
-    pts = [_as_tensor(s, device)[1:] for s in sweeps]
+    # row 0 is the header; like PointNet, the encoder sees a subset (every
+    # POINT_STRIDE-th point), while the loaders still deliver whole sweeps
+    pts = [_as_tensor(s, device)[1::POINT_STRIDE] for s in sweeps]
     points = torch.cat(pts)
     # filled on the device: no host-to-device copy and no sync inside the step
     owner = torch.cat([torch.full((p.shape[0],), i, device=device) for i, p in enumerate(pts)])

@@ -74,9 +74,16 @@ class DemoResult:
     wall_s: float
 
 
-def default_workers() -> int:
-    """Loader threads for this machine: the cores, at most 8 (seed 000's rule)."""
-    return max(1, min(os.cpu_count() or 1, 8))
+def default_workers(device: str) -> int:
+    """Loader threads for this machine and device.
+
+    On CUDA: the cores, at most 8 (seed 000's ``min(cores / gpus, 8)``). On
+    cpu the training step itself runs on the cores, so the loader gets half
+    of them (at least 1): more threads only slow the step's own parallel math.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = max(1, cores or 1)
+    return min(cores, 8) if device.startswith("cuda") else max(1, cores // 2)
 
 
 @contextmanager
@@ -134,7 +141,7 @@ def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> d
     from feedline.demo.synth import make_driving_log
 
     device = runs.pick_device(cfg.device)
-    workers = cfg.workers or default_workers()
+    workers = cfg.workers or default_workers(device)
     raw, packed = work / "raw", work / "packed"
     with _bar(console) as bar:
         task = bar.add_task(f"1/4 writing the raw log ({FIELDS_PER_FRAME} files per frame)",
