@@ -11,3 +11,18 @@ from __future__ import annotations
 import os
 
 collect_ignore = [] if os.environ.get("FEEDLINE_GPU") == "1" else ["gpu"]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_span_sinks():
+    """A test that leaves a span sink installed would skew every later test's timings."""
+    yield
+    from feedline.observe import spans
+
+    leaked = list(spans._sinks)
+    if leaked:
+        spans._sinks.clear()
+        pytest.fail(f"the test left span sinks installed: {leaked}")

@@ -36,7 +36,11 @@ def test_recorder_is_a_thread_safe_sink_with_a_cap() -> None:
     rec = Recorder(max_spans=1000)
     spans.install(rec)
     try:
+        # All four alive at once: thread idents are only unique among live threads.
+        start = threading.Barrier(4)
+
         def work() -> None:
+            start.wait(timeout=30)
             for i in range(300):
                 spans.emit("decode", float(i), float(i) + 0.5, key=i)
 

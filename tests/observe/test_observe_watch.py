@@ -132,3 +132,17 @@ def test_outputs_json_trace_html_text(tmp_path) -> None:  # type: ignore[no-unty
     assert "before" in p.text and "after" in p.text
     text = render_text(a)
     assert "DATA-BOUND" in text and "p99" in text and "num-workers-zero" in text
+
+
+def test_close_removes_hooks_when_the_loop_raises() -> None:
+    import feedline
+    from feedline.observe import spans
+
+    w = feedline.watch(range(5), name="boom")
+    with pytest.raises(RuntimeError, match="boom"), w:
+        for i in w:
+            if i == 2:
+                raise RuntimeError("boom")
+    assert not spans.active()
+    rep = w.report()  # still available after close
+    assert rep.steps >= 1

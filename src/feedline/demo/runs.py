@@ -158,15 +158,16 @@ def measured_run(
     watched = _parts.watch(batches, device=device, batch_size=batch_size, name=name)
     losses: list[torch.Tensor] = []
     start = time.perf_counter()
-    for batch in cycle(watched, steps, name=name):
-        if copy_to_device:
-            with spans.span("h2d"):
-                batch = to_device(batch, dev)
-        if verify is not None and not losses:
-            _verify(name, batch, verify)
-        losses.append(train_step(model, opt, batch, dev))
-        if on_step is not None:
-            on_step()
+    with watched:  # hooks come off even when a step raises
+        for batch in cycle(watched, steps, name=name):
+            if copy_to_device:
+                with spans.span("h2d"):
+                    batch = to_device(batch, dev)
+            if verify is not None and not losses:
+                _verify(name, batch, verify)
+            losses.append(train_step(model, opt, batch, dev))
+            if on_step is not None:
+                on_step()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     wall = time.perf_counter() - start

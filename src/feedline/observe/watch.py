@@ -52,6 +52,20 @@ class Watch:
         """Mark the end of the current step now (optional)."""
         self.session.step_done()
 
+    def close(self) -> None:
+        """Stop measuring and remove every hook (idempotent); ``report()`` still works.
+
+        Call it (or use the watch as a context manager) when the loop ends by an
+        exception, so no hook outlives the run.
+        """
+        self.session.stop()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def report(self) -> Report:
         """Stop measuring (hooks removed) and return the :class:`Report` (cached)."""
         if self._report is None:
