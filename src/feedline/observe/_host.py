@@ -38,7 +38,7 @@ class HostSampler:
         gpu_index: NVML index of the GPU to sample, or ``None`` for no GPU.
     """
 
-    def __init__(self, interval: float = 0.1, gpu_index: int | None = None) -> None:
+    def __init__(self, interval: float = 0.5, gpu_index: int | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval!r}")
         self.interval = interval

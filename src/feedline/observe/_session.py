@@ -84,7 +84,7 @@ class Session:
 
     def __init__(self, name: str = "run", device: Any = "cpu", batch_size: int | None = None,
                  *, steps: int | None = None, ab: bool | None = False, replay: int = 10,
-                 host_interval: float = 0.1) -> None:
+                 host_interval: float = 0.5) -> None:
         if steps is not None and steps < 1:
             raise ValueError(f"steps must be >= 1 or None, got {steps!r}")
         if replay < 2:

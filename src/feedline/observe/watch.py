@@ -75,7 +75,7 @@ class Watch:
 
 def watch(iterable: Iterable[Any], device: Any = "cpu", batch_size: int | None = None,
           name: str = "run", *, steps: int | None = None, ab: bool = False,
-          replay: int = 10, host_interval: float = 0.1) -> Watch:
+          replay: int = 10, host_interval: float = 0.5) -> Watch:
     """Wrap ``iterable`` so iterating it measures each training step.
 
     Args:
@@ -90,7 +90,8 @@ def watch(iterable: Iterable[Any], device: Any = "cpu", batch_size: int | None =
             times with the data path removed: the synthetic-batch check. The
             loop body then sees that batch ``replay`` more times.
         replay: steps of the synthetic-batch check (>= 2).
-        host_interval: seconds between host-signal samples.
+        host_interval: seconds between host-signal samples (each costs about 0.6 ms
+            of CPU in a sampler thread; 0.5 s keeps the overhead well under 1%).
 
     Raises:
         ValueError: a bad ``steps``, ``replay`` or ``batch_size``.
