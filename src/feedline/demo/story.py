@@ -163,7 +163,11 @@ def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> d
         ("after", f"feedline.Loader(workers={workers}) over the shards", fast, False),
     )
     figures, reports = [], []
-    with _bar(console) as bar:
+    threads = compute_threads(device, workers)
+    if threads is not None:
+        console.print(f"on cpu the model stands in for the accelerator: it gets {threads} "
+                      "thread(s) in both runs, the other cores are the loader's", highlight=False)
+    with _bar(console) as bar, _torch_threads(threads):
         for name, loader_text, batches, copy in plans:
             task = bar.add_task(f"  {name}", total=cfg.steps)
             out = runs.measured_run(
@@ -182,7 +186,36 @@ def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> d
     console.print("both runs: each sample of the first batch had its 6 cameras, lidar sweep "
                   "and IMU window from one timestamp (checked)", highlight=False)
     _parts.write_html(reports, html_path)
-    return table.to_json(comp, frames=cfg.synth.frames, workers=workers, device=device)
+    result = table.to_json(comp, frames=cfg.synth.frames, workers=workers, device=device)
+    result["compute_threads"] = threads
+    return result
+
+
+def compute_threads(device: str, workers: int) -> int | None:
+    """Intra-op threads for the model in *both* measured runs, or None to leave torch's.
+
+    On a GPU the step runs on the device and the host cores belong to the
+    loader. On cpu the step would otherwise spread over every core and fight
+    the loader's threads for them, so the model gets the cores the loader does
+    not use (at least one), the same in both runs.
+    """
+    if not device.startswith("cpu"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) - workers)
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _model_init(cfg: DemoConfig, raw: Path) -> tuple[dict[str, Any], tuple[int, int], Any]:
