@@ -13,39 +13,27 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import read_common
 
 
 def parser(description: str) -> argparse.ArgumentParser:
-    """The common options: --quick, --json, --repeat, --dir, --samples, --device."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--quick", action="store_true", help="small sizes (seconds, for smoke tests)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per contender (median)")
-    p.add_argument("--dir", metavar="DIR", help="scratch folder for the data (default: temp)")
-    p.add_argument("--samples", type=int, help="override the number of samples")
+    """The read benchmarks' options (--quick, --json, --repeat, --dir, --keep, --samples)
+    plus --device."""
+    p = read_common.parser(description)
     p.add_argument("--device", default="cpu", help='"cpu" or "cuda:0"')
     return p
 
 
-@contextmanager
-def scratch(args: argparse.Namespace, name: str) -> Iterator[Path]:
-    """A fresh scratch folder, removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix=f"feedline-{name}-", dir=args.dir))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+scratch = read_common.scratch
 
 
 class Report:
