@@ -57,7 +57,9 @@ def dd_direct(shards: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = rc.parser(__doc__.splitlines()[0]).parse_args(argv)
+    p = rc.parser(__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=256, help="samples per read_many call")
+    args = p.parse_args(argv)
     n, lo, hi = (400, 64 << 10, 512 << 10) if args.quick else (2000, 128 << 10, 1 << 20)
     n = args.samples or n
     with rc.scratch(args, "read-seq") as tmp:
@@ -74,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         skipped: list[dict[str, str]] = []
 
         ds = open_dataset(tmp / "ds", io="buffered")
-        res = rc.timeit_many({"ours": lambda: rc.read_all(ds, order), "base": lambda: plain_pread(shards)}, args.repeat)
+        res = rc.timeit_many({"ours": lambda: rc.read_all(ds, order, args.batch), "base": lambda: plain_pread(shards)}, args.repeat)
         if res["ours"][2] != payload:
             raise SystemExit(f"read {res['ours'][2]} payload bytes, expected {payload}")
-        ours = rc.row("feedline buffered (all samples)", res["ours"][0], payload, n, res["ours"][1])
+        ours = rc.row(f"feedline buffered (batch {args.batch})", res["ours"][0], payload, n, res["ours"][1])
         base = rc.row("plain pread of shard bytes", res["base"][0], shard_bytes, len(shards), res["base"][1])
         rows += [ours, base]
         comps.append(rc.compare(ours, base, 0.85))
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append({"name": "direct vs dd iflag=direct", "reason": "dd is not installed"})
         else:
             dds = open_dataset(tmp / "ds", io="direct")
-            res = rc.timeit_many({"ours": lambda: rc.read_all(dds, order), "base": lambda: dd_direct(shards)}, args.repeat)
+            res = rc.timeit_many({"ours": lambda: rc.read_all(dds, order, args.batch), "base": lambda: dd_direct(shards)}, args.repeat)
             if res["ours"][2] != payload:
                 raise SystemExit(f"direct read {res['ours'][2]} payload bytes, expected {payload}")
             ours_d = rc.row("feedline direct (O_DIRECT windows)", res["ours"][0], payload, n, res["ours"][1])
