@@ -74,8 +74,9 @@ def test_host_sampler_summarises_real_samples() -> None:
     from feedline.observe._host import HostSampler
 
     h = HostSampler(interval=0.02).start()
-    end = time.perf_counter() + 0.15
-    while time.perf_counter() < end:  # keep a core busy so CPU use is visible
+    deadline = time.perf_counter() + 30
+    # Keep a core busy (so CPU use is visible) until the sampler has taken 3 samples.
+    while len(h.series) < 3 and time.perf_counter() < deadline:
         pass
     h.stop()
     s = h.summary()
