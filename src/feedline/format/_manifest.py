@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import FormatError
+from feedline.errors import ChecksumError, FormatError
 from feedline.format._atomic import write_atomic
-from feedline.format._checksum import ALGOS
+from feedline.format._checksum import ALGOS, checksum
 from feedline.format._index import FORMAT_VERSION, ShardIndex
 
 MANIFEST_NAME = "manifest.json"
@@ -248,13 +248,39 @@ def load_index(root: str | os.PathLike[str], info: ShardInfo) -> ShardIndex:
             shard=info.name,
             fix="re-copy the shard from its source, or repack",
         )
+    _check_index_size(info, index_size)
+    return check_index_count(info, ShardIndex.load(index_path, shard_size=shard_size, shard=info.name))
+
+
+def index_from_bytes(info: ShardInfo, data: bytes | memoryview, *, shard_size: int,
+                     checksum_algo: str) -> ShardIndex:
+    """Validate index bytes fetched from anywhere (an object store, say) against
+    the manifest entry ``info``: size, whole-file checksum, every record, sample count.
+
+    Raises:
+        FormatError / ChecksumError: naming the shard, with the fix.
+    """
+    _check_index_size(info, len(data))
+    if f"{checksum(data, checksum_algo):016x}" != info.index_checksum:
+        raise ChecksumError("index checksum differs from the manifest", shard=info.name, fix=_FIX)
+    return check_index_count(info, ShardIndex.from_bytes(data, shard_size=shard_size, shard=info.name))
+
+
+def _check_index_size(info: ShardInfo, index_size: int) -> None:
     if index_size != info.index_size:
         raise FormatError(
             f"index is {index_size} bytes, the manifest says {info.index_size}",
             shard=info.name,
             fix="re-copy the .idx file, or rebuild it with `feedline index`",
         )
-    index = ShardIndex.load(index_path, shard_size=shard_size, shard=info.name)
+
+
+def check_index_count(info: ShardInfo, index: ShardIndex) -> ShardIndex:
+    """``index`` if it holds the number of samples the manifest records for it.
+
+    Raises:
+        FormatError: the counts differ.
+    """
     if index.num_samples != info.num_samples:
         raise FormatError(
             f"index holds {index.num_samples} samples, the manifest says {info.num_samples}",

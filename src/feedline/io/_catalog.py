@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import ChecksumError, FormatError
+from feedline.errors import FormatError
 from feedline.format import (
     MANIFEST_NAME,
     Manifest,
     ShardIndex,
-    checksum,
+    index_from_bytes,
     parse_manifest,
     read_manifest,
 )
@@ -134,21 +134,7 @@ def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
             fix=_FIX,
         )
     data = storage.read(storage.join(info.index), info.name)
-    if len(data) != info.index_size:
-        raise FormatError(
-            f"index is {len(data)} bytes but the manifest records {info.index_size}",
-            shard=info.name,
-            fix=_FIX,
-        )
-    if f"{checksum(data, manifest.checksum_algo):016x}" != info.index_checksum:
-        raise ChecksumError("index checksum differs from the manifest", shard=info.name, fix=_FIX)
-    index = ShardIndex.from_bytes(data, shard_size=size, shard=info.name)
-    if index.num_samples != info.num_samples:
-        raise FormatError(
-            f"index holds {index.num_samples} samples, the manifest says {info.num_samples}",
-            shard=info.name,
-            fix=_FIX,
-        )
+    index = index_from_bytes(info, data, shard_size=size, checksum_algo=manifest.checksum_algo)
     first, end = _extents(index)
     return ShardEntry(info.name, path, size, index, first, end)
 
