@@ -34,8 +34,10 @@ def test_parse_bytes_rejects(bad):
 
 
 def test_format():
-    assert format_duration(0.012) == "12.0 ms"
-    assert format_duration(3e-6) == "3.0 us"
+    assert format_duration(0.012) == "12 ms"
+    assert format_duration(0.02032) == "20.32 ms"
+    assert format_duration(3e-6) == "3 us"
+    assert format_duration(1.5) == "1.5 s" and format_duration(0) == "0 ms"
     assert format_bytes(3 * 2**20) == "3.0 MiB"
 
 

@@ -65,12 +65,14 @@ def parse_bytes(text: str | int, *, name: str = "size") -> int:
 
 
 def format_duration(seconds: float) -> str:
-    """``0.012 -> "12.0 ms"``; picks us, ms or s."""
+    """Four significant digits in us, ms or s: ``0.045 -> "45 ms"``, ``0.02032 -> "20.32 ms"``."""
+    if seconds == 0:
+        return "0 ms"
     if seconds < 1e-3:
-        return f"{seconds * 1e6:.1f} us"
+        return f"{seconds * 1e6:.4g} us"
     if seconds < 1.0:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
+        return f"{seconds * 1e3:.4g} ms"
+    return f"{seconds:.4g} s"
 
 
 def format_bytes(n: float) -> str:

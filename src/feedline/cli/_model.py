@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from feedline.errors import ConfigError
+from feedline.units import format_duration as fmt_time
 
 if TYPE_CHECKING:
     from feedline.model import PipelineAnalysis, Plan, SimulationResult
@@ -25,17 +26,6 @@ _DIST_HELP = (
     "{} time distribution for --simulate: const, lognormal:sigma=0.8 (median = the "
     "stage time), lognormal:sigma=0.8,mean=15ms, or empirical:times.json[,unit=ms]"
 )
-
-
-def fmt_time(seconds: float) -> str:
-    """``0.045 -> "45 ms"``, ``0.02032 -> "20.32 ms"``, ``1.5 -> "1.5 s"``."""
-    if seconds == 0:
-        return "0 ms"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.4g} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.4g} ms"
-    return f"{seconds:.4g} s"
 
 
 def fmt_pct(fraction: float) -> str:
