@@ -66,8 +66,13 @@ def _address(buf: Any) -> int:
     return int(buf.data_ptr()) if hasattr(buf, "data_ptr") else buffer_address(buf)
 
 
-def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> ReadError:
-    """The error for a short window read, naming the first affected member."""
+def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> ReadError | None:
+    """The error for a short window read, naming the first affected member.
+
+    ``None`` when every member of the window still lies within the bytes read:
+    the file was cut only in the padding or trailer past them (windows are
+    rounded up to the alignment), and the samples are whole.
+    """
     limit = w.start + got
     index = entry.index
     for s in samples[w.lo : w.hi].tolist():
@@ -81,7 +86,7 @@ def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> R
                     field=index.fields[fid],
                     fix=_TRUNC_FIX,
                 )
-    return ReadError(f"short read of window at {w.start}", shard=entry.name, fix=_TRUNC_FIX)
+    return None
 
 
 class ShardJob:
@@ -156,7 +161,9 @@ def read_jobs(jobs: list[ShardJob], reader: Reader, pool: HostBufferPool, algo: 
                 else:
                     got = read_into(handle, w.start, target)
                 if got < w.length:
-                    raise _truncated(job.state.entry, job.samples, w, got)
+                    error = _truncated(job.state.entry, job.samples, w, got)
+                    if error is not None:
+                        raise error
             _slice_samples(job, w, whole, w.start - off, algo)
 
 
