@@ -21,5 +21,7 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["repeat"] == 2 and len(data["baseline"]["runs"]) == 2
     assert data["baseline"]["median_step_s"] > 0 and data["watched"]["median_step_s"] > 0
-    assert data["ratio"] == data["watched"]["median_step_s"] / data["baseline"]["median_step_s"]
+    pairs = [w / b for w, b in zip(data["watched"]["runs"], data["baseline"]["runs"], strict=True)]
+    assert data["ratio"] == pytest.approx(sum(pairs) / 2)  # the median of two pairs
+    assert data["ratio_of_medians"] == data["watched"]["median_step_s"] / data["baseline"]["median_step_s"]
     assert "overhead" in proc.stdout

@@ -72,3 +72,20 @@ def test_cuda_step_lasts_as_long_as_its_device_work_when_the_host_runs_ahead() -
     assert rep.step_time.p50 == pytest.approx(0.050)
     assert rep.verdict == "compute-bound" and rep.gpu_utilisation == pytest.approx(1.0)
     assert rep.stall_fraction == pytest.approx(0.0005 / 0.050)
+
+
+def test_sampled_run_queue_delay_is_scaled_to_the_unsampled_fetches() -> None:
+    # 30 ms fetches: 10 ms of CPU and 15 ms queued for a core, i.e. a CPU-bound
+    # decode on a busy host. Only every 4th fetch carries its measured delay.
+    n = 20
+    spans = [Span("fetch", i, i + 0.030, 1, 1, {"cpu": 0.010} | ({"runq": 0.015} if i % 4 == 0 else {}))
+             for i in range(n)]
+    m = Measurements(name="s", device_type="cpu", wait=[0.030] * n, body=[0.010] * n,
+                     gpu=[0.010] * n, spans=spans, loader={"num_workers": 0}, cores=8, gpus=1)
+    sampled_all = [Span(s.stage, s.start, s.end, 1, 1, {"cpu": 0.010, "runq": 0.015}) for s in spans]
+    full = Measurements(name="f", device_type="cpu", wait=m.wait, body=m.body, gpu=m.gpu,
+                        spans=sampled_all, loader=m.loader, cores=8, gpus=1)
+    got, want = build_report(m), build_report(full)
+    assert got.binding == want.binding == "decode"
+    assert got.analysis["decode"] == pytest.approx(want.analysis["decode"])
+    assert got.analysis["read"] == pytest.approx(want.analysis["read"])

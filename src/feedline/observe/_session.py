@@ -15,13 +15,14 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from feedline.observe import spans
 from feedline.observe._host import HostSampler
-from feedline.observe._stats import Recorder
+from feedline.observe._stats import Recorder, Span
 from feedline.observe._timing import DeviceTimer, device_type, make_timer
 from feedline.observe._torch_hooks import (
     CopyLog,
@@ -100,6 +101,7 @@ class Session:
         self.wait: list[float] = []
         self.wait_runq: list[float] = []
         self.body: list[float] = []
+        self.body_starts: list[float] = []
         self.starts: list[float] = []
         self.batch_bytes: int | None = None
         self.pinned: list[float] = []
@@ -114,6 +116,7 @@ class Session:
         self._worker_dir: str | None = None
         self._hooked = False
         self._stopped = False
+        self._tid = threading.get_ident()  # the training thread (set again at the first step)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> Session:
@@ -155,8 +158,8 @@ class Session:
         now = time.perf_counter()
         self._timer.stop(token)
         self.body.append(now - t_body)
+        self.body_starts.append(t_body)
         self._body = None
-        self.recorder.record("step", t_body, now, {"step": len(self.body) - 1})
 
     def next(self, inner: Callable[[], Any], on_limit: Callable[[], Any] | None = None) -> Any:
         """Time one ``next()``: ``inner()`` fetches the batch (raises StopIteration at the end).
@@ -168,8 +171,11 @@ class Session:
         if self._timer is None:
             self.start()
         self.step_done()
+        # The training thread's run-queue delay during the wait only matters with
+        # loader workers (see build_report); in-process loading skips the two reads.
+        queued = int(self.loader.get("num_workers") or 0) > 0
         t0 = time.perf_counter()
-        q0 = sched_times()[1]
+        q0 = sched_times()[1] if queued else 0.0
         if self._replay_left > 0:
             self._replay_left -= 1
             batch = self._last
@@ -183,7 +189,7 @@ class Session:
             except StopIteration:
                 batch = self._limit(None)
         self._after(t0, batch)
-        self.wait_runq.append(max(0.0, sched_times()[1] - q0))
+        self.wait_runq.append(max(0.0, sched_times()[1] - q0) if queued else 0.0)
         return batch
 
     def _limit(self, on_limit: Callable[[], Any] | None) -> Any:
@@ -217,8 +223,8 @@ class Session:
         t1 = time.perf_counter()
         self.wait.append(t1 - t0)
         self.starts.append(t0)
-        self.recorder.record("wait", t0, t1, {"step": len(self.wait) - 1})
         if len(self.wait) <= 2:
+            self._tid = threading.get_ident()
             samples, nbytes = batch_info(batch)
             if self.batch_size is None and samples:
                 self.batch_size = samples
@@ -259,7 +265,7 @@ class Session:
         m = Measurements(
             name=self.name, device_type=self.device_type, wait=self.wait[:end],
             wait_runq=self.wait_runq[:end],
-            body=self.body[:end], gpu=gpu[:end], spans=self.recorder.spans(),
+            body=self.body[:end], gpu=gpu[:end], spans=self.recorder.spans() + self._loop_spans(),
             step_starts=self.starts[:end],
             copy_times=[d for _, d in copies],
             blocking_copy_s=sum(d for r, d in copies if not (r.pinned and r.non_blocking)),
@@ -272,6 +278,19 @@ class Session:
         if self._replay_from is not None:
             m.ab = _ab(self.wait, self.body, gpu, end)
         return m
+
+    def _loop_spans(self) -> list[Span]:
+        """The ``wait`` and ``step`` spans of the training loop, built from the step lists.
+
+        Kept as plain lists while running (no span record per step) and turned
+        into spans only here, for traces and the HTML timeline.
+        """
+        pid, tid = os.getpid(), self._tid
+        out = [Span("wait", t0, t0 + w, pid, tid, {"step": i})
+               for i, (t0, w) in enumerate(zip(self.starts, self.wait, strict=False))]
+        out += [Span("step", t0, t0 + b, pid, tid, {"step": i})
+                for i, (t0, b) in enumerate(zip(self.body_starts, self.body, strict=False))]
+        return out
 
     def report(self) -> Report:
         """Stop (if still running) and build the :class:`Report`."""

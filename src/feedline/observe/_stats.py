@@ -92,8 +92,9 @@ class Recorder:
     """Thread-safe span sink keeping up to ``max_spans`` spans in memory.
 
     Spans past the cap are counted in :attr:`dropped` instead of stored, so a
-    long run cannot grow memory without bound. Recording costs one lock and
-    one list append.
+    long run cannot grow memory without bound. Recording is on the hot path of
+    every measured step: it stores one plain tuple under one lock, and the
+    :class:`Span` objects are built only when :meth:`spans` is read.
     """
 
     def __init__(self, max_spans: int = DEFAULT_MAX_SPANS) -> None:
@@ -101,34 +102,42 @@ class Recorder:
             raise ValueError(f"max_spans must be >= 1, got {max_spans!r}")
         self.max_spans = max_spans
         self.dropped = 0
-        self._spans: list[Span] = []
+        self._rows: list[tuple[str, float, float, int, int, dict[str, Any]]] = []
+        self._merged: list[Span] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
     def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
-        """Store one span (called by :func:`feedline.observe.spans.emit`)."""
-        pid = int(attrs.pop("pid", self._pid))
-        tid = int(attrs.pop("tid", threading.get_ident()))
-        item = Span(stage, start, end, pid, tid, attrs)
+        """Store one span (called by :func:`feedline.observe.spans.emit`).
+
+        ``attrs`` may carry ``pid`` / ``tid`` to file the span under another
+        process or thread than the caller's.
+        """
+        if "pid" in attrs or "tid" in attrs:
+            pid = int(attrs.pop("pid", self._pid))
+            tid = int(attrs.pop("tid", threading.get_ident()))
+        else:
+            pid, tid = self._pid, threading.get_ident()
         with self._lock:
-            if len(self._spans) >= self.max_spans:
+            if len(self._rows) + len(self._merged) >= self.max_spans:
                 self.dropped += 1
                 return
-            self._spans.append(item)
+            self._rows.append((stage, start, end, pid, tid, attrs))
 
     def add(self, spans: Iterable[Span]) -> None:
         """Merge spans measured elsewhere (worker processes)."""
         with self._lock:
             for s in spans:
-                if len(self._spans) >= self.max_spans:
+                if len(self._rows) + len(self._merged) >= self.max_spans:
                     self.dropped += 1
                 else:
-                    self._spans.append(s)
+                    self._merged.append(s)
 
     def spans(self, stage: str | None = None) -> list[Span]:
-        """A copy of the stored spans, optionally of one stage only."""
+        """A copy of the stored spans (recorded, then merged), optionally of one stage only."""
         with self._lock:
-            items = list(self._spans)
+            rows, merged = list(self._rows), list(self._merged)
+        items = [Span(*row) for row in rows] + merged
         return items if stage is None else [s for s in items if s.stage == stage]
 
     def stages(self) -> dict[str, StageStats]:

@@ -18,6 +18,7 @@ torch lazily (only ``install_*`` touches it).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -231,10 +232,21 @@ class _TimedCollate:
         return out
 
 
-def _deliver(stage: str, start: float, end: float, **attrs: Any) -> None:
-    from torch.utils.data import get_worker_info
+def _worker_info() -> Any:
+    """torch's ``get_worker_info()`` (imported once: this runs twice per fetch)."""
+    global _get_worker_info
+    if _get_worker_info is None:
+        from torch.utils.data import get_worker_info
 
-    info = get_worker_info()
+        _get_worker_info = get_worker_info
+    return _get_worker_info()
+
+
+_get_worker_info: Any = None
+
+
+def _deliver(stage: str, start: float, end: float, **attrs: Any) -> None:
+    info = _worker_info()
     if info is None:
         spans.emit(stage, start, end, **attrs)
         return
@@ -253,30 +265,65 @@ def _deliver(stage: str, start: float, end: float, **attrs: Any) -> None:
 _sched_tls = threading.local()
 
 
+class _SchedFile:
+    """A thread's open schedstat file, closed when the thread (and its locals) go."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
+        try:
+            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = -1
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+
+
+def _forget_sched_fd() -> None:
+    # A forked child inherits the forking thread's descriptor, which names the
+    # parent's thread: close the child's copy and open its own on next use.
+    _sched_tls.fd = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_sched_fd)
+
+
 def sched_times() -> tuple[float, float]:
     """(CPU seconds, run-queue seconds) of the calling thread, from Linux schedstat.
 
     The run-queue delay is how long the thread waited for a core: CPU-bound
     work on a busy host is delayed by the scheduler, and counting that delay
     keeps a slow decode from looking like a slow read. One ``pread`` on a
-    per-thread descriptor (reopened after fork); elsewhere falls back to
+    per-thread descriptor (dropped in a forked child); elsewhere falls back to
     ``(time.thread_time(), 0.0)``.
     """
-    pid = os.getpid()
     held = getattr(_sched_tls, "fd", None)
-    if held is None or held[0] != pid:
+    if held is None:
+        held = _sched_tls.fd = _SchedFile()
+    fd = held.fd
+    if fd >= 0:
         try:
-            fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            fd = -1
-        held = _sched_tls.fd = (pid, fd)
-    if held[1] >= 0:
-        try:
-            parts = os.pread(held[1], 128, 0).split()
+            parts = os.pread(fd, 128, 0).split()
             return int(parts[0]) / 1e9, int(parts[1]) / 1e9
         except (OSError, IndexError, ValueError):
             pass  # fall through to the portable clock
     return time.thread_time(), 0.0
+
+
+RUNQ_EVERY = 8
+"""On the training thread, every this many fetches also read the run-queue delay.
+
+Reading schedstat costs a few microseconds warm but tens after the thread has
+slept (the common case: the host waited on the device), so in-process fetches
+take their CPU time from ``time.thread_time()`` and sample the run-queue delay;
+the report scales the sampled delay to the rest. Worker processes, off the
+training thread, read it on every fetch.
+"""
+
+_fetches = itertools.count()
 
 
 def _make_fetch(orig: Any) -> Any:
@@ -284,10 +331,11 @@ def _make_fetch(orig: Any) -> Any:
         col = self.collate_fn
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col)
+        sampled = _worker_info() is not None or next(_fetches) % RUNQ_EVERY == 0
         t0 = time.perf_counter()
-        c0, q0 = sched_times()
+        c0, q0 = sched_times() if sampled else (time.thread_time(), 0.0)
         out = orig(self, index)
-        c1, q1 = sched_times()
+        c1, q1 = sched_times() if sampled else (time.thread_time(), 0.0)
         c_start, c_end = col.last
         if c_start < t0:  # collate did not run (should not happen): whole fetch is items
             c_start = c_end = time.perf_counter()
@@ -295,8 +343,11 @@ def _make_fetch(orig: Any) -> Any:
         # collate as CPU work, so the fetch keeps the share of its own wall time.
         wall = max(c_end - t0, 1e-12)
         share = (c_start - t0) / wall
-        _deliver("fetch", t0, c_start, cpu=max(0.0, c1 - c0) * share,
-                 runq=max(0.0, q1 - q0) * share)
+        if sampled:
+            _deliver("fetch", t0, c_start, cpu=max(0.0, c1 - c0) * share,
+                     runq=max(0.0, q1 - q0) * share)
+        else:
+            _deliver("fetch", t0, c_start, cpu=max(0.0, c1 - c0) * share)
         _deliver("collate", c_start, c_end)
         return out
 

@@ -135,11 +135,16 @@ def _per_batch(m: Measurements, steps: int) -> dict[str, float]:
     window = [s for s in m.spans if s.start >= t_from]
     if not any(s.stage in ("fetch", "collate") for s in window):
         window = m.spans
+    # Fetches on the training thread carry a sampled run-queue delay (see
+    # RUNQ_EVERY): the unsampled ones get the sampled fetches' delay per second.
+    sampled = [s for s in window if s.stage == "fetch" and "runq" in s.attrs]
+    sampled_wall = sum(s.duration for s in sampled)
+    runq_rate = sum(float(s.attrs["runq"]) for s in sampled) / sampled_wall if sampled_wall > 0 else 0.0
     for s in window:
         by.setdefault(s.stage, []).append(s.duration)
         if s.stage == "fetch":
-            cpu_in_fetch += cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)),
-                                       float(s.attrs.get("runq", 0.0)))
+            runq = float(s.attrs["runq"]) if "runq" in s.attrs else runq_rate * s.duration
+            cpu_in_fetch += cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)), runq)
     n = len(by.get("fetch") or by.get("collate") or []) or max(steps, 1)
     fetch = sum(by.get("fetch", []))
     read = (sum(by.get("read", [])) + max(0.0, fetch - cpu_in_fetch)) / n
