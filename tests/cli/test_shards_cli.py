@@ -89,3 +89,11 @@ def test_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert bad.returncode == 2 and "--shard-size" in bad.stderr
+
+
+def test_pack_no_fsync_flag_packs_a_valid_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _source(tmp_path / "src", n=5)
+    out = tmp_path / "ds"
+    assert _run(["pack", str(src), "--out", str(out), "--no-fsync", "-q"]) == 0
+    assert "packed 5 samples (10 files)" in capsys.readouterr().out
+    assert _run(["verify", str(out)]) == 0

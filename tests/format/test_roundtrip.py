@@ -213,3 +213,30 @@ def test_output_folder_inside_the_source_is_not_packed(source: tuple[Path, Sampl
     manifest = pack(src, src / "packed")  # the second run must not pick up the first run's shards
     assert manifest.num_samples == len(samples)
     assert read_all(src / "packed") == samples
+
+
+def test_durable_pack_fsyncs_and_no_fsync_pack_writes_the_same_bytes(
+    source: tuple[Path, Samples], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    src, _ = source
+    real_fsync = os.fsync
+    calls: list[int] = []
+
+    def counting_fsync(fd: int) -> None:  # a spy: the real fsync still runs
+        calls.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    durable = pack(src, tmp_path / "a", shard_size=64 << 10)
+    shards = len(durable.shards)
+    # every shard, every index, the manifest and the folder (at least once per shard)
+    assert len(calls) >= 2 * shards + 2
+    calls.clear()
+    fast = pack(src, tmp_path / "b", shard_size=64 << 10, durable=False)
+    assert calls == []
+    assert fast == durable
+    for name in sorted(p.name for p in (tmp_path / "a").iterdir()):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert verify(tmp_path / "b") == []

@@ -104,3 +104,19 @@ def test_split_name_agrees_with_webdataset(name: str) -> None:
     key, ext = base_plus_ext(name)
     expected = (key, ext) if key is not None and ext else None
     assert split_name(name) == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(key=st.text(st.sampled_from("ab./\n"), max_size=8), field=st.text(st.sampled_from("ab./\n"), max_size=6))
+def test_check_member_name_accepts_exactly_the_names_that_split_back(key: str, field: str) -> None:
+    name = f"{key}.{field}"
+    reference = (
+        bool(key) and bool(field) and "\n" not in name and not name.startswith("/")
+        and ".." not in key.split("/") and split_name(name) == (key, field)
+    )
+    try:
+        check_member_name(key, field)
+    except ConfigError:
+        assert not reference
+    else:
+        assert reference

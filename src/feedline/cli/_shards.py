@@ -85,6 +85,7 @@ def pack_cmd(
     workers: Annotated[int, typer.Option("--workers", "-j", help="threads that read and checksum files (output order is preserved)")] = 1,
     checksum: Annotated[str, typer.Option("--checksum", help="checksum algorithm: xxh3 or crc32c (needs the crc32c package)")] = "xxh3",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    no_fsync: Annotated[bool, typer.Option("--no-fsync", help="skip fsync (scratch copies): still atomic if the run is killed, but a power loss may leave shards incomplete")] = False,
 ) -> None:
     """Pack small files into tar shards with a binary index and an atomic manifest."""
     from feedline.format import pack
@@ -94,7 +95,8 @@ def pack_cmd(
     start = time.perf_counter()
     last = [0.0]
     if quiet:
-        manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum)
+        manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum,
+                        durable=not no_fsync)
     else:
         with _pack_progress(console) as bar:
             task = bar.add_task("packing", total=None, files=0, files_total=0, shards="")
@@ -110,7 +112,8 @@ def pack_cmd(
                     shards=f"shard {p.shards_done}/{p.shards_total}" + (f" ({p.shards_reused} reused)" if p.shards_reused else ""),
                 )
 
-            manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum, progress=report)
+            manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum,
+                            progress=report, durable=not no_fsync)
     seconds = time.perf_counter() - start
     files = sum(int(f["count"]) for f in manifest.fields.values())
     nbytes = sum(int(f["total_bytes"]) for f in manifest.fields.values())

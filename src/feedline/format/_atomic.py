@@ -1,9 +1,50 @@
-"""Atomic file writes: temp file in the same folder, fsync, rename, fsync the folder."""
+"""Atomic file writes: temp file in the same folder, fsync, rename, fsync the folder.
+
+Large files are flushed as they are written: :func:`start_writeback` asks the
+kernel (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``) to begin writing a
+range to disk without waiting, so the device works while the writer keeps
+going and the final ``fsync`` only waits for the tail.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import sys
 from pathlib import Path
+from typing import Any
+
+_SYNC_FILE_RANGE_WRITE = 2
+_sync_file_range: Any = None
+
+
+def _load_sync_file_range() -> Any:
+    global _sync_file_range
+    if _sync_file_range is None:
+        fn: Any = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+                fn = libc.sync_file_range
+                fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                fn = False
+        _sync_file_range = fn
+    return _sync_file_range
+
+
+def start_writeback(fd: int, offset: int, length: int) -> bool:
+    """Start writing ``[offset, offset + length)`` of ``fd`` to disk; do not wait.
+
+    Only a hint: durability still comes from ``fsync``. Returns False where the
+    platform or file system cannot do it (nothing else happens then).
+    """
+    fn = _load_sync_file_range()
+    if not fn or length <= 0:
+        return False
+    return int(fn(fd, offset, length, _SYNC_FILE_RANGE_WRITE)) == 0
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -21,20 +62,26 @@ def temp_name(path: str | os.PathLike[str]) -> Path:
     return p.with_name(f".{p.name}.partial")
 
 
-def publish(temp: str | os.PathLike[str], final: str | os.PathLike[str]) -> None:
-    """Rename a fully written and fsynced ``temp`` onto ``final`` and fsync the folder."""
+def publish(temp: str | os.PathLike[str], final: str | os.PathLike[str], *, durable: bool = True) -> None:
+    """Rename a fully written (and, if ``durable``, fsynced) ``temp`` onto ``final``; fsync the folder."""
     os.replace(temp, final)
-    fsync_dir(Path(final).parent)
+    if durable:
+        fsync_dir(Path(final).parent)
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see either the old file or all of the new one."""
+def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so readers see either the old file or all of the new one.
+
+    ``durable=False`` skips the fsyncs: still atomic for readers and against a
+    killed process, but a power loss may lose the new file.
+    """
     temp = temp_name(path)
     with open(temp, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    publish(temp, path)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    publish(temp, path, durable=durable)
 
 
 def remove_quietly(path: str | os.PathLike[str]) -> None:

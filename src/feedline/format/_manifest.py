@@ -73,11 +73,11 @@ class Manifest:
         }
 
 
-def write_manifest(root: str | os.PathLike[str], manifest: Manifest) -> Path:
-    """Atomically write ``root/manifest.json`` (temp, fsync, rename, fsync dir)."""
+def write_manifest(root: str | os.PathLike[str], manifest: Manifest, *, durable: bool = True) -> Path:
+    """Atomically write ``root/manifest.json`` (temp, fsync, rename, fsync dir; no fsyncs unless ``durable``)."""
     path = Path(root) / MANIFEST_NAME
     text = json.dumps(manifest.to_json(), indent=1, sort_keys=True) + "\n"
-    write_atomic(path, text.encode("utf-8"))
+    write_atomic(path, text.encode("utf-8"), durable=durable)
     return path
 
 

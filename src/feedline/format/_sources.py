@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +37,7 @@ class PlannedSample:
     key: str
     files: tuple[SourceFile, ...]
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         """Payload bytes of the sample."""
         return sum(f.size for f in self.files)
@@ -49,13 +51,16 @@ class PlannedSample:
         return total
 
 
+_by_name = attrgetter("name")
+
+
 def _walk(root: Path, prefix: str = "", skip: Path | None = None) -> Iterable[tuple[str, str, os.stat_result]]:
     """(relative name, path, stat) of every non-hidden file below ``root``, sorted.
 
     The folder ``skip`` (the output folder, when it lies inside a source) is left out.
     """
     with os.scandir(root) as it:
-        entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+        entries = sorted((e for e in it if not e.name.startswith(".")), key=_by_name)
     for entry in entries:
         if entry.is_dir():
             if skip is not None and Path(entry.path).resolve() == skip:

@@ -48,14 +48,19 @@ def check_member_name(key: str, field: str) -> str:
             that does not split back into the same key and field.
     """
     name = f"{key}.{field}"
+    # split_name(name) == (key, field) exactly when the key's last part is a
+    # non-empty name without a dot and the field has no "/" (checked directly:
+    # this runs once per packed file).
+    last = key[key.rfind("/") + 1 :]
     bad = (
-        not key
+        not last
+        or "." in last
         or not field
+        or "/" in field
         or "\n" in name
         or "\0" in name
         or name.startswith("/")
-        or ".." in key.split("/")
-        or split_name(name) != (key, field)
+        or (".." in key and ".." in key.split("/"))
     )
     if bad:
         raise ConfigError(

@@ -16,7 +16,7 @@ from types import TracebackType
 import numpy as np
 
 from feedline.errors import ConfigError
-from feedline.format._atomic import fsync_dir, remove_quietly, temp_name
+from feedline.format._atomic import fsync_dir, remove_quietly, start_writeback, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import ShardInfo
@@ -25,7 +25,9 @@ from feedline.format._tar import BLOCK, END_OF_ARCHIVE, check_member_name, membe
 INDEX_SUFFIX = ".idx"
 _WRITE_BUFFER = 1 << 20
 _MAX_IOV = 512  # pieces per writev, below IOV_MAX (1024 on Linux)
+_WRITEBACK_EVERY = 8 << 20  # start disk writeback of each 8 MiB written, so close()'s fsync is short
 _ZEROS = bytes(BLOCK)
+_ZERO_VIEW = memoryview(_ZEROS)
 _MAX_FIELDS = 1 << 16  # field ids are '<u2' in the index
 
 
@@ -47,12 +49,17 @@ class ShardWriter:
         align: 0, or the boundary (a multiple of 512) each sample's first
             payload byte is padded to.
         checksum_algo: ``"xxh3"`` (default) or ``"crc32c"``.
+        durable: fsync the shard, the index and the folder before :meth:`close`
+            returns (default). False keeps the temp-and-rename atomicity, so a
+            killed process leaves nothing partial, but a power loss may.
 
     Samples are written in call order; fields of a sample in the order given.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, align: int = 0, checksum_algo: str = "xxh3") -> None:
+    def __init__(self, path: str | os.PathLike[str], *, align: int = 0, checksum_algo: str = "xxh3",
+                 durable: bool = True) -> None:
         self.path = Path(path)
+        self.durable = durable
         self.index_path = self.path.with_name(self.path.name + INDEX_SUFFIX)
         self.align = check_align(align)
         self.checksum_algo = check_algo(checksum_algo)
@@ -63,6 +70,8 @@ class ShardWriter:
         self._pending: list[bytes | memoryview] = []
         self._pending_bytes = 0
         self._pos = 0
+        self._flushed = 0  # bytes handed to the kernel
+        self._written_back = 0  # bytes whose disk writeback was started
         self._keys: list[str] = []
         self._key_set: set[str] = set()
         self._field_ids: dict[str, int] = {}
@@ -92,15 +101,21 @@ class ShardWriter:
     def _flush(self) -> None:
         if self._fd is None:
             raise ValueError("write on a closed ShardWriter")
-        for lo in range(0, len(self._pending), _MAX_IOV):
-            batch = self._pending[lo : lo + _MAX_IOV]
+        pending = self._pending
+        for lo in range(0, len(pending), _MAX_IOV):
+            batch = pending if len(pending) <= _MAX_IOV else pending[lo : lo + _MAX_IOV]
             written = os.writev(self._fd, batch)
-            if written < sum(len(b) for b in batch):  # a short write (rare): finish it
+            want = self._pending_bytes if batch is pending else sum(len(b) for b in batch)
+            if written < want:  # a short write (rare): finish it
                 rest = memoryview(b"".join(batch))[written:]
                 while rest:
                     rest = rest[os.write(self._fd, rest) :]
+        self._flushed += self._pending_bytes
         self._pending.clear()
         self._pending_bytes = 0
+        if self.durable and self._flushed - self._written_back >= _WRITEBACK_EVERY:
+            start_writeback(self._fd, self._written_back, self._flushed - self._written_back)
+            self._written_back = self._flushed
 
     def write_sample(
         self,
@@ -128,21 +143,23 @@ class ShardWriter:
         self._keys.append(key)
         self._key_set.add(key)
         pending, update = self._pending, self._hasher.update
-        for n, ((field, data), name) in enumerate(zip(items, names, strict=True)):
+        records, field_ids, pos, start = self._records, self._field_ids, self._pos, self._pos
+        for n, (field, data) in enumerate(items):
             if isinstance(data, memoryview) and data.itemsize != 1:
                 data = data.cast("B")  # bytes, not elements (C-contiguous views only)
             size = len(data)
-            header = member_header(name, size, self._pos, self.align if n == 0 else 0)
-            pad = _ZEROS[: -size % BLOCK]
-            fid = self._field_ids.setdefault(field, len(self._field_ids))
+            header = member_header(names[n], size, pos, self.align if n == 0 else 0)
+            pad = _ZERO_VIEW[: -size % BLOCK]
+            fid = field_ids.setdefault(field, len(field_ids))
             value = checksums[n] if checksums is not None else self._checksum(data)
-            self._records.append((sample, fid, self._pos + len(header), size, value))
-            for piece in (header, data, pad):
-                update(piece)
-                pending.append(piece)
-            written = len(header) + size + len(pad)
-            self._pos += written
-            self._pending_bytes += written
+            records.append((sample, fid, pos + len(header), size, value))
+            update(header)
+            update(data)
+            update(pad)
+            pending += (header, data, pad)
+            pos += len(header) + size + len(pad)
+        self._pos = pos
+        self._pending_bytes += pos - start
         if self._pending_bytes >= _WRITE_BUFFER or len(pending) >= _MAX_IOV:
             self._flush()
 
@@ -152,11 +169,13 @@ class ShardWriter:
             raise ConfigError(f"sample {key!r} has no fields", key=key, fix="give every sample at least one file")
         if key in self._key_set:
             raise ConfigError(f"sample key {key!r} written twice", key=key, fix="keys must be unique in a shard")
-        if len(set(fields)) != len(fields):
+        if len(fields) > 1 and len(set(fields)) != len(fields):
             raise ConfigError(f"sample {key!r} repeats a field", key=key, fix="give each field once")
-        new = {f for f in fields if f not in self._field_ids}
-        if len(self._field_ids) + len(new) > _MAX_FIELDS:
-            raise ConfigError(f"more than {_MAX_FIELDS} distinct fields in one shard", key=key)
+        known = self._field_ids
+        if not all(f in known for f in fields):
+            new = {f for f in fields if f not in known}
+            if len(known) + len(new) > _MAX_FIELDS:
+                raise ConfigError(f"more than {_MAX_FIELDS} distinct fields in one shard", key=key)
         return [check_member_name(key, field) for field in fields]
 
     def close(self) -> ShardInfo:
@@ -182,11 +201,13 @@ class ShardWriter:
             self.index = ShardIndex.from_bytes(data, shard_size=self._pos, shard=self.path.name)
             with open(index_temp, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                if self.durable:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(self._temp, self.path)
             os.replace(index_temp, self.index_path)
-            fsync_dir(self.path.parent)
+            if self.durable:
+                fsync_dir(self.path.parent)
         except BaseException:
             self.abort()
             remove_quietly(index_temp)
@@ -210,7 +231,8 @@ class ShardWriter:
         if fd is None:
             raise ValueError("close on an aborted ShardWriter")
         try:
-            os.fsync(fd)
+            if self.durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         return self._hasher.intdigest()
