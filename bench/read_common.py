@@ -160,6 +160,8 @@ def report(name: str, args: argparse.Namespace, params: dict[str, Any], rows: li
     for c in comparisons:
         mark = "meets" if c["meets_goal"] else "MISSES"
         print(f"  ratio {c['ours']} vs {c['baseline']}: {c['ratio']:.2f}x (goal >= {c['goal']}x: {mark})")
+        if c.get("note"):
+            print(f"    note: {c['note']}")
     for s in skipped:
         print(f"  skipped {s['name']}: {s['reason']}")
     if args.json:

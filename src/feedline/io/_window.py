@@ -90,29 +90,64 @@ def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> R
 
 
 class ShardJob:
-    """The part of a batch that lives in one shard: its samples (file order) and windows."""
+    """The part of a batch that lives in one shard: its samples (file order) and windows.
+
+    ``local`` are the requested sample numbers within the shard and
+    ``positions`` where each goes in the batch. :meth:`run` builds the job of
+    a contiguous run of samples without sorting (the common sequential case).
+    """
 
     def __init__(self, state: ShardReadState, local: np.ndarray, positions: np.ndarray, windows_for: Any) -> None:
-        self.state = state
-        self.samples, self.inverse = np.unique(local, return_inverse=True)
+        samples, inverse = np.unique(local, return_inverse=True)
+        self._setup(state, samples, windows_for)
+        self.inverse: np.ndarray | None = inverse
         self.positions = positions
+        self.run_at = -1
+
+    @classmethod
+    def run(cls, state: ShardReadState, lo: int, hi: int, at: int, windows_for: Any) -> ShardJob:
+        """The job of samples ``lo:hi`` of the shard (``lo < hi``), going to batch positions ``at:``."""
+        job = cls.__new__(cls)
+        job._setup(state, np.arange(lo, hi, dtype=np.int64), windows_for, (lo, hi))
+        job.inverse = None
+        job.positions = np.arange(at, at + hi - lo, dtype=np.int64)
+        job.run_at = at
+        return job
+
+    def _setup(self, state: ShardReadState, samples: np.ndarray, windows_for: Any, run: tuple[int, int] | None = None) -> None:
+        self.state = state
+        self.samples = samples
         entry = state.entry
-        extents = list(zip(entry.first[self.samples].tolist(), entry.end[self.samples].tolist(), strict=True))
+        index = entry.index
+        if run is None and len(samples) and int(samples[-1]) - int(samples[0]) == len(samples) - 1:
+            run = (int(samples[0]), int(samples[-1]) + 1)  # unique and sorted, so contiguous
+        if run is not None:
+            lo, hi = run
+            extents = list(zip(entry.first[lo:hi].tolist(), entry.end[lo:hi].tolist(), strict=True))
+            bounds = index.sample_start[lo : hi + 1]
+            rec = index.members[int(bounds[0]) : int(bounds[-1])]  # a slice: no row gather
+            self.first: list[int] = (bounds - bounds[0]).tolist()
+            self.keys: list[str] = index.keys[lo:hi]
+        else:
+            extents = list(zip(entry.first[samples].tolist(), entry.end[samples].tolist(), strict=True))
+            rows, counts = _member_rows(index, samples)
+            rec = index.members[rows]
+            self.first = np.concatenate(([0], np.cumsum(counts))).tolist()
+            self.keys = [index.keys[i] for i in samples.tolist()]
         self.windows: list[Window] = windows_for(extents, entry.size)
         self.done: list[dict[str, Any]] = []
         # Member columns of every requested sample, fetched once per shard and batch.
-        rows, counts = _member_rows(entry.index, self.samples)
-        rec = entry.index.members[rows]
         self.offsets: list[int] = rec["offset"].tolist()
         self.sizes: list[int] = rec["size"].tolist()
-        fields = entry.index.fields
+        fields = index.fields
         self.names: list[str] = [fields[f] for f in rec["field"].tolist()]
         self.sums: list[int] = rec["checksum"].tolist()
-        self.first: list[int] = np.concatenate(([0], np.cumsum(counts))).tolist()
-        self.keys: list[str] = [entry.index.keys[i] for i in self.samples.tolist()]
 
     def hand_out(self, out: list[dict[str, Any] | None]) -> None:
         """Store each requested sample's dict at its position in ``out``."""
+        if self.inverse is None:  # a run: samples in order, each asked for once
+            out[self.run_at : self.run_at + len(self.done)] = self.done
+            return
         handed: set[int] = set()
         for pos, u in zip(self.positions.tolist(), self.inverse.reshape(-1).tolist(), strict=True):
             # A sample asked for twice gets two dicts (sharing the same views).
@@ -148,7 +183,7 @@ def read_jobs(jobs: list[ShardJob], reader: Reader, pool: HostBufferPool, algo: 
         _, last_w, last_off = group[-1]
         buf = _allocate(reader, pool, last_off + last_w.size)
         whole = memoryview(buf) if reader.device == "cpu" else buf
-        base = _address(buf)
+        base = _address(buf) if direct else 0
         for job, w, off in group:
             if w.size:  # a window of only empty members reads nothing
                 handle = job.state.handle(reader)

@@ -210,11 +210,6 @@ class PackedDataset:
         """
         opened = self._state()
         catalog = opened.catalog
-        idx = self._indices(indices, catalog.num_samples)
-        out: list[Sample | None] = [None] * len(idx)
-        if not len(idx):
-            return []
-        pos, local = catalog.locate(idx)
         direct = opened.reader.direct
 
         def windows_for(extents: list[tuple[int, int]], file_size: int) -> list[Window]:
@@ -222,10 +217,21 @@ class PackedDataset:
                 extents, file_size=file_size, max_window=self._max_window, max_gap=self._max_gap, direct=direct
             )
 
-        jobs = []
-        for shard_pos in dict.fromkeys(pos.tolist()):
-            where = np.nonzero(pos == shard_pos)[0]
-            jobs.append(ShardJob(opened.states[shard_pos], local[where], where, windows_for))
+        run = _contiguous_run(indices, catalog.num_samples)
+        if run is not None:  # the sequential case: no sorting, grouping or gathers
+            lo, hi = run
+            out: list[Sample | None] = [None] * (hi - lo)
+            jobs = _run_jobs(opened, lo, hi, windows_for)
+        else:
+            idx = self._indices(indices, catalog.num_samples)
+            out = [None] * len(idx)
+            if not len(idx):
+                return []
+            pos, local = catalog.locate(idx)
+            jobs = []
+            for shard_pos in dict.fromkeys(pos.tolist()):
+                where = np.nonzero(pos == shard_pos)[0]
+                jobs.append(ShardJob(opened.states[shard_pos], local[where], where, windows_for))
         algo = catalog.manifest.checksum_algo if self._verify else None
         read_jobs(jobs, opened.reader, opened.pool, algo)
         for job in jobs:
@@ -253,6 +259,49 @@ class PackedDataset:
 
     def __repr__(self) -> str:
         return f"PackedDataset({self._root!r}, io={self._io!r}, verify={self._verify})"
+
+
+def _contiguous_run(indices: Any, n: int) -> tuple[int, int] | None:
+    """``(lo, hi)`` when ``indices`` is exactly ``lo, lo + 1, ..., hi - 1`` within ``[0, n)``, else None.
+
+    Only a non-empty ``range`` of step 1, list of ``int`` or 1-D integer array
+    qualifies (anything else takes the general path, which also raises the errors).
+    """
+    if isinstance(indices, range):
+        if indices.step == 1 and 0 <= indices.start < indices.stop <= n:
+            return indices.start, indices.stop
+        return None
+    if type(indices) is list:
+        if not indices or type(indices[0]) is not int or not 0 <= indices[0] < n - len(indices) + 1:
+            return None
+        lo = indices[0]
+        # exact ints only (a float or bool equal to an int must still be rejected by the general path)
+        if all(type(i) is int for i in indices) and indices == list(range(lo, lo + len(indices))):
+            return lo, lo + len(indices)
+        return None
+    if not isinstance(indices, np.ndarray) or indices.ndim != 1 or not indices.size:
+        return None
+    if indices.dtype.kind not in "iu":
+        return None
+    lo, last = int(indices[0]), int(indices[-1])
+    if not 0 <= lo <= last < n or last - lo != indices.size - 1:
+        return None
+    if indices.size > 1 and not bool((indices[1:] > indices[:-1]).all()):
+        return None  # strictly increasing with these ends means contiguous
+    return lo, last + 1
+
+
+def _run_jobs(opened: _Opened, lo: int, hi: int, windows_for: Any) -> list[ShardJob]:
+    """One :meth:`ShardJob.run` per shard that global samples ``lo:hi`` touch."""
+    starts = opened.catalog.first_of_shard
+    jobs = []
+    g = lo
+    while g < hi:
+        s = bisect.bisect_right(starts, g) - 1  # skips empty shards
+        end = min(hi, starts[s + 1])
+        jobs.append(ShardJob.run(opened.states[s], g - starts[s], end - starts[s], g - lo, windows_for))
+        g = end
+    return jobs
 
 
 def open_dataset(
