@@ -23,11 +23,12 @@ def test_pack_vs_tar_quick_writes_results(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "pack_vs_tar" and doc["params"]["files"] == 120
     names = {r["name"] for r in doc["rows"]}
-    assert {"tar cf", "pack (API)", "feedline pack (CLI)"} <= names
+    assert {"tar cf", "tar cf + sync", "pack (API)", "pack (API, no fsync)", "feedline pack (CLI)"} <= names
     for r in doc["rows"]:
         assert r["median_s"] > 0 and len(r["runs_s"]) == 1 and r["items"] == 120
         assert r["cpu_median_s"] >= 0
     for c in doc["comparisons"]:
         assert c["baseline"] == "tar cf" and math.isfinite(c["ratio"]) and c["ratio"] > 0
     assert "ratio pack (API) vs tar cf" in proc.stdout
+    assert "ratio pack (API, no fsync) vs tar cf:" in proc.stdout and "ratio pack (API) vs tar cf + sync" in proc.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # scratch data removed
