@@ -102,7 +102,6 @@ class ShardJob:
         self._setup(state, samples, windows_for)
         self.inverse: np.ndarray | None = inverse
         self.positions = positions
-        self.run_at = -1
 
     @classmethod
     def run(cls, state: ShardReadState, lo: int, hi: int, at: int, windows_for: Any) -> ShardJob:
@@ -111,7 +110,6 @@ class ShardJob:
         job._setup(state, np.arange(lo, hi, dtype=np.int64), windows_for, (lo, hi))
         job.inverse = None
         job.positions = np.arange(at, at + hi - lo, dtype=np.int64)
-        job.run_at = at
         return job
 
     def _setup(self, state: ShardReadState, samples: np.ndarray, windows_for: Any, run: tuple[int, int] | None = None) -> None:
@@ -146,7 +144,8 @@ class ShardJob:
     def hand_out(self, out: list[dict[str, Any] | None]) -> None:
         """Store each requested sample's dict at its position in ``out``."""
         if self.inverse is None:  # a run: samples in order, each asked for once
-            out[self.run_at : self.run_at + len(self.done)] = self.done
+            at = int(self.positions[0])
+            out[at : at + len(self.done)] = self.done
             return
         handed: set[int] = set()
         for pos, u in zip(self.positions.tolist(), self.inverse.reshape(-1).tolist(), strict=True):

@@ -326,16 +326,22 @@ training thread, read it on every fetch.
 _fetches = itertools.count()
 
 
+def _cpu_only() -> tuple[float, float]:
+    """The unsampled clock: thread CPU seconds, no run-queue reading."""
+    return time.thread_time(), 0.0
+
+
 def _make_fetch(orig: Any) -> Any:
     def fetch(self: Any, index: Any) -> Any:
         col = self.collate_fn
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col)
         sampled = _worker_info() is not None or next(_fetches) % RUNQ_EVERY == 0
+        clock = sched_times if sampled else _cpu_only
         t0 = time.perf_counter()
-        c0, q0 = sched_times() if sampled else (time.thread_time(), 0.0)
+        c0, q0 = clock()
         out = orig(self, index)
-        c1, q1 = sched_times() if sampled else (time.thread_time(), 0.0)
+        c1, q1 = clock()
         c_start, c_end = col.last
         if c_start < t0:  # collate did not run (should not happen): whole fetch is items
             c_start = c_end = time.perf_counter()
@@ -343,11 +349,10 @@ def _make_fetch(orig: Any) -> Any:
         # collate as CPU work, so the fetch keeps the share of its own wall time.
         wall = max(c_end - t0, 1e-12)
         share = (c_start - t0) / wall
-        if sampled:
-            _deliver("fetch", t0, c_start, cpu=max(0.0, c1 - c0) * share,
-                     runq=max(0.0, q1 - q0) * share)
-        else:
-            _deliver("fetch", t0, c_start, cpu=max(0.0, c1 - c0) * share)
+        attrs = {"cpu": max(0.0, c1 - c0) * share}
+        if sampled:  # an unsampled fetch carries no runq: the report estimates it
+            attrs["runq"] = max(0.0, q1 - q0) * share
+        _deliver("fetch", t0, c_start, **attrs)
         _deliver("collate", c_start, c_end)
         return out
 
