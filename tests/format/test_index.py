@@ -153,3 +153,25 @@ def test_load_names_the_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="cannot read index") as e:
         ShardIndex.load(tmp_path / "nope.idx", shard_size=10, shard="nope.tar")
     assert e.value.shard == "nope.tar"
+
+
+def test_field_rows_find_each_samples_member_or_minus_one(tmp_path: Path) -> None:
+    path = tmp_path / SHARD
+    with ShardWriter(path) as w:
+        for i in range(7):
+            fields = {"f32": bytes(8), "json": b"{}"} if i % 3 else {"json": b"{}"}
+            if i == 5:
+                fields["cls"] = b"1"
+            w.write_sample(f"{i:03d}", fields)
+    data = path.read_bytes()
+    index = ShardIndex.from_bytes(path.with_name(SHARD + ".idx").read_bytes(), shard_size=len(data))
+    for name in ("f32", "json", "cls", "npy"):
+        want = []
+        for i in range(7):
+            rows = [int(index.sample_start[i]) + k for k, rec in enumerate(index.sample_members(i))
+                    if index.fields[rec["field"]] == name]
+            want.append(rows[0] if rows else -1)
+        assert index.field_rows(name).tolist() == want
+    assert index.field_rows("f32") is index.field_rows("f32")  # built once
+    row = int(index.field_rows("cls")[5])
+    assert index.fields[index.members["field"][row]] == "cls" and index.members["sample"][row] == 5

@@ -83,6 +83,24 @@ def test_s3_small_windows_and_pickled_copy(s3: tuple[Any, dict[str, Any]], datas
 
 
 @pytest.mark.timeout(120)
+def test_s3_fields_read_into_rows_like_local(s3: tuple[Any, dict[str, Any]], tmp_path: Path) -> None:
+    import numpy as np
+    from iodata import build_dataset
+
+    rng = np.random.default_rng(5)
+    shards = [[(f"k{s}{i:03d}", {"f32": rng.random(16, np.float32).tobytes(), "bin": bytes(i)})
+               for i in range(9)] for s in range(2)]
+    local_root = build_dataset(tmp_path / "fixed", shards)
+    fs, options = s3
+    remote = open_dataset(_upload(fs, local_root, "fixed"), storage_options=options)
+    local = open_dataset(local_root, io="buffered")
+    order = [17, 0, 9, 3, 3]
+    got, want = np.zeros((5, 16), np.float32), np.zeros((5, 16), np.float32)
+    assert remote.read_fields_into(order, {"f32": got}) == local.read_fields_into(order, {"f32": want})
+    assert got.tobytes() == want.tobytes() and got[0].tobytes() == shards[1][8][1]["f32"]
+
+
+@pytest.mark.timeout(120)
 def test_s3_truncated_shard_and_missing_manifest(s3: tuple[Any, dict[str, Any]], dataset: Path) -> None:
     fs, options = s3
     with pytest.raises(FormatError, match="no manifest"):

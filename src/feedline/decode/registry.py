@@ -104,6 +104,15 @@ class Decoders:
             return partial(codecs.decode_raw, ext=ext, limits=self.limits)
         return partial(_raw_bytes, limits=self.limits)
 
+    def raw_dtype(self, field: str) -> np.dtype[Any] | None:
+        """The dtype of ``field`` when it decodes to a zero-copy 1-D view of its bytes as
+        stored (a raw dtype extension such as ``f32``, not overridden); ``None`` otherwise.
+        Such fields can be read straight into a batch slot with no decode at all."""
+        ext = extension(field)
+        if ext not in codecs.RAW_DTYPES or field in self.overrides or ext in self.overrides:
+            return None
+        return np.dtype(codecs.RAW_DTYPES[ext])
+
     def decodes_into(self, field: str) -> bool:
         """True when ``field`` is decoded by a built-in codec that can write into a
         caller's array (JPEG, not overridden): see ``into=`` of :meth:`decode_sample`."""

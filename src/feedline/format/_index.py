@@ -184,6 +184,7 @@ class ShardIndex:
         self.checksum_algo: str = attrs["checksum_algo"]
         self.align: int = attrs["align"]
         self._field_ids = {name: i for i, name in enumerate(self.fields)}
+        self._field_rows: dict[str, np.ndarray] = {}
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, shard_size: int, shard: str = "") -> ShardIndex:
@@ -291,6 +292,22 @@ class ShardIndex:
     def field_id(self, name: str) -> int:
         """Position of field ``name`` in :attr:`fields` (KeyError if absent)."""
         return self._field_ids[name]
+
+    def field_rows(self, name: str) -> np.ndarray:
+        """Member row of field ``name`` for every sample: int64, ``-1`` where a sample lacks it.
+
+        Built once per field with one vectorised pass (a sample holds a field at most
+        once; the index is validated so). A field the shard never has gives all ``-1``.
+        """
+        rows = self._field_rows.get(name)
+        if rows is None:
+            rows = np.full(self.num_samples, -1, dtype=np.int64)
+            fid = self._field_ids.get(name)
+            if fid is not None:
+                hit = np.flatnonzero(self.members["field"] == fid)
+                rows[self.members["sample"][hit]] = hit
+            self._field_rows[name] = rows  # a race only computes the same array twice
+        return rows
 
     def __len__(self) -> int:
         return self.num_samples

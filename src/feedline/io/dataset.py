@@ -12,13 +12,14 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from feedline.errors import ConfigError
 from feedline.io._catalog import Catalog, load_catalog
+from feedline.io._columns import read_columns
 from feedline.io._remote import RemoteReader, is_remote, open_filesystem
 from feedline.io._window import ShardJob, ShardReadState, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
@@ -237,6 +238,29 @@ class PackedDataset:
         for job in jobs:
             job.hand_out(out)
         return out  # type: ignore[return-value]
+
+    def read_fields_into(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> list[str]:
+        """Read field ``f`` of sample ``indices[i]`` into row ``i`` of ``out[f]``; return the keys.
+
+        For fields of one size in every sample (raw tensors): each ``out[f]`` is a
+        writable C-contiguous array with one row per index, whose row is exactly the
+        field's size in bytes (any dtype: the bytes are copied as they are stored). The
+        buffered backend reads each field with one ``pread`` straight into its row; the
+        other host backends read windows and copy. This is how :class:`feedline.Loader`
+        fills a batch slot of raw fields without decoding anything.
+
+        Raises:
+            IndexError: an index is out of range.
+            ConfigError: an ``out`` array of the wrong shape, or the gds backend
+                (which reads into device memory).
+            ReadError: a sample lacks a field or holds it at another size (names
+                shard, key and field), or a shard is shorter than its index says.
+            ChecksumError: with ``verify=True``, a field's bytes differ from the index.
+        """
+        opened = self._state()
+        idx = self._indices(indices, opened.catalog.num_samples)
+        algo = opened.catalog.manifest.checksum_algo if self._verify else None
+        return read_columns(opened, idx, out, algo, self.read_many)
 
     def __iter__(self) -> Any:
         n = len(self)

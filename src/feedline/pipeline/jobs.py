@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from feedline.decode import Decoders
-from feedline.errors import WorkerError
+from feedline.errors import FeedlineError, WorkerError
 from feedline.pipeline import collate
 from feedline.pipeline.source import Item, Source
 
@@ -46,6 +46,9 @@ class Context:
     transform: Callable[[Any], Any] | None
     on_error: str
     layout: collate.Layout | None = None
+    columnar: bool | None = None
+    """Whether batches can be read straight into slots (:func:`columnar`); set with the
+    layout, so process workers receive it."""
 
 
 @dataclass
@@ -55,6 +58,9 @@ class Prepared:
     skipped: list[dict[str, str]] = field(default_factory=list)
     checked: bool = True
     """False when prepared before the layout was known (samples not checked against it)."""
+    filled: bool = False
+    """True when the batch was read straight into the slot's rows ``0..len(keys)-1``
+    (:func:`read_into_slot`): there are no samples to collate and no ragged leaves."""
 
 
 def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
@@ -200,3 +206,51 @@ def direct_fields(ctx: Context, arrays: Mapping[collate.Path, np.ndarray]) -> di
     return {str(leaf.path[0]): arrays[leaf.path] for leaf in layout.dense
             if len(leaf.path) == 1 and isinstance(leaf.path[0], str)
             and ctx.decoders.decodes_into(leaf.path[0])}
+
+
+def columnar(ctx: Context) -> bool:
+    """Whether batches of ``ctx`` can be read straight into slots (:func:`read_into_slot`):
+    a packed host source, no transform, and a layout of only 1-D dense raw-dtype fields."""
+    layout = ctx.layout
+    if layout is None or not layout.leaves or not layout.flat or ctx.transform is not None:
+        return False
+    for leaf in layout.leaves:
+        name = leaf.path[0]
+        if leaf.shape is None or len(leaf.shape) != 1 or not isinstance(name, str):
+            return False
+        dtype = ctx.decoders.raw_dtype(name)
+        if dtype is None or dtype != np.dtype(leaf.dtype):
+            return False
+    return ctx.source.columnar
+
+
+def read_into_slot(ctx: Context, job: Job, worker: str, record: Record | None,
+                   arrays: Mapping[collate.Path, np.ndarray]) -> Prepared | None:
+    """Read the batch straight into the slot's ``arrays`` when every field is a raw tensor.
+
+    Applies to a packed source without a transform whose layout holds only dense
+    raw-dtype fields (``.f32``, ``.u8``...) decoded as stored: their bytes *are* the
+    batch rows, so one read per sample and field fills the slot (see
+    ``PackedDataset.read_fields_into``) with no per-sample decode, check or copy.
+    Returns ``None`` when the path does not apply, and also when the batch holds a
+    sample that does not fit (a missing field, another size) or fails to read: the
+    per-sample path (:func:`prepare`) then re-reads the batch and raises or skips
+    exactly as it always does.
+    """
+    if ctx.columnar is None:
+        if ctx.layout is None:
+            return None
+        ctx.columnar = columnar(ctx)
+    if not ctx.columnar:
+        return None
+    assert ctx.layout is not None
+    n = len(job.indices)
+    out = {str(leaf.path[0]): arrays[leaf.path][:n] for leaf in ctx.layout.leaves}
+    t0 = time.perf_counter()
+    try:
+        keys = ctx.source.read_columns(job.indices, out)
+    except FeedlineError:
+        return None
+    if record is not None:
+        record("read", t0, time.perf_counter(), {"batch": job.batch_id, "worker": worker})
+    return Prepared([], keys, filled=True)

@@ -23,7 +23,15 @@ import torch
 from feedline.errors import DecodeError
 from feedline.observe import spans
 from feedline.pipeline import collate, nested, shm
-from feedline.pipeline.jobs import Context, Job, Prepared, direct_fields, prepare
+from feedline.pipeline.jobs import (
+    Context,
+    Job,
+    Prepared,
+    columnar,
+    direct_fields,
+    prepare,
+    read_into_slot,
+)
 from feedline.pipeline.slots import Fence, Slot, SlotPool
 from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import ProcessWorkers, Result
@@ -115,6 +123,7 @@ class Runtime:
                 layout = collate.infer_layout(samples, self.opts.batch_size, depth)
                 self.pool.configure(layout)
                 self.ctx.layout = layout
+                self.ctx.columnar = columnar(self.ctx)
             return self.ctx.layout
 
     def submit(self, job: Job) -> Future[Any]:
@@ -134,7 +143,8 @@ class Runtime:
         if self.opts.collate_fn is None and layout is not None:
             slot = self.pool.acquire()
             try:
-                prep = prepare(self.ctx, job, worker, record, direct_fields(self.ctx, slot.arrays))
+                prep = read_into_slot(self.ctx, job, worker, record, slot.arrays) or prepare(
+                    self.ctx, job, worker, record, direct_fields(self.ctx, slot.arrays))
             except BaseException:
                 self.pool.release(slot)
                 raise
@@ -153,9 +163,11 @@ class Runtime:
         """Collate ``prep`` into ``slot``, start the transfer, give the slot back."""
         fence: Fence | None = None
         try:
-            with spans.span("collate", batch=job.batch_id, worker=worker):
-                ragged = collate.fill(layout, slot.arrays, prep.samples)
-            n = len(prep.samples)
+            ragged: dict[collate.Path, list[Any]] = {}
+            if not prep.filled:
+                with spans.span("collate", batch=job.batch_id, worker=worker):
+                    ragged = collate.fill(layout, slot.arrays, prep.samples)
+            n = len(prep.keys)
             dense = {p: t[:n] for p, t in slot.tensors.items()}
             tree, fence = self._send(job, layout, dense, ragged, prep.keys, worker)
         finally:

@@ -92,6 +92,22 @@ class Source:
         return [Item(i, str(s["__key__"]) if "__key__" in s else str(i), None, s)
                 for i, s in zip(indices, samples, strict=True)]
 
+    @property
+    def columnar(self) -> bool:
+        """True when fixed-size fields can be read straight into host rows (:meth:`read_columns`)."""
+        if not self.packed or not callable(getattr(self.dataset, "read_fields_into", None)):
+            return False
+        backend = getattr(self.dataset, "backend", None)
+        return getattr(backend, "name", None) != "gds"  # gds reads into device memory
+
+    def read_columns(self, indices: Sequence[int], out: dict[str, Any]) -> list[str]:
+        """Read field ``f`` of each sample into row ``i`` of ``out[f]``; the samples' keys.
+
+        See ``PackedDataset.read_fields_into``; raises as it does (a sample that does not
+        fit its row, a read or checksum error).
+        """
+        return list(self.dataset.read_fields_into(list(indices), out))
+
     def shard_of(self, item: Item) -> str | None:
         """The shard of ``item`` (looked up lazily for packed samples)."""
         if item.shard is None and self.packed:

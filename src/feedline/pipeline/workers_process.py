@@ -14,6 +14,7 @@ worker and the signal.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -27,7 +28,7 @@ from typing import Any
 
 from feedline.errors import WorkerDied, WorkerError
 from feedline.pipeline import collate, shm
-from feedline.pipeline.jobs import Context, Job, Record, direct_fields, prepare
+from feedline.pipeline.jobs import Context, Job, Record, direct_fields, prepare, read_into_slot
 
 START_TIMEOUT_S = 120.0
 
@@ -101,22 +102,29 @@ def _worker_main(conn: Connection, ctx: Context, spec: shm.ArenaSpec, name: str,
         if msg is None:
             break
         job, slot = msg
-        res = Result(job, name, slot)
-
-        try:
-            views = arena.slot(slot)
-            into = direct_fields(ctx, views) if custom_collate is None else None
-            prep = prepare(ctx, job, name, _recorder(res.timings) if timed else None, into)
-            res.keys, res.skipped = prep.keys, prep.skipped
-            if custom_collate is not None:
-                res.custom = custom_collate(prep.samples)
-            else:
-                assert ctx.layout is not None
-                res.ragged = collate.fill(ctx.layout, views, prep.samples)
-        except Exception as exc:
-            res.error = _error_payload(exc)
-        conn.send(res)
+        conn.send(_run(ctx, job, name, slot, arena.slot(slot), custom_collate, timed))
+    gc.collect()  # a failed sample's traceback cycle may still hold views of the arena
     arena.close()
+
+
+def _run(ctx: Context, job: Job, name: str, slot: int, views: dict[collate.Path, Any],
+         custom_collate: Callable[[list[Any]], Any] | None, timed: bool) -> Result:
+    """One job in a worker: prepare the batch and fill arena slot ``slot`` (``views``)."""
+    res = Result(job, name, slot)
+    try:
+        record = _recorder(res.timings) if timed else None
+        if custom_collate is not None:
+            prep = prepare(ctx, job, name, record)
+            res.custom = custom_collate(prep.samples)
+        else:
+            assert ctx.layout is not None
+            prep = read_into_slot(ctx, job, name, record, views) or prepare(
+                ctx, job, name, record, direct_fields(ctx, views))
+            res.ragged = {} if prep.filled else collate.fill(ctx.layout, views, prep.samples)
+        res.keys, res.skipped = prep.keys, prep.skipped
+    except Exception as exc:
+        res.error = _error_payload(exc)
+    return res
 
 
 class ProcessWorkers:
