@@ -60,7 +60,7 @@ def test_slot_larger_than_budget_is_a_resource_error() -> None:
         pool.configure(_layout())
 
 
-def test_cpu_engine_gives_the_user_fresh_memory_never_recycled() -> None:
+def test_cpu_engine_gives_the_user_memory_no_later_batch_overwrites() -> None:
     layout = _layout()
     pool = SlotPool(2 * layout.nbytes, pin=False, reuse=False)
     pool.configure(layout)
@@ -68,12 +68,42 @@ def test_cpu_engine_gives_the_user_fresh_memory_never_recycled() -> None:
     first.arrays[("x",)][:] = 1
     sent, fence = CpuEngine().send({"x": first.tensors[("x",)], "k": ["a"]})
     pool.release(first, fence)
+    del first
     second = pool.acquire()  # the budget counts only slots in flight
     second.arrays[("x",)][:] = 2
     assert fence is None and sent["k"] == ["a"]
     assert bool((sent["x"] == 1).all())  # the user's batch was not overwritten
     assert second.tensors[("x",)].data_ptr() != sent["x"].data_ptr()
     assert pool.allocated_bytes == layout.nbytes <= pool.peak_bytes <= pool.budget
+    pool.close()
+
+
+def test_cpu_slot_memory_comes_back_when_every_lent_view_is_gone() -> None:
+    layout = collate.infer_layout([{"x": torch.zeros(16), "y": torch.zeros(2, dtype=torch.int64)}], 4, 1)
+    pool = SlotPool(4 * layout.nbytes, pin=False, reuse=False)
+    pool.configure(layout)
+
+    def lend(value: int) -> tuple[dict[Any, torch.Tensor], int]:
+        slot = pool.acquire()
+        for a in slot.arrays.values():
+            a[:] = value
+        batch = {p[0]: t[:3] for p, t in slot.tensors.items()}  # what the runtime hands out
+        pool.release(slot)
+        return batch, slot.id  # the id of the memory lent (a new slot gets a new id)
+
+    batch, first_id = lend(1)
+    keep_y, keep_x = batch["y"][1:], batch["x"].numpy()[2]  # views outlive the batch dict
+    del batch
+    other, other_id = lend(2)
+    assert other_id != first_id  # still held through the views
+    del keep_y
+    _third, third_id = lend(3)  # held
+    assert third_id not in (first_id, other_id)  # x's view still holds it
+    assert keep_x.tolist() == [1.0] * 16  # intact
+    del keep_x, other
+    _again, again_id = lend(4)
+    assert again_id in (first_id, other_id)  # memory is reused once let go
+    assert pool.allocated_bytes <= pool.peak_bytes <= pool.budget
     pool.close()
 
 

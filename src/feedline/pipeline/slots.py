@@ -7,11 +7,19 @@ holds more than ``budget`` bytes: producers that need a slot wait for one to
 come back. A slot comes back through :meth:`SlotPool.release` with an
 optional *fence* (a CUDA event recorded after the copy that reads the slot);
 it is handed out again only once the fence has completed.
+
+On CPU the batch *is* the slot (no copy), so a slot is *lent*: the user's
+tensors are fresh tensors over the slot's memory, and the memory comes back to
+the pool only when the last of them (and of any view of them) is freed. A
+batch the user holds is therefore never overwritten, and a loop that drops
+its batches reuses the same few slots instead of faulting in new pages for
+every batch.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +41,18 @@ class Fence(Protocol):
     def synchronize(self) -> None: ...
 
 
+class _Anchor:
+    """Kept alive by every tensor of one lent slot; its finalizer returns the slot."""
+
+    __slots__ = ("__weakref__",)
+
+
+class _Lent(np.ndarray):
+    """A view of slot memory that carries the loan's anchor."""
+
+    anchor: _Anchor
+
+
 class PoolClosed(RuntimeError):
     """The pool was closed while a producer waited for a slot."""
 
@@ -46,7 +66,8 @@ class Slot:
     arrays: dict[Path, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.arrays = {p: t.numpy() for p, t in self.tensors.items()}
+        if not self.arrays:
+            self.arrays = {p: t.numpy() for p, t in self.tensors.items()}
 
 
 class SlotPool:
@@ -60,9 +81,10 @@ class SlotPool:
     Slots are allocated lazily, the first time no free one exists and the
     budget allows, so a small run never touches the whole budget.
 
-    With ``reuse=False`` (the CPU engine) a released slot is not recycled: its
-    tensors now belong to the user's batch (no copy out), and the budget bounds
-    the bytes of batches still in flight.
+    With ``reuse=False`` (the CPU engine) a released slot is lent, not recycled:
+    its tensors now belong to the user's batch (no copy out), and the budget
+    bounds the bytes of batches in flight. Its memory comes back (to be lent
+    again) once the user has dropped every tensor of that batch, views included.
     """
 
     def __init__(
@@ -86,6 +108,7 @@ class SlotPool:
         self._count = 0
         self._ids = 0
         self._closed = False
+        self._returned: deque[Slot] = deque()  # lent slots the user dropped (deque.append is atomic)
         self.peak_bytes = 0
 
     @property
@@ -124,7 +147,7 @@ class SlotPool:
                     raise PoolClosed("slot pool closed")
                 self._reap()
                 if self._free:
-                    return self._free.popleft()
+                    return self._lend(self._free.popleft())
                 if (self._count + 1) * self.slot_bytes <= self.budget:
                     self._count += 1
                     self._ids += 1
@@ -136,7 +159,24 @@ class SlotPool:
                 fence = self._pending[0][1]
             fence.synchronize()  # host wait in the producer, never in the consumer
         self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
-        return self._new_slot(slot_id)
+        return self._lend(self._new_slot(slot_id))
+
+    def _lend(self, slot: Slot) -> Slot:
+        """``slot`` itself when slots are reused; else a loan of its memory (see the module).
+
+        Each lent tensor wraps a view that holds one shared anchor; the anchor dies, and
+        the slot comes back, when the storage of every lent tensor has been freed.
+        """
+        if self.reuse:
+            return slot
+        anchor = _Anchor()
+        tensors = {}
+        for path, array in slot.arrays.items():
+            view = array.view(_Lent)
+            view.anchor = anchor  # the tensor's storage holds the only reference to the view
+            tensors[path] = torch.from_numpy(view)
+        weakref.finalize(anchor, self._returned.append, slot).atexit = False
+        return Slot(slot.id, tensors, dict(slot.arrays))
 
     def _new_slot(self, slot_id: int) -> Slot:
         assert self._layout is not None
@@ -153,6 +193,11 @@ class SlotPool:
     def _reap(self) -> None:
         while self._pending and self._pending[0][1].query():
             self._free.append(self._pending.popleft()[0])
+        while self._returned:  # lent memory the user let go of (reuse=False)
+            slot = self._returned.popleft()
+            if (self._count + 1) * self.slot_bytes <= self.budget:
+                self._count += 1
+                self._free.append(slot)
 
     def release(self, slot: Slot, fence: Fence | None = None) -> None:
         """Give ``slot`` back; it is reused only after ``fence`` (if any) completes."""
@@ -173,6 +218,7 @@ class SlotPool:
                 fence.synchronize()
             self._free.clear()
             self._pending.clear()
+            self._returned.clear()
             self._cond.notify_all()
 
 

@@ -17,8 +17,9 @@ its memory while the consumer stream may still read it. Host source tensors
 must be pinned for the copy to be asynchronous.
 
 :class:`CpuEngine` hands the slot's tensors to the user without a copy: CPU
-slots are never recycled (the pool only bounds the bytes in flight), so the
-user owns the batch; its fence is ``None``.
+slots are lent to the user and come back to the pool only once every tensor of
+the batch (and every view of one) has been freed, so the user owns the batch
+for as long as it is held; its fence is ``None``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from feedline.pipeline.slots import Fence
 class CpuEngine:
     """The engine for ``device="cpu"``: no copy, no fence.
 
-    Its slots are not reused (``reuse_slots = False``): each batch is collated
-    into fresh memory that the user then owns, so nothing can overwrite it.
+    Its slots are not reused while lent (``reuse_slots = False``): the user owns the
+    batch's memory until every tensor of it is freed, so nothing can overwrite it.
     """
 
     needs_pinned = False
