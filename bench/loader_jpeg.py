@@ -10,7 +10,9 @@ with simplejpeg (libjpeg-turbo). Contenders, over the same packed tar shards:
 * the bare decoder on all cores with no loader at all, bytes already in memory
   (the limit; goal >= 0.9x);
 * for information, the bare decoder on one core: all cores / one core is the
-  parallel speed-up this run actually got (about 1 on a shared, loaded host).
+  parallel speed-up this run actually got (about 1 on a shared, loaded host),
+  and cores x the one-core rate is the ceiling of any loader with this decoder
+  (printed with the ratio it allows against each baseline).
 
 The machine is shared, so contenders are interleaved: each is warmed up once,
 then every round runs each contender once (in a rotating order). The ratio
@@ -138,6 +140,23 @@ def compare_per_round(report: Report) -> None:
               + f"; ratio of medians {a['samples_per_s'] / b['samples_per_s']:.2f}x")
 
 
+def ceiling(report: Report, cores: int) -> None:
+    """The most any loader using this decoder could reach here, against each baseline.
+
+    Decoding alone, perfectly spread over every core, runs at ``cores`` times the
+    one-core rate; a loader that also reads, collates and hands out batches cannot
+    beat that. Its ratio to a baseline bounds the ratio any loader can show.
+    """
+    rows = {r["name"]: r for r in report.doc["rows"]}
+    ideal = cores * rows[ONE_CORE]["samples_per_s"]
+    bounds = {name: ideal / rows[name]["samples_per_s"] for name, _ in GOALS}
+    report.doc["ceiling"] = {"samples_per_s": ideal, "ratio_bound": bounds,
+                             "ours_of_ceiling": rows[OURS]["samples_per_s"] / ideal}
+    print(f"  ceiling: {cores} cores x the one-core decode = {ideal:.0f} samples/s; ours is "
+          f"{rows[OURS]['samples_per_s'] / ideal:.0%} of it; the most any loader could show: "
+          + ", ".join(f"{v:.2f}x vs {k}" for k, v in bounds.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser(__doc__.splitlines()[0]).parse_args(argv)
     n = args.samples or (128 if args.quick else 1024)
@@ -177,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         report.doc["cores_effective"] = speedup
         print(f"  bare decoder all cores / one core: {speedup:.2f} (of {cores} cores; "
               "near 1 means other load left this run about one core)")
+        ceiling(report, cores)
         ours.close()
         pool.shutdown()
     return report.finish()
