@@ -91,8 +91,16 @@ def test_a_hanging_decode_raises_loader_timeout() -> None:
     with pytest.raises(LoaderTimeout) as info:
         next(it)
     assert info.value.batch == 1 and isinstance(info.value, TimeoutError)
+    t0 = time.monotonic()
+    with pytest.warns(RuntimeWarning, match=r"feedline-worker_\d still running"):
+        loader.close()  # the stuck worker is left behind after timeout, not waited for
+    assert time.monotonic() - t0 < 5
+    stuck = [t for t in threading.enumerate() if t.name.startswith("feedline-worker_")]
+    assert stuck and all(t.daemon for t in stuck)  # cannot keep the interpreter alive
     release.set()
-    loader.close()
+    for t in stuck:
+        t.join(10)
+    assert not any(t.is_alive() for t in stuck)
 
 
 def test_skip_keeps_batch_sizes_counts_and_rank_lockstep() -> None:

@@ -134,7 +134,8 @@ class Loader:
         budget = parse_bytes(pinned_budget, name="pinned_budget")
         ctx = Context(self._source, decoders, transform, self.on_error)
         opts = Options(self.batch_size, self.workers, self.worker_type,
-                       self.workers + self.prefetch, shm_dir, start_method, collate)
+                       self.workers + self.prefetch, shm_dir, start_method, collate,
+                       self.timeout)
         self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned,
                                                         reuse=engine.reuse_slots), opts)
         self._finalizer = weakref.finalize(self, self._rt.close)

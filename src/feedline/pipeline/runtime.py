@@ -79,6 +79,8 @@ class Options:
     shm_dir: str
     start_method: str
     collate_fn: Callable[[list[Any]], Any] | None
+    timeout: float | None = None
+    """The loader's per-batch timeout; also bounds how long close() waits for thread workers."""
 
 
 class Runtime:
@@ -103,7 +105,7 @@ class Runtime:
             WorkerError: a sample of the probe batch failed with ``on_error="raise"``.
         """
         if self.opts.worker_type == "thread":
-            self.pool_workers = ThreadWorkers(self.opts.workers, self.run_job)
+            self.pool_workers = ThreadWorkers(self.opts.workers, self.run_job, self.opts.timeout)
             return
         if self.opts.collate_fn is None:
             self._layout_for(prepare(self.ctx, probe, "probe", None).samples)

@@ -3,41 +3,94 @@
 Decoders that release the GIL (simplejpeg, numpy copies, file reads) run in
 parallel across threads. Threads are started once and persist across epochs.
 Each worker is named ``feedline-worker_<n>`` (the name in errors and spans).
+
+A thread cannot be killed, so a worker stuck in a decode or transform that
+never returns cannot be stopped. :meth:`ThreadWorkers.close` waits for running
+batches at most ``join_timeout`` seconds, then leaves the stuck threads behind
+with a warning naming them; they are daemon threads, so they do not keep the
+interpreter from exiting.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
+import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from feedline.pipeline.jobs import Job
 
 RunJob = Callable[[Job, str], Any]
 
+JOIN_TIMEOUT = 30.0
+"""Seconds ``close()`` waits for running batches when the loader has no ``timeout``."""
+
 
 class ThreadWorkers:
-    """A persistent pool of ``count`` threads running ``run(job, worker_name)``.
+    """A persistent pool of ``count`` daemon threads running ``run(job, worker_name)``.
 
     Args:
         count: number of threads (>= 1).
         run: the batch function; its return value or exception lands in the future.
+        join_timeout: most seconds :meth:`close` waits for running batches
+            (``None``: :data:`JOIN_TIMEOUT`).
     """
 
     kind = "thread"
 
-    def __init__(self, count: int, run: RunJob) -> None:
+    def __init__(self, count: int, run: RunJob, join_timeout: float | None = None) -> None:
         self._run = run
-        self._executor = ThreadPoolExecutor(count, thread_name_prefix="feedline-worker")
+        self._join_timeout = JOIN_TIMEOUT if join_timeout is None else join_timeout
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Job] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._serve, name=f"feedline-worker_{i}",
+                                          daemon=True) for i in range(count)]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, job: Job) -> Future[Any]:
         """Queue ``job``; the future holds the batch or the worker's exception."""
-        return self._executor.submit(self._call, job)
+        future: Future[Any] = Future()
+        self._jobs.put((future, job))
+        return future
 
-    def _call(self, job: Job) -> Any:
-        return self._run(job, threading.current_thread().name)
+    def _serve(self) -> None:
+        name = threading.current_thread().name
+        while True:
+            item = self._jobs.get()
+            if item is None:
+                return
+            future, job = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = self._run(job, name)
+            except BaseException as exc:  # delivered to the consumer, which re-raises it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del item, future, job  # hold no batch while waiting for the next job
 
     def close(self) -> None:
-        """Cancel queued jobs and join the threads (a job in progress finishes first)."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Cancel queued jobs, then wait for running ones (at most ``join_timeout``)."""
+        while True:
+            try:
+                item = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+        deadline = time.monotonic() + self._join_timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if stuck:
+            warnings.warn(
+                f"{', '.join(stuck)} still running a batch {self._join_timeout:g}s after close(); "
+                "left behind (a decode or transform that never returns?)",
+                RuntimeWarning, stacklevel=2,
+            )
