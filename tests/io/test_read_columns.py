@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from iodata import Samples, build_dataset, disk_dir
 
 from feedline.errors import ChecksumError, ConfigError, ReadError
@@ -140,3 +142,51 @@ def test_bad_out_arrays_are_config_errors(tmp_path: Path) -> None:
         ds.read_fields_into([0], {"f32": np.zeros((1, 1000), np.float32)})
     with pytest.raises(IndexError):
         ds.read_fields_into([N], {"f32": np.zeros((1, 1024), np.float32)})
+
+
+@pytest.fixture(scope="module")
+def pristine_fixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_dataset(tmp_path_factory.mktemp("pristine") / "ds", [SHARDS[0]])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.integers(0, 10**9), min_size=1, max_size=3),
+       cut=st.one_of(st.none(), st.integers(0, 10**9)))
+@pytest.mark.parametrize("io", ["buffered", "direct"])
+@pytest.mark.timeout(120)
+def test_flips_and_cuts_raise_only_placed_errors(
+    pristine_fixed: Path, tmp_path: Path, io: str, flips: list[int], cut: int | None
+) -> None:
+    root = tmp_path / f"ds-{io}"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(pristine_fixed, root)
+    ds = open_dataset(root, io=io, verify=True)  # opened before the damage
+    index = ds._state().catalog.shards[0].index
+    members = [(int(m["offset"]), int(m["size"]), index.keys[int(m["sample"])], index.fields[int(m["field"])])
+               for m in index.members]
+    shard = root / "shard-00000.tar"
+    data = bytearray(shard.read_bytes())
+    flipped = {f % len(data) for f in flips}
+    for f in flipped:
+        data[f] ^= 0x5A
+    if cut is not None:
+        data = data[: cut % len(data)]
+    shard.write_bytes(bytes(data))
+    # The buffered reader reads only the asked fields; the others read whole windows (and
+    # verify every field in them), so their errors may name any damaged member.
+    asked = ("f32", "u8") if io == "buffered" else tuple(index.fields)
+    damaged = {(k, f) for off, size, k, f in members if f in asked and any(off <= x < off + size for x in flipped)}
+    short = {(k, f) for off, size, k, f in members if f in asked and off + size > len(data)}
+    order = np.random.default_rng(len(flipped)).permutation(len(ds))
+    out = _out(len(order))
+    try:
+        keys = ds.read_fields_into(order, out)
+    except ChecksumError as e:
+        assert (e.key, e.field) in damaged and e.shard == "shard-00000.tar"
+    except ReadError as e:
+        assert (e.key, e.field) in short and e.shard == "shard-00000.tar"
+    else:
+        assert not {(k, f) for k, f in damaged | short if f in ("f32", "u8")}
+        want = dict(SHARDS[0])
+        for i, key in enumerate(keys):
+            assert out["f32"][i].tobytes() == want[key]["f32"] and out["u8"][i].tobytes() == want[key]["u8"]
