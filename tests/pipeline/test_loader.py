@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,17 @@ def test_cpu_batches_reuse_a_few_slots_and_held_views_stay_intact() -> None:
         assert y.tolist() == list(range(16 * b, 16 * b + 4))
         assert x[:, 0].tolist() == [16 * b + 5, 16 * b + 6]
     loader.close()
+
+
+def test_default_workers_follow_the_cores_this_process_may_use() -> None:
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})  # this thread only; restored below
+        assert feedline.Loader(Numbers(8), batch_size=4).workers == 1
+    finally:
+        os.sched_setaffinity(0, before)
+    assert feedline.Loader(Numbers(8), batch_size=4).workers == min(8, len(before))
+    assert feedline.Loader(Numbers(8), batch_size=4, workers=12).workers == 12  # asked for
 
 
 def test_batches_are_prepared_while_the_user_computes() -> None:

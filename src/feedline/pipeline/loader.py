@@ -60,6 +60,15 @@ def rank_and_world(process_group: Any, rank: int | None, world_size: int | None
     return r, world
 
 
+MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers() -> int:
+    """Workers when none are asked for: the cores this process may run on, at most 8."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
 class Loader:
     """Load batches from a packed or map-style dataset onto ``device``.
 
@@ -70,7 +79,9 @@ class Loader:
         device: ``"cpu"`` or ``"cuda:N"`` (explicit index).
         shuffle, seed: the global order is a permutation from ``(seed, epoch)``.
         drop_last: see :mod:`feedline.pipeline.sampler`.
-        workers: worker threads or processes (each prepares one batch at a time).
+        workers: worker threads or processes (each prepares one batch at a time); default
+            the cores this process may run on, at most 8 (more workers than cores only
+            adds memory in flight and contention).
         worker_type: ``"thread"`` (default; no pickling, no /dev/shm) or ``"process"``.
         prefetch: finished batches allowed to wait ahead of the consumer.
         pinned_budget: byte cap of the slot pool (``"2GiB"``); a batch bigger than it is a
@@ -96,7 +107,7 @@ class Loader:
 
     def __init__(
         self, dataset: Any, batch_size: int = 64, device: Any = "cpu", shuffle: bool = True,
-        seed: int = 0, drop_last: bool = True, workers: int = 8, worker_type: str = "thread",
+        seed: int = 0, drop_last: bool = True, workers: int | None = None, worker_type: str = "thread",
         prefetch: int = 4, pinned_budget: str | int = "2GiB", io: str = "auto",
         decode: Decoders | Mapping[str, Any] | None = None,
         transform: Callable[[Any], Any] | None = None,
@@ -110,7 +121,7 @@ class Loader:
 
             dataset = open_dataset(dataset, io=_host_io(io))
         self.batch_size = _positive_int("batch_size", batch_size)
-        self.workers = _positive_int("workers", workers)
+        self.workers = default_workers() if workers is None else _positive_int("workers", workers)
         self.prefetch = _positive_int("prefetch", prefetch)
         self.worker_type = _choice("worker_type", worker_type, ("thread", "process"))
         self.on_error = _choice("on_error", on_error, ("raise", "skip"))
