@@ -116,8 +116,8 @@ def test_skip_keeps_batch_sizes_counts_and_rank_lockstep() -> None:
     assert len(r0) == len(r1) == 4  # lockstep: same number of batches on each rank
     assert all(len(b) == 8 for b in r0 + r1)
     assert not bad & set(flat(r0 + r1))
-    # each skip is counted (a bad sample met again as a refill candidate counts again)
-    assert stats0["skipped"] + stats1["skipped"] >= len(bad)
+    # each bad sample counts once, though one met as a refill candidate is met again later
+    assert stats0["skipped"] + stats1["skipped"] == len(bad)
     assert {s["key"] for s in stats0["skipped_samples"] + stats1["skipped_samples"]} == {
         str(i) for i in bad}
     assert run(0)[0] == r0  # the refill is deterministic

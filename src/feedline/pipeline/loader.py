@@ -154,6 +154,7 @@ class Loader:
         self._restored = False
         self._counters = {"batches": 0, "skipped": 0}
         self._skipped_log: list[dict[str, str]] = []
+        self._skipped_keys: set[tuple[int, str]] = set()
         self._plan_cache: sampler.Plan | None = None
 
     # -- order and position ---------------------------------------------------------------
@@ -238,8 +239,12 @@ class Loader:
     def _delivered(self, batch_id: int, skipped: list[dict[str, str]]) -> None:
         self._pos.mark(batch_id)
         self._counters["batches"] += 1
-        self._counters["skipped"] += len(skipped)
-        self._skipped_log = (self._skipped_log + skipped)[-100:]
+        # a bad sample can be met twice in one epoch (as a refill candidate, then in its
+        # own batch): it counts once per epoch
+        fresh = [s for s in skipped if (self._pos.epoch, s["key"]) not in self._skipped_keys]
+        self._skipped_keys.update((self._pos.epoch, s["key"]) for s in fresh)
+        self._counters["skipped"] += len(fresh)
+        self._skipped_log = (self._skipped_log + fresh)[-100:]
 
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
