@@ -23,12 +23,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (name, script, extra arguments). Each script accepts --device and --json.
+# (name, script, extra arguments). Each script accepts --device and --json (a later
+# --device in the extra arguments wins).
 GPU_BENCHES: list[tuple[str, str, list[str]]] = [
     ("loader_h2d", "bench/loader_h2d.py", []),
     ("read_gds", "bench/read_gds.py", []),
     ("diagnose_overhead", "bench/diagnose_overhead.py", []),
     ("demo", "-m", ["feedline", "demo", "--device", "cuda"]),
+    # not a GPU bench: the JPEG loader goals (1.5x vs DataLoader / WebDataset) on a host
+    # with many cores, since 2 cores cap them (see the ceiling line it prints)
+    ("loader_jpeg_many_cores", "bench/loader_jpeg.py", ["--device", "cpu", "--repeat", "3"]),
 ]
 
 
