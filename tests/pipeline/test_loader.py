@@ -53,12 +53,12 @@ def test_held_batches_are_never_overwritten() -> None:
 def test_cpu_batches_reuse_a_few_slots_and_held_views_stay_intact() -> None:
     loader = feedline.Loader(Numbers(640), batch_size=16, workers=2, prefetch=2, shuffle=False)
     kept = []
-    addresses = set()
     for b, batch in enumerate(loader):
-        addresses.add(batch["x"].data_ptr())
         if b % 10 == 0:
             kept.append((b, batch["x"][5:7], batch["y"].numpy()[:4]))  # views, not the batch
-    assert len(addresses) <= 2 + 4 + len(kept)  # in flight + the user's + the held views
+    # about workers + prefetch + the user's + the 4 held; a slot that comes back just
+    # after a producer looked for one adds a new one, hence the margin (without reuse: 40)
+    assert loader.stats["slots_created"] <= 20
     for b, x, y in kept:
         assert y.tolist() == list(range(16 * b, 16 * b + 4))
         assert x[:, 0].tolist() == [16 * b + 5, 16 * b + 6]

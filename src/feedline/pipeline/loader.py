@@ -209,11 +209,12 @@ class Loader:
     @property
     def stats(self) -> dict[str, Any]:
         """Counters: batches delivered, skipped samples (and the last 100 of them), slot
-        memory in use, its peak and the budget."""
+        memory in use, its peak, the budget, and how many slots were ever allocated (far
+        fewer than batches when slots are reused)."""
         pool = self._rt.pool
         return {**self._counters, "skipped_samples": list(self._skipped_log),
                 "pinned_bytes": pool.allocated_bytes, "pinned_peak_bytes": pool.peak_bytes,
-                "pinned_budget": pool.budget}
+                "pinned_budget": pool.budget, "slots_created": pool.slots_created}
 
     # -- iteration ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:

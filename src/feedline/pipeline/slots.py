@@ -116,6 +116,11 @@ class SlotPool:
         return self._layout.nbytes if self._layout else 0
 
     @property
+    def slots_created(self) -> int:
+        """Slots allocated so far (a reused or returned slot is not counted again)."""
+        return self._ids
+
+    @property
     def allocated_bytes(self) -> int:
         """Bytes held by all slots allocated so far (never above ``budget``)."""
         return self._count * self.slot_bytes
