@@ -4,7 +4,9 @@ Keeps up to ``window`` jobs in flight, hands out batches in order (or, with
 ``in_order=False``, whichever is ready first), waits at most ``timeout`` per
 batch, makes the consumer's stream wait on the copy (``engine.accept``) and
 reports each delivery so the loader's position only counts batches the user
-actually received.
+actually received. Once every job of the pass is submitted, the room left in
+the window goes to ``ahead`` (the loader prepares the next epoch's first
+batches there, so a new epoch does not start with an empty pipeline).
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ class Pass:
 
     def __init__(self, rt: Runtime, run: int, todo: list[int], make_job: Callable[[int], Job],
                  delivered: Callable[[int, list[dict[str, str]]], None], *, window: int,
-                 in_order: bool, timeout: float | None) -> None:
+                 in_order: bool, timeout: float | None,
+                 inflight: list[tuple[Job, Future[Any]]] | None = None,
+                 ahead: Callable[[int], None] | None = None) -> None:
+        """``inflight``: jobs of this pass already submitted (prepared ahead), in order;
+        ``ahead(room)``: called with the free room of the window once ``todo`` is empty."""
         self._rt, self._run, self._make_job, self._delivered = rt, run, make_job, delivered
         self._todo = deque(todo)
-        self._inflight: deque[tuple[Job, Future[Any]]] = deque()
+        self._inflight: deque[tuple[Job, Future[Any]]] = deque(inflight or ())
         self._window, self._in_order, self._timeout = window, in_order, timeout
+        self._ahead = ahead
 
     def __iter__(self) -> Pass:
         return self
@@ -40,6 +47,8 @@ class Pass:
         while self._todo and len(self._inflight) < self._window:
             job = self._make_job(self._todo.popleft())
             self._inflight.append((job, self._rt.submit(job)))
+        if not self._todo and self._ahead is not None and self._rt.current_run == self._run:
+            self._ahead(self._window - len(self._inflight))
 
     def __next__(self) -> Any:
         if self._rt.current_run != self._run:

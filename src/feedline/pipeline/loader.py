@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from feedline.decode import Decoders, Limits, as_decoders
@@ -61,6 +63,15 @@ def rank_and_world(process_group: Any, rank: int | None, world_size: int | None
 
 
 MAX_DEFAULT_WORKERS = 8
+
+
+@dataclass
+class _Ahead:
+    """Batches of ``epoch`` submitted (as run ``run``) before its pass began, in order."""
+
+    epoch: int
+    run: int
+    jobs: list[tuple[Job, Future[Any]]]
 
 
 def default_workers() -> int:
@@ -155,16 +166,20 @@ class Loader:
         self._counters = {"batches": 0, "skipped": 0}
         self._skipped_log: list[dict[str, str]] = []
         self._skipped_keys: set[tuple[int, str]] = set()
-        self._plan_cache: sampler.Plan | None = None
+        self._plans: dict[int, sampler.Plan] = {}  # this epoch's and the next one's
+        self._ahead: _Ahead | None = None
 
     # -- order and position ---------------------------------------------------------------
     def _plan(self, epoch: int) -> sampler.Plan:
-        if self._plan_cache is None or self._plan_cache.epoch != epoch:
-            self._plan_cache = sampler.rank_plan(
+        plan = self._plans.get(epoch)
+        if plan is None:
+            plan = sampler.rank_plan(
                 self._n, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
                 batch_size=self.batch_size, drop_last=self.drop_last, rank=self.rank,
                 world=self.world_size)
-        return self._plan_cache
+            self._plans = {e: p for e, p in self._plans.items() if e in (epoch - 1, epoch + 1)}
+            self._plans[epoch] = plan
+        return plan
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -182,7 +197,9 @@ class Loader:
         if self._restored and epoch == self._pos.epoch:
             return
         self._restored = False
-        self._rt.current_run += 1  # an unfinished pass is abandoned
+        self._rt.current_run = self._rt.new_run()  # an unfinished pass is abandoned
+        if self._ahead is not None and self._ahead.epoch != epoch:
+            self._drop_ahead()  # prepared for another epoch than the one asked for
         self._pos = state.Position(epoch)
 
     def _identity(self) -> dict[str, Any]:
@@ -202,7 +219,8 @@ class Loader:
                 world size, rank, shuffle or drop_last (the field is named).
         """
         pos, counters = state.from_dict(dict(saved), self._identity())
-        self._rt.current_run += 1
+        self._rt.current_run = self._rt.new_run()
+        self._drop_ahead()
         self._pos, self._restored = pos, True
         self._counters.update(counters)
 
@@ -220,18 +238,56 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         if self._rt.closed:
             raise RuntimeError("the loader is closed")
-        plan = self._plan(self._pos.epoch)
+        epoch = self._pos.epoch
+        plan = self._plan(epoch)
         if self._pos.done(plan.num_batches) and not self._restored:
-            self._pos = state.Position(self._pos.epoch)  # a new pass over the same epoch
+            self._pos = state.Position(epoch)  # a new pass over the same epoch
         self._restored = False
-        self._rt.current_run += 1
         todo = self._pos.remaining(plan.num_batches)
+        ahead, self._ahead = self._ahead, None
+        adopted: list[tuple[Job, Any]] = []
+        if ahead is not None and ahead.epoch == epoch and (
+                [job.batch_id for job, _ in ahead.jobs] == todo[:len(ahead.jobs)]):
+            run, adopted, todo = ahead.run, ahead.jobs, todo[len(ahead.jobs):]
+            self._rt.current_run = run  # ahead_run stays equal to it until the next ahead
+        else:
+            self._ahead = ahead
+            self._drop_ahead()
+            run = self._rt.current_run = self._rt.new_run()
         if self._rt.pool_workers is None and todo:
-            self._rt.start(self._job(plan, todo[0], self._rt.current_run))
-        run = self._rt.current_run
+            self._rt.start(self._job(plan, todo[0], run))
         return Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
                     self._delivered, window=self.workers + self.prefetch,
-                    in_order=self.in_order, timeout=self.timeout)
+                    in_order=self.in_order, timeout=self.timeout, inflight=adopted,
+                    ahead=lambda room: self._prepare_ahead(epoch + 1, room))
+
+    def _prepare_ahead(self, epoch: int, room: int) -> None:
+        """Submit the first batches of ``epoch`` into ``room`` free places of the window.
+
+        Called by the pass of ``epoch - 1`` once all its batches are submitted, so the
+        next epoch starts with batches already prepared. They are used only if the next
+        ``iter()`` is over ``epoch`` from its start; otherwise they are dropped unseen.
+        """
+        if self._rt.closed or self._rt.pool_workers is None:
+            return  # closed, or a pass with nothing to do that started no workers
+        ahead = self._ahead
+        if ahead is None or ahead.epoch != epoch:
+            self._drop_ahead()
+            ahead = self._ahead = _Ahead(epoch, self._rt.new_run(), [])
+            self._rt.ahead_run = ahead.run  # before any of its jobs can start
+        plan = self._plan(epoch)
+        while len(ahead.jobs) < min(room, plan.num_batches):
+            job = self._job(plan, len(ahead.jobs), ahead.run)
+            ahead.jobs.append((job, self._rt.submit(job)))
+
+    def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        if self._rt.ahead_run == ahead.run:
+            self._rt.ahead_run = None
+        for _, future in ahead.jobs:
+            future.cancel()
 
     def _job(self, plan: sampler.Plan, batch_id: int, run: int) -> Job:
         refill = plan.refill(batch_id, 2 * self.batch_size + 16) if self.on_error == "skip" else []

@@ -10,6 +10,7 @@ is dropped.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +90,9 @@ class Runtime:
     def __init__(self, ctx: Context, engine: Engine, pool: SlotPool, opts: Options) -> None:
         self.ctx, self.engine, self.pool, self.opts = ctx, engine, pool, opts
         self.current_run = 0
+        self.ahead_run: int | None = None
+        """The run of batches prepared ahead for the next epoch (see ``Loader``), if any."""
+        self._runs = itertools.count(1)
         self.pool_workers: ThreadWorkers | ProcessWorkers | None = None
         self.closed = False
         self._layout_lock = threading.Lock()
@@ -117,6 +121,14 @@ class Runtime:
             timed=spans.active(),
         )
 
+    def new_run(self) -> int:
+        """A run id no job has had yet (a pass, or batches prepared ahead)."""
+        return next(self._runs)
+
+    def wanted(self, run: int) -> bool:
+        """Whether a job of ``run`` is still wanted: the current pass or the batches ahead."""
+        return run == self.current_run or run == self.ahead_run
+
     def _layout_for(self, samples: list[Any]) -> collate.Layout:
         """The batch layout, inferred once from the first prepared batch."""
         with self._layout_lock:
@@ -138,7 +150,7 @@ class Runtime:
         Once the layout is known, the slot is taken first and JPEG fields are decoded
         straight into it (no per-sample image arrays, no stacking copy).
         """
-        if job.run != self.current_run:
+        if not self.wanted(job.run):
             return None  # a newer pass started; this batch is not wanted
         record = _record if spans.active() else None
         layout = self.ctx.layout
@@ -180,7 +192,7 @@ class Runtime:
         """Process workers: runs in the parent's reader thread for each finished job."""
         for stage, t0, t1, attrs in res.timings:
             spans.emit(stage, t0, t1, **attrs)
-        if res.job.run != self.current_run:
+        if not self.wanted(res.job.run):
             return None
         if self.opts.collate_fn is not None:
             return self._finish_custom(res.job, res.custom, res.keys, res.skipped, res.worker)
@@ -229,6 +241,7 @@ class Runtime:
             return
         self.closed = True
         self.current_run = -1
+        self.ahead_run = None
         self.pool.close()  # first: wakes producers waiting for a slot
         if self.pool_workers is not None:
             self.pool_workers.close()
