@@ -54,6 +54,17 @@ def test_next_epoch_is_prepared_before_it_is_asked_for_and_used(worker_type: str
 
 
 @pytest.mark.timeout(60)
+def test_without_set_epoch_the_same_epoch_is_prepared_again() -> None:
+    watch = Watch(32)
+    with feedline.Loader(Numbers(32), batch_size=4, workers=2, prefetch=2, seed=2,
+                         transform=watch) as loader:
+        first = [batch_ids(b) for b in loader]
+        assert watch.next_epoch_started.wait(20)  # the next pass is being prepared
+        assert [batch_ids(b) for b in loader] == first == _order(0)
+        assert watch.count <= 2 * 32 + 4 * 4  # the prepared batches were used, not redone
+
+
+@pytest.mark.timeout(60)
 def test_batches_prepared_ahead_are_dropped_when_another_pass_comes() -> None:
     with feedline.Loader(Numbers(32), batch_size=4, workers=2, prefetch=2, seed=2) as loader:
         first = [batch_ids(b) for b in loader]

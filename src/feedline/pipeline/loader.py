@@ -168,6 +168,7 @@ class Loader:
         self._skipped_keys: set[tuple[int, str]] = set()
         self._plans: dict[int, sampler.Plan] = {}  # this epoch's and the next one's
         self._ahead: _Ahead | None = None
+        self._epochs_set = False  # set_epoch called since the last iter()
 
     # -- order and position ---------------------------------------------------------------
     def _plan(self, epoch: int) -> sampler.Plan:
@@ -194,6 +195,7 @@ class Loader:
         the restored epoch keeps the restored position)."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        self._epochs_set = True  # the next pass will likely be followed by epoch + 1
         if self._restored and epoch == self._pos.epoch:
             return
         self._restored = False
@@ -256,16 +258,20 @@ class Loader:
             run = self._rt.current_run = self._rt.new_run()
         if self._rt.pool_workers is None and todo:
             self._rt.start(self._job(plan, todo[0], run))
+        # the pass most likely to follow: epoch + 1 in a loop that calls set_epoch, else
+        # the same epoch again (iterating without set_epoch repeats the epoch)
+        following = epoch + 1 if self._epochs_set else epoch
+        self._epochs_set = False
         return Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
                     self._delivered, window=self.workers + self.prefetch,
                     in_order=self.in_order, timeout=self.timeout, inflight=adopted,
-                    ahead=lambda room: self._prepare_ahead(epoch + 1, room))
+                    ahead=lambda room: self._prepare_ahead(following, room))
 
     def _prepare_ahead(self, epoch: int, room: int) -> None:
         """Submit the first batches of ``epoch`` into ``room`` free places of the window.
 
-        Called by the pass of ``epoch - 1`` once all its batches are submitted, so the
-        next epoch starts with batches already prepared. They are used only if the next
+        Called by the running pass once all its batches are submitted, so the pass that
+        follows starts with batches already prepared. They are used only if the next
         ``iter()`` is over ``epoch`` from its start; otherwise they are dropped unseen.
         """
         if self._rt.closed or self._rt.pool_workers is None:
