@@ -51,6 +51,9 @@ def test_next_epoch_is_prepared_before_it_is_asked_for_and_used(worker_type: str
                 assert watch.next_epoch_started.wait(20)
         assert got == [_order(0), _order(1), _order(2)]
         assert loader.stats["batches"] == 24
+        assert loader.wait_idle(20)  # epoch 3's batches, prepared ahead, are done
+        if worker_type == "thread":
+            assert watch.count == 3 * 32 + min(4 * 4, 32)  # window 4 batches of 4 ahead
 
 
 @pytest.mark.timeout(60)

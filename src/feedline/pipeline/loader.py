@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,6 +285,19 @@ class Loader:
         while len(ahead.jobs) < min(room, plan.num_batches):
             job = self._job(plan, len(ahead.jobs), ahead.run)
             ahead.jobs.append((job, self._rt.submit(job)))
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no batch is being prepared for this loader; True if none is.
+
+        Between passes the only work in flight is the next pass's first batches,
+        prepared ahead. Benchmarks call this so that work is timed with the loader that
+        started it; a training loop never needs to.
+        """
+        ahead = self._ahead
+        if ahead is None:
+            return True
+        _, pending = wait([future for _, future in ahead.jobs], timeout)
+        return not pending
 
     def _drop_ahead(self) -> None:
         ahead, self._ahead = self._ahead, None
