@@ -9,10 +9,12 @@ manifest writer: the same files ``feedline index`` adopts. ``packed`` uses
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
 from pathlib import Path
 
 import numpy as np
+from hypothesis import strategies as st
 
 from feedline.format import index_tars, pack
 
@@ -85,3 +87,30 @@ def disk_dir() -> Path | None:
     root.mkdir(parents=True, exist_ok=True)
     ok, _ = probe_direct(str(root))
     return root if ok else None
+
+
+FLIPS = st.lists(st.integers(0, 10**9), min_size=1, max_size=3)
+"""Byte offsets to flip (modulo the file size): the property tests' damage, with CUTS."""
+CUTS = st.one_of(st.none(), st.integers(0, 10**9))
+
+
+def damage(shard: Path, flips: list[int], cut: int | None) -> tuple[set[int], int]:
+    """Flip a byte at each of ``flips`` (modulo the size), then cut the file at ``cut``.
+
+    Returns the flipped offsets and the new length.
+    """
+    data = bytearray(shard.read_bytes())
+    flipped = {f % len(data) for f in flips}
+    for f in flipped:
+        data[f] ^= 0x5A
+    if cut is not None:
+        data = data[: cut % len(data)]
+    shard.write_bytes(bytes(data))
+    return flipped, len(data)
+
+
+def fresh_copy(pristine: Path, root: Path) -> Path:
+    """``root`` as an exact copy of the dataset ``pristine`` (replacing what was there)."""
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(pristine, root)
+    return root

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from iodata import Samples, build_dataset, make_samples
+from iodata import CUTS, FLIPS, Samples, build_dataset, damage, fresh_copy, make_samples
 
 from feedline.errors import ChecksumError, ReadError
 from feedline.io import open_dataset
@@ -39,26 +38,17 @@ def _members(root: Path) -> list[tuple[int, int, str, str]]:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(flips=st.lists(st.integers(0, 10**9), min_size=1, max_size=3), cut=st.one_of(st.none(), st.integers(0, 10**9)))
+@given(flips=FLIPS, cut=CUTS)
 @pytest.mark.parametrize("io", ["buffered", "direct"])
 def test_flips_and_cuts_raise_only_placed_errors(
     pristine: Path, tmp_path: Path, io: str, flips: list[int], cut: int | None
 ) -> None:
-    root = tmp_path / f"ds-{io}"
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(pristine, root)
+    root = fresh_copy(pristine, tmp_path / f"ds-{io}")
     members = _members(root)
     ds = open_dataset(root, io=io, verify=True)  # opened before the damage
-    shard = root / "shard-00000.tar"
-    data = bytearray(shard.read_bytes())
-    flipped = {f % len(data) for f in flips}
-    for f in flipped:
-        data[f] ^= 0x5A
-    if cut is not None:
-        data = data[: cut % len(data)]
-    shard.write_bytes(bytes(data))
+    flipped, length = damage(root / "shard-00000.tar", flips, cut)
     damaged = [(k, fld) for off, size, k, fld in members if any(off <= f < off + size for f in flipped)]
-    short = [(k, fld) for off, size, k, fld in members if off + size > len(data)]
+    short = [(k, fld) for off, size, k, fld in members if off + size > length]
     try:
         got = ds.read_many(range(len(ds)))
     except ChecksumError as e:

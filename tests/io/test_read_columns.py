@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from iodata import Samples, build_dataset, disk_dir
+from iodata import CUTS, FLIPS, Samples, build_dataset, damage, disk_dir, fresh_copy
 
 from feedline.errors import ChecksumError, ConfigError, ReadError
 from feedline.io import open_dataset
@@ -150,33 +149,23 @@ def pristine_fixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(flips=st.lists(st.integers(0, 10**9), min_size=1, max_size=3),
-       cut=st.one_of(st.none(), st.integers(0, 10**9)))
+@given(flips=FLIPS, cut=CUTS)
 @pytest.mark.parametrize("io", ["buffered", "direct"])
 @pytest.mark.timeout(120)
 def test_flips_and_cuts_raise_only_placed_errors(
     pristine_fixed: Path, tmp_path: Path, io: str, flips: list[int], cut: int | None
 ) -> None:
-    root = tmp_path / f"ds-{io}"
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.copytree(pristine_fixed, root)
+    root = fresh_copy(pristine_fixed, tmp_path / f"ds-{io}")
     ds = open_dataset(root, io=io, verify=True)  # opened before the damage
     index = ds._state().catalog.shards[0].index
     members = [(int(m["offset"]), int(m["size"]), index.keys[int(m["sample"])], index.fields[int(m["field"])])
                for m in index.members]
-    shard = root / "shard-00000.tar"
-    data = bytearray(shard.read_bytes())
-    flipped = {f % len(data) for f in flips}
-    for f in flipped:
-        data[f] ^= 0x5A
-    if cut is not None:
-        data = data[: cut % len(data)]
-    shard.write_bytes(bytes(data))
+    flipped, length = damage(root / "shard-00000.tar", flips, cut)
     # The buffered reader reads only the asked fields; the others read whole windows (and
     # verify every field in them), so their errors may name any damaged member.
     asked = ("f32", "u8") if io == "buffered" else tuple(index.fields)
     damaged = {(k, f) for off, size, k, f in members if f in asked and any(off <= x < off + size for x in flipped)}
-    short = {(k, f) for off, size, k, f in members if f in asked and off + size > len(data)}
+    short = {(k, f) for off, size, k, f in members if f in asked and off + size > length}
     order = np.random.default_rng(len(flipped)).permutation(len(ds))
     out = _out(len(order))
     try:
