@@ -76,6 +76,19 @@ def test_default_workers_follow_the_cores_this_process_may_use() -> None:
     assert feedline.Loader(Numbers(8), batch_size=4, workers=12).workers == 12  # asked for
 
 
+def test_default_workers_respect_a_cgroup_cpu_quota(tmp_path: Path) -> None:
+    from feedline.pipeline.loader import default_workers
+
+    cgroup = tmp_path / "fs" / "cgroup"
+    cgroup.mkdir(parents=True)
+    (cgroup / "cpu.max").write_text("100000 100000\n")  # 1 CPU: a container limit
+    assert default_workers(tmp_path) == 1
+    (cgroup / "cpu.max").write_text("250000 100000\n")  # 2.5 CPUs count as 3
+    assert default_workers(tmp_path) == min(3, len(os.sched_getaffinity(0)))
+    (cgroup / "cpu.max").write_text("max 100000\n")
+    assert default_workers(tmp_path) == min(8, len(os.sched_getaffinity(0)))
+
+
 def test_batches_are_prepared_while_the_user_computes() -> None:
     # The transform of batch 3 must run while the consumer still holds batch 0.
     seen = threading.Event()

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import psutil
 
+from feedline.cores import cgroup_cpu_limit
+from feedline.cores import usable_cores as read_cpu_cores
 from feedline.units import format_bytes
 
 Status = Literal["ok", "warn", "fail", "info"]
@@ -58,15 +60,6 @@ def recommended_workers(cores: int, gpus: int) -> int:
     return max(1, min(cores // max(gpus, 1), MAX_WORKERS_PER_GPU))
 
 
-def cgroup_cpu_limit(sysfs: str | os.PathLike[str] = "/sys") -> int | None:
-    """Whole cores allowed by a cgroup v2 ``cpu.max`` quota; ``None`` when there is none."""
-    try:
-        quota, period = (Path(sysfs) / "fs" / "cgroup" / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else max(1, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):
-        return None  # no cgroup v2 quota visible
-
-
 def cgroup_memory_free(sysfs: str | os.PathLike[str] = "/sys") -> int | None:
     """Bytes left under a cgroup v2 ``memory.max``; ``None`` when there is no limit."""
     cgroup = Path(sysfs) / "fs" / "cgroup"
@@ -77,13 +70,6 @@ def cgroup_memory_free(sysfs: str | os.PathLike[str] = "/sys") -> int | None:
         return max(0, int(limit) - int((cgroup / "memory.current").read_text()))
     except (OSError, ValueError):
         return None  # no cgroup v2 memory limit visible
-
-
-def read_cpu_cores(sysfs: str | os.PathLike[str] = "/sys") -> int:
-    """Cores this process may use: its CPU affinity, capped by a cgroup v2 ``cpu.max`` quota."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    quota = cgroup_cpu_limit(sysfs)
-    return cores if quota is None else min(cores, quota)
 
 
 def read_available_memory(sysfs: str | os.PathLike[str] = "/sys") -> int:

@@ -21,6 +21,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
+from feedline.cores import usable_cores
 from feedline.decode import Decoders, Limits, as_decoders
 from feedline.errors import ConfigError
 from feedline.pipeline import sampler, state
@@ -74,10 +75,10 @@ class _Ahead:
     jobs: list[tuple[Job, Future[Any]]]
 
 
-def default_workers() -> int:
-    """Workers when none are asked for: the cores this process may run on, at most 8."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+def default_workers(sysfs: str | os.PathLike[str] = "/sys") -> int:
+    """Workers when none are asked for: the cores this process may use (affinity, capped
+    by a cgroup quota under ``sysfs``), at most 8."""
+    return max(1, min(usable_cores(sysfs), MAX_DEFAULT_WORKERS))
 
 
 class Loader:
@@ -91,8 +92,8 @@ class Loader:
         shuffle, seed: the global order is a permutation from ``(seed, epoch)``.
         drop_last: see :mod:`feedline.pipeline.sampler`.
         workers: worker threads or processes (each prepares one batch at a time); default
-            the cores this process may run on, at most 8 (more workers than cores only
-            adds memory in flight and contention).
+            the cores this process may use (affinity, capped by a cgroup quota), at most 8
+            (more workers than cores only adds memory in flight and contention).
         worker_type: ``"thread"`` (default; no pickling, no /dev/shm) or ``"process"``.
         prefetch: finished batches allowed to wait ahead of the consumer.
         pinned_budget: byte cap of the slot pool (``"2GiB"``); a batch bigger than it is a
