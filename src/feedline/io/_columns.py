@@ -21,6 +21,7 @@ import numpy as np
 
 from feedline.errors import ChecksumError, ConfigError, ReadError
 from feedline.format import checksum
+from feedline.io._window import TRUNC_FIX
 
 _FIX = "read samples whose fields vary in size with read_many"
 
@@ -85,9 +86,7 @@ def read_columns(opened: Any, idx: np.ndarray, out: Mapping[str, Any], algo: str
             for p, off in zip(at, index.members["offset"][rows].tolist(), strict=True):
                 if read_into(handle, off, flat[p * nb : p * nb + nb]) != nb:
                     raise ReadError(f"shard ended inside a member that needs bytes up to {off + nb}",
-                                    shard=state.entry.name, key=keys[p], field=field,
-                                    fix="the shard changed or was truncated after opening; "
-                                        "re-copy it and run `feedline verify`")
+                                    shard=state.entry.name, key=keys[p], field=field, fix=TRUNC_FIX)
             if algo is not None:
                 sums = index.members["checksum"][rows].tolist()
                 for p, want in zip(at, sums, strict=True):

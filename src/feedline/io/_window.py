@@ -25,7 +25,7 @@ from feedline.io.backends import Reader
 from feedline.io.planner import Window, align_up, validate_direct
 from feedline.observe import spans
 
-_TRUNC_FIX = "the shard changed or was truncated after opening; re-copy it and run `feedline verify`"
+TRUNC_FIX = "the shard changed or was truncated after opening; re-copy it and run `feedline verify`"
 
 
 class ShardReadState:
@@ -84,7 +84,7 @@ def _truncated(entry: ShardEntry, samples: np.ndarray, w: Window, got: int) -> R
                     shard=entry.name,
                     key=index.keys[s],
                     field=index.fields[fid],
-                    fix=_TRUNC_FIX,
+                    fix=TRUNC_FIX,
                 )
     return None
 
