@@ -10,29 +10,27 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 _SYNC_FILE_RANGE_WRITE = 2
-_sync_file_range: Any = None
 
 
-def _load_sync_file_range() -> Any:
-    global _sync_file_range
-    if _sync_file_range is None:
-        fn: Any = False
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-                fn = libc.sync_file_range
-                fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-                fn.restype = ctypes.c_int
-            except (OSError, AttributeError):
-                fn = False
-        _sync_file_range = fn
-    return _sync_file_range
+@functools.cache
+def _sync_file_range() -> Any:
+    """libc's ``sync_file_range`` (looked up once), or None where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def start_writeback(fd: int, offset: int, length: int) -> bool:
@@ -41,8 +39,8 @@ def start_writeback(fd: int, offset: int, length: int) -> bool:
     Only a hint: durability still comes from ``fsync``. Returns False where the
     platform or file system cannot do it (nothing else happens then).
     """
-    fn = _load_sync_file_range()
-    if not fn or length <= 0:
+    fn = _sync_file_range()
+    if fn is None or length <= 0:
         return False
     return int(fn(fd, offset, length, _SYNC_FILE_RANGE_WRITE)) == 0
 

@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import ChecksumError, ConfigError, ReadError
-from feedline.format import checksum
-from feedline.io._window import TRUNC_FIX
+from feedline.errors import ConfigError, ReadError
+from feedline.io._window import TRUNC_FIX, verify_part
 
 _FIX = "read samples whose fields vary in size with read_many"
 
@@ -62,6 +61,7 @@ def read_columns(opened: Any, idx: np.ndarray, out: Mapping[str, Any], algo: str
         return []
     if reader.name != "buffered":
         return _copy_rows(opened, idx, flats, read_many)
+    read_into = reader.read_into
     keys: list[str] = [""] * len(idx)
     pos, local = opened.catalog.locate(idx)
     for shard_pos in dict.fromkeys(pos.tolist()):
@@ -82,7 +82,6 @@ def read_columns(opened: Any, idx: np.ndarray, out: Mapping[str, Any], algo: str
                 j = int(np.argmax(bad))
                 size = None if rows[j] < 0 else int(sizes[j])
                 raise _misfit(state.entry.name, keys[at[j]], field, size, nb)
-            read_into = reader.read_into
             for p, off in zip(at, index.members["offset"][rows].tolist(), strict=True):
                 if read_into(handle, off, flat[p * nb : p * nb + nb]) != nb:
                     raise ReadError(f"shard ended inside a member that needs bytes up to {off + nb}",
@@ -90,10 +89,7 @@ def read_columns(opened: Any, idx: np.ndarray, out: Mapping[str, Any], algo: str
             if algo is not None:
                 sums = index.members["checksum"][rows].tolist()
                 for p, want in zip(at, sums, strict=True):
-                    if checksum(flat[p * nb : p * nb + nb], algo) != want:
-                        raise ChecksumError("field bytes do not match their checksum",
-                                            shard=state.entry.name, key=keys[p], field=field,
-                                            fix="the shard is corrupt: re-copy it and run `feedline verify`")
+                    verify_part(flat[p * nb : p * nb + nb], want, algo, state.entry.name, keys[p], field)
     return keys
 
 

@@ -222,11 +222,12 @@ def _slice_samples(job: ShardJob, w: Window, view: Any, base: int, algo: str | N
             sample[names[m]] = view[start : start + sizes[m]]
         if algo is not None:
             for m in range(first[j], first[j + 1]):
-                _verify(sample[names[m]], job.sums[m], algo, job.state.entry.name, keys[j], names[m])
+                verify_part(sample[names[m]], job.sums[m], algo, job.state.entry.name, keys[j], names[m])
         done.append(sample)
 
 
-def _verify(part: Any, want: int, algo: Any, shard: str, key: str, field: str) -> None:
+def verify_part(part: Any, want: int, algo: Any, shard: str, key: str, field: str) -> None:
+    """Raise ChecksumError (naming shard, key and field) if ``part``'s checksum is not ``want``."""
     data = part if isinstance(part, memoryview) else part.cpu().numpy()
     if checksum(data, algo) != want:
         raise ChecksumError(

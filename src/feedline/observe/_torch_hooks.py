@@ -18,6 +18,7 @@ torch lazily (only ``install_*`` touches it).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -232,17 +233,16 @@ class _TimedCollate:
         return out
 
 
+@functools.cache
+def _get_worker_info() -> Any:
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info
+
+
 def _worker_info() -> Any:
     """torch's ``get_worker_info()`` (imported once: this runs twice per fetch)."""
-    global _get_worker_info
-    if _get_worker_info is None:
-        from torch.utils.data import get_worker_info
-
-        _get_worker_info = get_worker_info
-    return _get_worker_info()
-
-
-_get_worker_info: Any = None
+    return _get_worker_info()()
 
 
 def _deliver(stage: str, start: float, end: float, **attrs: Any) -> None:

@@ -46,7 +46,7 @@ class Context:
     transform: Callable[[Any], Any] | None
     on_error: str
     layout: collate.Layout | None = None
-    columnar: bool | None = None
+    columnar: bool = False
     """Whether batches can be read straight into slots (:func:`columnar`); set with the
     layout, so process workers receive it."""
 
@@ -237,13 +237,8 @@ def read_into_slot(ctx: Context, job: Job, worker: str, record: Record | None,
     per-sample path (:func:`prepare`) then re-reads the batch and raises or skips
     exactly as it always does.
     """
-    if ctx.columnar is None:
-        if ctx.layout is None:
-            return None
-        ctx.columnar = columnar(ctx)
-    if not ctx.columnar:
+    if not ctx.columnar or ctx.layout is None:
         return None
-    assert ctx.layout is not None
     n = len(job.indices)
     out = {str(leaf.path[0]): arrays[leaf.path][:n] for leaf in ctx.layout.leaves}
     t0 = time.perf_counter()

@@ -247,14 +247,14 @@ class Loader:
             self._pos = state.Position(epoch)  # a new pass over the same epoch
         self._restored = False
         todo = self._pos.remaining(plan.num_batches)
-        ahead, self._ahead = self._ahead, None
+        ahead = self._ahead
         adopted: list[tuple[Job, Any]] = []
         if ahead is not None and ahead.epoch == epoch and (
                 [job.batch_id for job, _ in ahead.jobs] == todo[:len(ahead.jobs)]):
+            self._ahead = None
             run, adopted, todo = ahead.run, ahead.jobs, todo[len(ahead.jobs):]
             self._rt.current_run = run  # ahead_run stays equal to it until the next ahead
         else:
-            self._ahead = ahead
             self._drop_ahead()
             run = self._rt.current_run = self._rt.new_run()
         if self._rt.pool_workers is None and todo:
