@@ -30,7 +30,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 def _no_leaked_span_sinks():
     """A test that leaves a span sink installed would skew every later test's timings."""
     yield
-    from feedline.observe import spans
+    from feedline import spans
 
     leaked = list(spans._sinks)
     if leaked:

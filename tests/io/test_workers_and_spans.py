@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from iodata import Samples, expected_samples
 
+from feedline import spans
 from feedline.io import PackedDataset, open_dataset
-from feedline.observe import spans
 
 
 def _read_in_child(ds: PackedDataset, indices: list[int]) -> list[dict[str, Any]]:

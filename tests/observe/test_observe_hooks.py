@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import fetch as fetch_mod
 
-from feedline.observe import spans
+from feedline import spans
 from feedline.observe._stats import Recorder
 from feedline.observe._torch_hooks import (
     CopyLog,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from feedline.observe import spans
+from feedline import spans
 from feedline.observe._stats import EMPTY_STATS, Recorder, Span, StageStats, summarize
 
 

@@ -9,7 +9,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import feedline
-from feedline.observe import Report, render_text, spans, write_trace
+from feedline import spans
+from feedline.observe import Report, render_text, write_trace
 from feedline.observe.report_html import write_html
 
 
@@ -136,7 +137,7 @@ def test_outputs_json_trace_html_text(tmp_path) -> None:  # type: ignore[no-unty
 
 def test_close_removes_hooks_when_the_loop_raises() -> None:
     import feedline
-    from feedline.observe import spans
+    from feedline import spans
 
     w = feedline.watch(range(5), name="boom")
     with pytest.raises(RuntimeError, match="boom"), w:

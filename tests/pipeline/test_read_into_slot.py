@@ -11,8 +11,8 @@ import pytest
 from test_spans import Sink
 
 import feedline
+from feedline import spans
 from feedline.errors import WorkerError
-from feedline.observe import spans
 
 
 def _pack(root: Path, n: int = 50, bad: dict[int, bytes] | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Every stage reports its time through feedline.observe.spans, from threads and processes."""
+"""Every stage reports its time through feedline.spans, from threads and processes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import feedline
-from feedline.observe import spans
+from feedline import spans
 
 
 class Sink:

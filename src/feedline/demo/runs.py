@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 
 import torch
 
+from feedline import spans
 from feedline.demo import _parts
 from feedline.demo.model import DemoNet, train_step
 from feedline.errors import DeviceError, FeedlineError
-from feedline.observe import spans
 
 LEARNING_RATE = 2e-3
 T = TypeVar("T")

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from feedline import spans
 from feedline.errors import ChecksumError, ReadError
 from feedline.format import checksum
 from feedline.io._buffers import HostBufferPool, buffer_address
 from feedline.io._catalog import ShardEntry
 from feedline.io.backends import Reader
 from feedline.io.planner import Window, align_up, validate_direct
-from feedline.observe import spans
 
 TRUNC_FIX = "the shard changed or was truncated after opening; re-copy it and run `feedline verify`"
 

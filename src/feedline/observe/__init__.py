@@ -12,8 +12,8 @@ from feedline.observe._stats import StageStats, summarize
 from feedline.observe.findings import Finding
 from feedline.observe.report import Report
 from feedline.observe.report_html import write_html  # matplotlib loads only when called
-from feedline.observe.spans import STAGE_NAMES, active, emit, install, span, uninstall
 from feedline.observe.watch import Watch, watch
+from feedline.spans import STAGE_NAMES, active, emit, install, span, uninstall
 
 __all__ = [
     "STAGE_NAMES",

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from feedline.observe import spans
+from feedline import spans
 from feedline.observe._host import HostSampler
 from feedline.observe._stats import Recorder, Span
 from feedline.observe._timing import DeviceTimer, device_type, make_timer

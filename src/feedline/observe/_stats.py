@@ -1,6 +1,6 @@
 """Span recording and tail-aware summaries (p50/p95/p99/max, never only means).
 
-:class:`Recorder` is a thread-safe :class:`~feedline.observe.spans.SpanSink`
+:class:`Recorder` is a thread-safe :class:`~feedline.spans.SpanSink`
 that keeps every finished span (up to a cap) so reports can compute
 percentiles and traces can show each interval. :class:`StageStats` is the
 summary of one stage's durations.
@@ -108,7 +108,7 @@ class Recorder:
         self._pid = os.getpid()
 
     def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
-        """Store one span (called by :func:`feedline.observe.spans.emit`).
+        """Store one span (called by :func:`feedline.spans.emit`).
 
         ``attrs`` may carry ``pid`` / ``tid`` to file the span under another
         process or thread than the caller's.

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from feedline.observe import spans
+from feedline import spans
 from feedline.observe._stats import Span
 
 _lock = threading.Lock()

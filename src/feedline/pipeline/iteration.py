@@ -18,8 +18,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from feedline import spans
 from feedline.errors import LoaderTimeout
-from feedline.observe import spans
 from feedline.pipeline.jobs import Job
 from feedline.pipeline.runtime import Ready, Runtime
 

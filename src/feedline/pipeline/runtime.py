@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from feedline import spans
 from feedline.errors import DecodeError
-from feedline.observe import spans
 from feedline.pipeline import collate, nested, shm
 from feedline.pipeline.jobs import (
     Context,

@@ -1,5 +1,8 @@
 """The stage-span hook: the one way any stage reports its time.
 
+A leaf module: importing it loads nothing else of feedline, so ``io``,
+``format`` and ``pipeline`` report through it without loading ``observe``.
+
 Stages call :func:`span` (a context manager) or :func:`emit` (an already-timed
 interval). Nothing is recorded unless a sink is installed with :func:`install`,
 so the cost when nobody listens is one list check. Times are
@@ -8,7 +11,8 @@ events by the observe package, never with these host clocks.
 
 Canonical stage names (use these so reports line up):
 ``wait`` (consumer blocked on the next batch), ``read``, ``decode``,
-``transform``, ``collate``, ``pin``, ``h2d``, ``step``.
+``transform``, ``collate``, ``pin``, ``h2d``, ``step``. Reports show any
+other stage name emitted here (``checkpoint``, for example) as its own line.
 """
 
 from __future__ import annotations
