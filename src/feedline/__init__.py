@@ -1,7 +1,12 @@
 """feedline: keep accelerators fed during training.
 
 The top-level names load their package on first use, so ``import feedline``
-is cheap and never imports torch or touches CUDA.
+is cheap and never imports torch or touches CUDA. A resolved name is kept in
+this module's namespace, so later lookups return the same object and never go
+through the import system again (no submodule can shadow it).
+
+``feedline.vision`` (uint8 image helpers for ``transform=``) is a plain
+submodule: ``from feedline import vision``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'feedline' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -12,7 +12,7 @@ from feedline.errors import DeviceError, ResourceError
 from feedline.pipeline import collate
 from feedline.pipeline.slots import SlotPool
 from feedline.pipeline.transfer import CpuEngine, make_engine
-from feedline.pipeline.wrap import wrap
+from feedline.pipeline.wrapping import wrap
 
 
 def _layout(rows: int = 4, width: int = 16) -> collate.Layout:

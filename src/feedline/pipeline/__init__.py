@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"Loader": "feedline.pipeline.loader", "wrap": "feedline.pipeline.wrap",
-         "Wrapped": "feedline.pipeline.wrap"}
+_LAZY = {"Loader": "feedline.pipeline.loader", "wrap": "feedline.pipeline.wrapping",
+         "Wrapped": "feedline.pipeline.wrapping"}
 
 __all__ = ["Loader", "Wrapped", "wrap"]
 

@@ -8,6 +8,11 @@ batch (dicts, lists, tuples, namedtuples, dataclasses, objects with
 ``non_blocking=True`` on a dedicated CUDA stream, ``prefetch`` batches ahead;
 the consumer's stream waits on each copy's event and device tensors are
 protected with ``record_stream``. On ``device="cpu"`` batches pass through.
+
+``device`` defaults to ``"cuda"`` (the current CUDA device) when CUDA is
+available and ``"cpu"`` otherwise, so the same script runs on both. The module
+is named ``wrapping`` (not ``wrap``) so that importing it can never shadow the
+function ``feedline.pipeline.wrap`` / ``feedline.wrap``.
 """
 
 from __future__ import annotations
@@ -28,15 +33,20 @@ class Wrapped:
 
     Args:
         loader: any iterable of batches.
-        device: ``"cpu"`` or ``"cuda:N"``.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; ``None`` (default):
+            :func:`default_device`.
         prefetch: batches copied ahead of the consumer (>= 1).
+
+    Raises:
+        ValueError: ``prefetch`` is not an integer >= 1, or ``device`` is not a device.
+        DeviceError: a CUDA device was asked for and CUDA is not available.
     """
 
-    def __init__(self, loader: Iterable[Any], device: Any, prefetch: int = 2) -> None:
+    def __init__(self, loader: Iterable[Any], device: Any = None, prefetch: int = 2) -> None:
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an integer >= 1, got {prefetch!r}")
         self.loader = loader
-        self.engine = make_engine(device)
+        self.engine = make_engine(default_device() if device is None else device)
         self.device: torch.device = self.engine.device
         self.prefetch = prefetch
 
@@ -70,6 +80,15 @@ class Wrapped:
             yield self.engine.accept(tree, fence)
 
 
-def wrap(loader: Iterable[Any], device: Any, prefetch: int = 2) -> Wrapped:
-    """Add copy-stream prefetch to ``loader`` (see :class:`Wrapped`)."""
+def default_device() -> str:
+    """``"cuda"`` when torch sees a CUDA device, else ``"cpu"``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def wrap(loader: Iterable[Any], device: Any = None, prefetch: int = 2) -> Wrapped:
+    """Add copy-stream prefetch to ``loader`` (see :class:`Wrapped`).
+
+    ``device=None`` picks :func:`default_device`. Call it as often as you like:
+    each call returns a new, independent :class:`Wrapped`.
+    """
     return Wrapped(loader, device, prefetch)
