@@ -13,13 +13,18 @@ Canonical stage names (use these so reports line up):
 ``wait`` (consumer blocked on the next batch), ``read``, ``decode``,
 ``transform``, ``collate``, ``pin``, ``h2d``, ``step``. Reports show any
 other stage name emitted here (``checkpoint``, for example) as its own line.
+
+Loaders also publish their consumer side here: a loader's iterator passes each
+``next()`` through :func:`step_hook` when one is installed, so a measuring
+tool sees step boundaries on whichever thread consumes the loader without
+patching the loader class.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -32,7 +37,14 @@ class SpanSink(Protocol):
     def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None: ...
 
 
+class StepHook(Protocol):
+    """Wraps one ``next()`` of a loader: ``fetch()`` returns the batch or raises StopIteration."""
+
+    def __call__(self, owner: object, fetch: Callable[[], Any]) -> Any: ...
+
+
 _sinks: list[SpanSink] = []
+_step_hooks: list[StepHook] = []
 _lock = threading.Lock()
 
 
@@ -72,3 +84,23 @@ def span(stage: str, **attrs: Any) -> Iterator[None]:
         yield
     finally:
         emit(stage, start, time.perf_counter(), **attrs)
+
+
+def install_step_hook(hook: StepHook) -> None:
+    """Route every published loader ``next()`` through ``hook`` (the latest one wins)."""
+    with _lock:
+        if hook not in _step_hooks:
+            _step_hooks.append(hook)
+
+
+def uninstall_step_hook(hook: StepHook) -> None:
+    """Stop routing through ``hook``; unknown hooks are ignored."""
+    with _lock:
+        if hook in _step_hooks:
+            _step_hooks.remove(hook)
+
+
+def step_hook() -> StepHook | None:
+    """The installed step hook, or None (the loader then calls its own ``next`` directly)."""
+    hooks = _step_hooks
+    return hooks[-1] if hooks else None

@@ -31,9 +31,11 @@ class Pass:
                  delivered: Callable[[int, list[dict[str, str]]], None], *, window: int,
                  in_order: bool, timeout: float | None,
                  inflight: list[tuple[Job, Future[Any]]] | None = None,
-                 ahead: Callable[[int], None] | None = None) -> None:
+                 ahead: Callable[[int], None] | None = None, owner: object = None) -> None:
         """``inflight``: jobs of this pass already submitted (prepared ahead), in order;
-        ``ahead(room)``: called with the free room of the window once ``todo`` is empty."""
+        ``ahead(room)``: called with the free room of the window once ``todo`` is empty;
+        ``owner``: the loader, named to an installed :func:`feedline.spans.step_hook`."""
+        self._owner = owner
         self._rt, self._run, self._make_job, self._delivered = rt, run, make_job, delivered
         self._todo = deque(todo)
         self._inflight: deque[tuple[Job, Future[Any]]] = deque(inflight or ())
@@ -51,6 +53,12 @@ class Pass:
             self._ahead(self._window - len(self._inflight))
 
     def __next__(self) -> Any:
+        hook = spans.step_hook()
+        if hook is not None:  # a measuring tool times this step (feedline diagnose / watch)
+            return hook(self._owner, self._next)
+        return self._next()
+
+    def _next(self) -> Any:
         if self._rt.current_run != self._run:
             self._abandon()
             raise StopIteration

@@ -83,8 +83,12 @@ Failed = list[tuple[Item, str, BaseException]]
 
 def _stage(name: str, fn: Callable[[Any, Item], Any], live: Live, failed: Failed,
            record: Record | None, attrs: dict[str, Any]) -> Live:
-    """Apply one stage to every live sample; failures move to ``failed``; timed as a span."""
-    t0 = time.perf_counter()
+    """Apply one stage to every live sample; failures move to ``failed``; timed as a span.
+
+    The span carries the thread's CPU seconds (``cpu``), so a report can tell time
+    blocked (I/O, sleep, a lock) from CPU work inside the stage.
+    """
+    t0, c0 = time.perf_counter(), time.thread_time()
     ok: Live = []
     for item, sample in live:
         try:
@@ -92,7 +96,7 @@ def _stage(name: str, fn: Callable[[Any, Item], Any], live: Live, failed: Failed
         except Exception as exc:
             failed.append((item, name, exc))
     if record is not None:
-        record(name, t0, time.perf_counter(), attrs)
+        record(name, t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
     return ok
 
 

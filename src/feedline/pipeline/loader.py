@@ -266,7 +266,7 @@ class Loader:
         return Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
                     self._delivered, window=self.workers + self.prefetch,
                     in_order=self.in_order, timeout=self.timeout, inflight=adopted,
-                    ahead=lambda room: self._prepare_ahead(following, room))
+                    ahead=lambda room: self._prepare_ahead(following, room), owner=self)
 
     def _prepare_ahead(self, epoch: int, room: int) -> None:
         """Submit the first batches of ``epoch`` into ``room`` free places of the window.

@@ -219,10 +219,19 @@ class Runtime:
         tree = collate.unflatten(layout.skeleton, values)
         if isinstance(tree, dict):
             tree["__key__"] = list(keys)
+        return self._send_tree(job, tree, worker)
+
+    def _send_tree(self, job: Job, tree: Any, worker: str) -> tuple[Any, Fence | None]:
+        """Start the transfer; when timed, the ``h2d`` span carries the copy stream's
+        CUDA events (``events``), from which observe takes the device time."""
+        if not spans.active():
+            return self.engine.send(tree)
         t0 = time.perf_counter()
-        sent, fence = self.engine.send(tree)
-        if spans.active():
-            spans.emit("h2d", t0, time.perf_counter(), batch=job.batch_id, worker=worker)
+        sent, fence, events = self.engine.send_timed(tree)
+        attrs: dict[str, Any] = {"batch": job.batch_id, "worker": worker}
+        if events is not None:
+            attrs["events"] = events
+        spans.emit("h2d", t0, time.perf_counter(), **attrs)
         return sent, fence
 
     def _finish_custom(self, job: Job, tree: Any, keys: list[str],
@@ -232,7 +241,7 @@ class Runtime:
         if self.engine.needs_pinned:
             with spans.span("pin", batch=job.batch_id, worker=worker):
                 tree = nested.pin(tree)
-        sent, fence = self.engine.send(tree)
+        sent, fence = self._send_tree(job, tree, worker)
         return Ready(job.batch_id, sent, fence, keys, skipped, worker)
 
     def close(self) -> None:

@@ -5,6 +5,8 @@ Both engines have the same interface:
 * ``send(tree)`` (producer side): start moving every tensor leaf of ``tree``
   to the device; returns ``(device_tree, fence)``. The fence completes when
   the copy has finished reading host memory (slots wait on it before reuse).
+* ``send_timed(tree)``: ``send`` plus the copy's device timing events (CUDA
+  events on the copy stream; None on CPU), used when a span sink listens.
 * ``accept(device_tree, fence)`` (consumer thread, just before the batch is
   handed to the user): order the user's work after the copy.
 
@@ -49,6 +51,10 @@ class CpuEngine:
     def send(self, tree: Any) -> tuple[Any, Fence | None]:
         return tree, None
 
+    def send_timed(self, tree: Any) -> tuple[Any, Fence | None, Any]:
+        """:meth:`send`, plus the copy's device timing events (None: no copy on CPU)."""
+        return tree, None, None
+
     def accept(self, tree: Any, fence: Fence | None) -> Any:
         return tree
 
@@ -73,6 +79,20 @@ class CudaEngine:
             event = torch.cuda.Event()
             event.record(self.stream)
         return moved, event
+
+    def send_timed(self, tree: Any) -> tuple[Any, Fence | None, Any]:
+        """:meth:`send` with timing events around the copies on the copy stream.
+
+        Returns ``(device_tree, fence, (start, end))``: ``start.elapsed_time(end)``
+        is the copy's device time once ``end`` (also the fence) has completed.
+        """
+        with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+            start = torch.cuda.Event(enable_timing=True)
+            start.record(self.stream)
+            moved = nested.move(tree, self.device, non_blocking=True)
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(self.stream)
+        return moved, event, (start, event)
 
     def accept(self, tree: Any, fence: Fence | None) -> Any:
         consumer = torch.cuda.current_stream(self.device)
