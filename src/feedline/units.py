@@ -22,11 +22,17 @@ _BYTE_UNITS = {
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
 
 
-def parse_duration(text: str | float | int, *, name: str = "duration") -> float:
+def parse_duration(
+    text: str | float | int, *, name: str = "duration", unit_required: bool = False
+) -> float:
     """Seconds from ``"12ms"``, ``"250us"``, ``"1.5s"``; a bare number is seconds.
 
+    With ``unit_required=True`` a bare number (``"12"``) is refused instead: where
+    typical values are milliseconds, "12" read as 12 s is a silent mistake.
+
     Raises:
-        ConfigError: unknown unit, negative, NaN or infinite value.
+        ConfigError: unknown or (with ``unit_required``) missing unit, negative,
+            NaN or infinite value.
     """
     if isinstance(text, (int, float)):
         value = float(text)
@@ -36,6 +42,11 @@ def parse_duration(text: str | float | int, *, name: str = "duration") -> float:
             raise ConfigError(
                 f"{name}: cannot parse {text!r} as a duration",
                 fix="use a number with a unit: us, ms or s (e.g. 12ms)",
+            )
+        if unit_required and not m.group(2):
+            raise ConfigError(
+                f"{name}: {text!r} has no unit",
+                fix=f"add one: {m.group(1)}ms, {m.group(1)}us or {m.group(1)}s",
             )
         value = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
     if not math.isfinite(value) or value < 0:

@@ -28,7 +28,7 @@ def test_doctor_table_on_this_machine():
 
 
 def test_doctor_json_in_process(capsys):
-    main(["doctor", "--workers", "1", "--batch-bytes", "1MiB", "--data", ".", "--json"])
+    main(["doctor", "--workers", "1", "--batch-bytes", "1MiB", "--data", ".", "--json", "-"])
     data = json.loads(capsys.readouterr().out)
     assert data["exit_code"] == 0
     by_name = {c["name"]: c for c in data["checks"]}
@@ -38,7 +38,7 @@ def test_doctor_json_in_process(capsys):
 
 
 def test_doctor_exit_1_when_a_check_fails():
-    proc = run_cli("--pinned-budget", "1000TiB", "--json")
+    proc = run_cli("--pinned-budget", "1000TiB", "--json", "-")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
     assert data["exit_code"] == 1
@@ -54,7 +54,7 @@ def test_doctor_reads_a_given_sysfs(tmp_path, capsys):
         (gpu / name).write_text(text + "\n")
     (tmp_path / "sys/bus/pci/devices").mkdir(parents=True)
     os.symlink(gpu, tmp_path / "sys/bus/pci/devices/0000:01:00.0")
-    main(["doctor", "--sysfs", str(tmp_path / "sys"), "--json"])
+    main(["doctor", "--sysfs", str(tmp_path / "sys"), "--json", "-"])
     checks = json.loads(capsys.readouterr().out)["checks"]
     (g,) = [c for c in checks if c["name"].startswith("gpu ")]
     assert g["name"] == "gpu 0000:01:00.0" and "NUMA node 1, PCIe Gen5 x16" in g["detail"]

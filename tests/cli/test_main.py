@@ -31,3 +31,97 @@ def test_help_lists_every_command():
     assert out.returncode == 0
     for cmd in ("demo", "pack", "index", "inspect", "verify", "model", "doctor", "diagnose"):
         assert cmd in out.stdout
+
+
+def _cli(*argv: str, cwd: str | None = None, env: dict[str, str] | None = None):
+    """Run ``python -m feedline`` from this tree's sources, from any folder."""
+    import os
+    from pathlib import Path
+
+    import feedline
+
+    src = str(Path(feedline.__file__).resolve().parents[1])
+    path = os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return subprocess.run([sys.executable, "-m", "feedline", *argv], capture_output=True,
+                          text=True, timeout=120, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": path, **(env or {})})
+
+
+def test_version():
+    import feedline
+
+    out = _cli("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"feedline {feedline.__version__}"
+
+
+@pytest.mark.parametrize("cmd", ["", "demo", "pack", "index", "inspect", "verify", "model",
+                                 "doctor", "diagnose"])
+def test_help_shows_no_bool_type_and_no_test_options(cmd):
+    out = _cli(*([cmd] if cmd else []), "--help")
+    assert out.returncode == 0, out.stderr
+    assert "<bool>" not in out.stdout and "--help" in out.stdout
+    assert "--sysfs" not in out.stdout and "for testing" not in out.stdout
+
+
+def test_model_duration_without_unit_is_an_argument_error():
+    out = _cli("model", "--read", "12", "--decode", "8ms", "--h2d", "5ms", "--gpu", "20ms")
+    assert out.returncode == 2
+    assert "--read" in out.stderr and "no unit" in out.stderr and "12ms" in out.stderr
+
+
+@pytest.mark.parametrize("cmd", [
+    ["model", "--read", "12ms", "--decode", "8ms", "--h2d", "5ms", "--gpu", "20ms"],
+    ["doctor", "--workers", "1"],
+])
+def test_json_takes_a_path_or_dash(cmd, tmp_path):
+    import json
+
+    dest = tmp_path / "out.json"
+    to_file = _cli(*cmd, "--json", str(dest))
+    assert to_file.returncode in (0, 1), to_file.stderr  # doctor exits 1 when a check fails
+    assert to_file.stdout.strip(), "text output still printed when JSON goes to a file"
+    data = json.loads(dest.read_text())
+    to_stdout = _cli(*cmd, "--json", "-")
+    assert json.loads(to_stdout.stdout).keys() == data.keys()
+    missing = _cli(*cmd, "--json", str(tmp_path / "no" / "out.json"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_demo_argument_errors_come_before_any_output(tmp_path):
+    for argv in (["--json", str(tmp_path / "no" / "x.json")], ["--html", str(tmp_path)],
+                 ["--device", "tpu"], ["--frames", "4", "--batch-size", "8"]):
+        out = _cli("demo", "--out", str(tmp_path / "work"), *argv)
+        assert out.returncode == 2, (argv, out.stderr)
+        assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, argv
+        assert not (tmp_path / "work").exists()
+
+
+def test_os_errors_are_one_line_naming_the_path_exit_1(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    cases = [
+        (["demo", "--out", "file/sub", "--frames", "8", "--batch-size", "4"], "file/sub", "folder"),
+        (["demo", "--out", "loop/sub", "--frames", "8", "--batch-size", "4"], "loop/sub", "link"),
+        (["model", "--read", "1ms", "--decode", "1ms", "--h2d", "1ms", "--gpu", "1ms",
+          "--json", "/dev/full"], "/dev/full", "space"),
+    ]
+    for argv, path, hint in cases:
+        out = _cli(*argv, cwd=str(tmp_path))
+        assert out.returncode == 1, (argv, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and path in lines[0] and hint in lines[0], out.stderr
+        assert "Traceback" not in out.stderr
+    debug = _cli(*cases[0][0], cwd=str(tmp_path), env={"FEEDLINE_DEBUG": "1"})
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+@pytest.mark.parametrize("code", ["EACCES", "EROFS", "ENOSPC", "ENOTDIR", "ELOOP", "EDQUOT"])
+def test_os_error_line_names_path_and_fix(code):
+    import errno
+    import os
+
+    from feedline.cli.main import os_error_line
+
+    number = getattr(errno, code)
+    line = os_error_line(OSError(number, os.strerror(number), "/data/x"))
+    assert line.startswith(os.strerror(number)) and "/data/x" in line and "Fix:" in line

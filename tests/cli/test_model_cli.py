@@ -30,7 +30,7 @@ def test_seed_example_via_console_script():
 
 
 def test_seed_example_json_in_process(capsys):
-    main(["model", *SEED, "--json"])
+    main(["model", *SEED, "--json", "-"])
     data = json.loads(capsys.readouterr().out)
     a = data["analytic"]
     assert a["serial"] == pytest.approx(0.045) and a["steady"] == pytest.approx(0.020)
@@ -54,7 +54,7 @@ def test_copy_bound_note(capsys):
 
 def test_simulate_heavy_tail_prints_percentiles(capsys):
     main(["model", *SEED, "--workers", "2", "--prefetch", "1", "--read-dist", "lognormal:sigma=1.5",
-          "--steps", "4000", "--json"])
+          "--steps", "4000", "--json", "-"])
     sim = json.loads(capsys.readouterr().out)["simulation"]
     assert sim["steps"] == 4000 and sim["workers"] == 2 and sim["prefetch"] == 1
     assert sim["step_p50"] == pytest.approx(0.020)
@@ -75,7 +75,7 @@ def test_simulate_text_and_plan_via_console_script():
 def test_empirical_distribution_file(tmp_path, capsys):
     times = tmp_path / "reads.json"
     times.write_text(json.dumps({"read": [10, 10, 10, 200]}))
-    main(["model", *SEED, "--read-dist", f"empirical:{times},unit=ms", "--steps", "2000", "--json"])
+    main(["model", *SEED, "--read-dist", f"empirical:{times},unit=ms", "--steps", "2000", "--json", "-"])
     sim = json.loads(capsys.readouterr().out)["simulation"]
     assert sim["stages"]["read"].startswith("empirical(n=4")
     assert sim["step_max"] > 0.1  # the 200 ms reads show up

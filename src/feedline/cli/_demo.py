@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
+
+from feedline.cli._output import JSON_HELP, check_json_dest, json_option, to_stdout, write_json
 
 
 def demo(
@@ -30,28 +33,43 @@ def demo(
         10, "--imu-window", min=1, help="IMU samples per frame at 100 Hz (10 = the 100 ms "
         "before the frame)."),
     keep: bool = typer.Option(False, "--keep", help="Keep the temporary work folder."),
-    json_path: Path = typer.Option(
-        None, "--json", help="Also write the table as JSON (both runs and \"speedup\")."),
+    json_path: Annotated[
+        str | None, json_option(JSON_HELP + ": both runs, \"speedup\" and the host load")
+    ] = None,
     html_path: Path = typer.Option(
         None, "--html", help="HTML report path (default: report.html in --out, else in ./feedline-demo/)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data, the model init and the order."),
 ) -> None:
-    """Make a multi-sensor driving log, pack it, train a small model twice (naive
-    DataLoader vs feedline.Loader) and print the measured before/after table."""
+    """Make a driving log, pack it, train a small model twice and print the before/after table.
+
+    The same model trains from the same init for the same steps, first with a
+    naive DataLoader over the small files, then with feedline.Loader over shards.
+    """
+    from rich.console import Console
+
     from feedline.demo import DemoConfig, SynthConfig, run_demo
+    from feedline.demo.runs import pick_device
     from feedline.errors import ConfigError
 
+    check_json_dest(json_path)
+    if html_path is not None and html_path.is_dir():
+        raise typer.BadParameter(f"{html_path} is a folder; give a file name", param_hint="--html")
     cfg = DemoConfig(
         synth=SynthConfig(frames=frames, width=width, height=height, seed=seed,
                           lidar_points=(lidar_points // 2, lidar_points), imu_window=imu_window),
         steps=steps, batch_size=batch_size, workers=workers, device=device, out=out,
-        keep=keep, json_path=json_path, html_path=html_path,
+        keep=keep, json_path=None if json_path is None or to_stdout(json_path) else Path(json_path),
+        html_path=html_path,
     )
     try:
         cfg.validate()
+        pick_device(cfg.device)  # a missing GPU fails here, before any progress output
     except ValueError as e:
         raise ConfigError(str(e), fix="see feedline demo --help") from e
-    run_demo(cfg)
+    # with --json - stdout carries the JSON only; the table and progress go to stderr
+    result = run_demo(cfg, Console(stderr=True) if to_stdout(json_path) else None)
+    if to_stdout(json_path):
+        write_json(result.table, json_path)
 
 
 def register(app: typer.Typer) -> None:

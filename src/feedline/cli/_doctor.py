@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from feedline.cli._output import check_json_dest, json_option, to_stdout, write_json
 
 if TYPE_CHECKING:
     from feedline.doctor import Check
@@ -45,13 +46,14 @@ def doctor(
     ] = None,
     gpus: Annotated[int | None, typer.Option(help="GPUs the run will use (default: all found)")] = None,
     data: Annotated[str | None, typer.Option(help="dataset path, to check its NUMA placement")] = None,
-    sysfs: Annotated[str, typer.Option(help="sysfs root to read (for testing)")] = "/sys",
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of a table")] = False,
+    sysfs: Annotated[str, typer.Option(hidden=True, help="sysfs root to read")] = "/sys",
+    json_dest: Annotated[str | None, json_option()] = None,
 ) -> int:
     """Check /dev/shm, locked memory, cores, free memory, GPUs, NVMe, NUMA placement and GDS."""
     from feedline.doctor import exit_code, run_doctor
     from feedline.units import parse_bytes
 
+    check_json_dest(json_dest)
     checks = run_doctor(
         workers=workers,
         prefetch=prefetch,
@@ -64,9 +66,8 @@ def doctor(
         sysfs=sysfs,
     )
     code = exit_code(checks)
-    if as_json:
-        typer.echo(json.dumps({"checks": [ch.to_dict() for ch in checks], "exit_code": code}, indent=2))
-    else:
+    write_json({"checks": [ch.to_dict() for ch in checks], "exit_code": code}, json_dest)
+    if not to_stdout(json_dest):
         render_table(checks)
     return code
 

@@ -9,11 +9,11 @@ simulator and prints the step-time tail.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from feedline.cli._output import check_json_dest, json_option, to_stdout, write_json
 from feedline.errors import ConfigError
 from feedline.units import format_duration as fmt_time
 
@@ -158,7 +158,7 @@ def model(
         typer.Option(help="find the fewest workers and prefetch keeping p99 stall under this share (5% or 0.05)"),
     ] = None,
     max_workers: Annotated[int, typer.Option(help="upper bound of the --target-stall search")] = 32,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object instead of text")] = False,
+    json_dest: Annotated[str | None, json_option()] = None,
 ) -> None:
     """Predict step time, GPU utilisation and the binding stage from per-stage times."""
     from feedline import model as m
@@ -170,7 +170,8 @@ def model(
         raise ConfigError(
             f"missing {', '.join(missing)}", fix="give all four stage times, e.g. --read 12ms"
         )
-    times = {k: parse_duration(str(v), name=f"--{k}") for k, v in given.items()}
+    times = {k: parse_duration(str(v), name=f"--{k}", unit_required=True) for k, v in given.items()}
+    check_json_dest(json_dest)
     for name, value in (
         ("--workers", workers), ("--steps", steps), ("--prefetch", prefetch),
         ("--device-buffers", device_buffers), ("--max-workers", max_workers),
@@ -188,9 +189,8 @@ def model(
         )
         out.update(sim_out)
         lines += ["", *sim_lines]
-    if as_json:
-        typer.echo(json.dumps(out, indent=2))
-    else:
+    write_json(out, json_dest)
+    if not to_stdout(json_dest):
         typer.echo("\n".join(lines))
 
 

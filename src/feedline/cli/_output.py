@@ -52,4 +52,10 @@ def write_json(obj: Any, dest: str | Path | None) -> None:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
         return
-    Path(dest).write_text(text + "\n", encoding="utf-8")
+    try:
+        Path(dest).write_text(text + "\n", encoding="utf-8")
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        # a failed write (ENOSPC...) carries no path: name it for the one-line error
+        raise OSError(e.errno, e.strerror, str(dest)) from e

@@ -4,18 +4,27 @@ Each command lives in its own ``feedline.cli._<name>`` module exposing
 ``register(app)``; command bodies import their package lazily so ``feedline
 --help`` stays fast. Errors: a bad argument prints one line and exits 2; a
 :class:`~feedline.errors.FeedlineError` prints one line and exits 1 (2 for
-:class:`~feedline.errors.ConfigError`). Set ``FEEDLINE_DEBUG=1`` for tracebacks.
+:class:`~feedline.errors.ConfigError`, which means a bad argument); an
+``OSError`` (disk full, permission denied, read-only file system...) prints one
+line naming the path and exits 1. Set ``FEEDLINE_DEBUG=1`` for tracebacks.
+
+Help output: flags show no ``<bool>`` type, options marked ``hidden`` stay out.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 import typer
 
 from feedline.cli import _demo, _diagnose, _doctor, _model, _shards
 from feedline.errors import ConfigError, FeedlineError
+
+_HELP_NAMES = ("-h", "--help")
 
 app = typer.Typer(
     name="feedline",
@@ -23,11 +32,75 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": list(_HELP_NAMES)},
 )
+
+
+
+def _version(value: bool) -> None:
+    if value:
+        from feedline import __version__
+
+        typer.echo(f"feedline {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    """Keep GPUs fed: pack shards, load them fast, diagnose any training loop."""
+
 
 for _module in (_demo, _shards, _model, _doctor, _diagnose):
     _module.register(app)
+
+
+def _tidy_help(command: Any) -> Any:
+    """Flags take no value: show no type (typer would print ``<bool>``) beside them.
+
+    typer vendors its own click, so parameters are matched by their attributes.
+    The help option is made (and cached by click) here so that it is tidied too.
+    """
+    names = SimpleNamespace(help_option_names=list(_HELP_NAMES))
+    helper = command.get_help_option(names)
+    for param in [*command.params, *([helper] if helper is not None else [])]:
+        if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+    return command
+
+
+def command() -> Any:
+    """The click command behind ``feedline`` (help tidied)."""
+    return _tidy_help(typer.main.get_command(app))
+
+
+_OS_HINTS = {
+    errno.ENOSPC: "free space on that file system or write elsewhere",
+    errno.EDQUOT: "free space within your quota or write elsewhere",
+    errno.EACCES: "check the permissions, or choose a path you may write",
+    errno.EPERM: "check the permissions, or choose a path you may write",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EISDIR: "give a file name, not a folder",
+    errno.ELOOP: "the path has a symbolic-link loop",
+    errno.ENAMETOOLONG: "use a shorter path",
+    errno.EMFILE: "raise the open-file limit (ulimit -n)",
+}
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for an ``OSError``: what failed, on which path, what to do."""
+    what = e.strerror or type(e).__name__
+    paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
+    text = f"{what}: {' -> '.join(paths)}" if paths else f"{what} ({e})"
+    hint = _OS_HINTS.get(e.errno or -1)
+    return f"{text}. Fix: {hint}" if hint else text
 
 
 def _fail(message: str, code: int) -> None:
@@ -48,7 +121,7 @@ def _click_kind(e: BaseException) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     try:
-        rv = app(args=argv, standalone_mode=False, prog_name="feedline")
+        rv = command().main(args=argv, standalone_mode=False, prog_name="feedline")
     except ConfigError as e:
         if os.environ.get("FEEDLINE_DEBUG"):
             raise
@@ -57,6 +130,13 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("FEEDLINE_DEBUG"):
             raise
         _fail(str(e), 1)
+    except BrokenPipeError:  # `feedline ... | head`
+        sys.stderr.close()
+        raise SystemExit(0) from None
+    except OSError as e:
+        if os.environ.get("FEEDLINE_DEBUG"):
+            raise
+        _fail(os_error_line(e), 1)
     except Exception as e:
         # typer >= 0.22 vendors its own copy of click, so match click's exception
         # classes by name: click.UsageError and typer's copy both end up here.
@@ -71,9 +151,6 @@ def main(argv: list[str] | None = None) -> None:
         _fail(e.format_message().replace("\n", " "), code)  # type: ignore[attr-defined]
     except KeyboardInterrupt:
         _fail("interrupted", 130)
-    except BrokenPipeError:  # `feedline ... | head`
-        sys.stderr.close()
-        raise SystemExit(0) from None
     if isinstance(rv, int) and rv:
         raise SystemExit(rv)
 

@@ -117,13 +117,16 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
         ValueError: a bad option (named).
         FeedlineError: a feedline piece failed (its place and fix in the message).
     """
+    from feedline.demo.runs import pick_device
+
     cfg.validate()
+    device = pick_device(cfg.device)  # before any work: a missing GPU fails now
     console = console or Console()
     start = time.perf_counter()
     with _work_dir(cfg) as work:
         html_path = cfg.html_path or (cfg.out or DEFAULT_REPORT_DIR) / "report.html"
         html_path.parent.mkdir(parents=True, exist_ok=True)
-        table = _run_in(cfg, work, html_path, console)
+        table = _run_in(cfg, device, work, html_path, console)
     if cfg.json_path is not None:
         cfg.json_path.write_text(json.dumps(table, indent=2) + "\n")
     wall = time.perf_counter() - start
@@ -134,13 +137,14 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
     return DemoResult(table, html_path, cfg.json_path, work, wall)
 
 
-def _run_in(cfg: DemoConfig, work: Path, html_path: Path, console: Console) -> dict[str, Any]:
+def _run_in(
+    cfg: DemoConfig, device: str, work: Path, html_path: Path, console: Console
+) -> dict[str, Any]:
     from feedline.demo import _parts, runs, table
     from feedline.demo.align import misaligned
     from feedline.demo.model import FIELDS_PER_FRAME
     from feedline.demo.synth import make_driving_log
 
-    device = runs.pick_device(cfg.device)
     workers = cfg.workers or default_workers(device)
     raw, packed = work / "raw", work / "packed"
     with _bar(console) as bar:
