@@ -1,0 +1,300 @@
+"""Image helpers for ``Loader(transform=...)``: pure numpy on ``uint8`` HWC arrays.
+
+The transform contract: ``transform(sample) -> sample`` runs in the loader's
+workers (threads, or spawned processes, so it must be picklable there) after
+decoding, once per sample. ``sample`` is a dict of decoded fields (a JPEG or
+PNG field is a ``uint8`` array of shape ``(H, W, 3)``, HWC, RGB) plus
+``"__key__"``; it returns the sample to collate (a dict, the same or a new one;
+never ``None``). Returned numpy arrays of one shape per field become one
+torch tensor ``[B, ...]`` per batch; so to get dense image batches, give every
+image the same size here (``random_resized_crop`` / ``resize``).
+
+Helpers (all take and return numpy arrays; none allocates more than its output):
+
+- :func:`random_resized_crop`, :func:`resize`, :func:`center_crop` -> ``uint8`` HWC;
+- :func:`hflip`, :func:`random_hflip` -> ``uint8`` HWC (a view when flipped);
+- :func:`to_chw` -> ``uint8`` CHW; :func:`normalize` -> ``float32`` CHW,
+  ``(x / 255 - mean) / std`` per channel;
+- :class:`ImageTransform`: the usual train/eval recipe for one field, a
+  ready-made ``transform=``.
+
+Example::
+
+    from feedline import vision
+    train_tf = vision.ImageTransform("jpg", size=224, train=True)  # crop, flip, CHW, normalise
+    loader = feedline.Loader(ds, batch_size=64, transform=train_tf)
+    # batch["jpg"]: float32[64, 3, 224, 224]
+
+Random choices come from ``rng`` (a ``numpy.random.Generator``) when given;
+otherwise from a generator private to the calling thread, seeded from the OS,
+so augmentations differ between runs, as with torchvision (the loader's
+*order* still depends only on ``seed`` and the epoch). For reproducible
+augmentation write your own transform that calls these helpers with an
+``rng`` derived from what you know (e.g. ``sample["__key__"]`` and the epoch).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import ConfigError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_local = threading.local()
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "ImageTransform",
+    "center_crop",
+    "hflip",
+    "normalize",
+    "random_hflip",
+    "random_resized_crop",
+    "resize",
+    "to_chw",
+]
+
+
+def _image(img: Any, name: str = "img") -> np.ndarray:
+    if not isinstance(img, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array (HWC uint8), got {type(img).__name__}")
+    if img.dtype != np.uint8 or img.ndim not in (2, 3) or 0 in img.shape:
+        raise ConfigError(
+            f"{name} must be a non-empty uint8 array of shape (H, W) or (H, W, C), "
+            f"got {img.dtype} {img.shape}",
+            fix="apply the helpers to decoded images, before any other conversion",
+        )
+    return img if img.ndim == 3 else img[:, :, None]
+
+
+def _size(size: int | Sequence[int], name: str = "size") -> tuple[int, int]:
+    pair = (size, size) if isinstance(size, (int, np.integer)) else tuple(size)
+    if len(pair) != 2 or not all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= 1 << 15
+        for v in pair
+    ):
+        raise ConfigError(f"{name} must be an int or (height, width) in 1..32768, got {size!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _rng(rng: np.random.Generator | None) -> np.random.Generator:
+    if rng is not None:
+        return rng
+    gen = getattr(_local, "rng", None)
+    if gen is None:
+        gen = _local.rng = np.random.default_rng()
+    return gen
+
+
+def _axis_weights(src: int, dst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Neighbour indices and weights of a half-pixel-centred linear resize of one axis."""
+    pos = (np.arange(dst, dtype=np.float32) + 0.5) * (src / dst) - 0.5
+    pos = np.clip(pos, 0, src - 1)
+    lo = np.floor(pos).astype(np.intp)
+    hi = np.minimum(lo + 1, src - 1)
+    return lo, hi, (pos - lo).astype(np.float32)
+
+
+def _box_shrink(img: np.ndarray, fy: int, fx: int) -> np.ndarray:
+    """Average ``fy x fx`` blocks (the anti-aliasing step of a large downscale).
+
+    Strided integer sums (rows, then columns) instead of a 5-D ``mean``: about
+    9x faster on a 12-megapixel photo.
+    """
+    h, w, c = img.shape
+    h2, w2 = h // fy, w // fx
+    src = img[: h2 * fy, : w2 * fx]
+    rows = np.zeros((h2, w2 * fx, c), np.uint16 if fy <= 257 else np.uint32)
+    for i in range(fy):
+        rows += src[i::fy]
+    out = np.zeros((h2, w2, c), np.uint32)
+    for j in range(fx):
+        out += rows[:, j::fx]
+    return out.astype(np.float32) * np.float32(1.0 / (fy * fx))
+
+
+def resize(img: np.ndarray, size: int | Sequence[int]) -> np.ndarray:
+    """Resize ``img`` (HWC uint8) to ``size`` = ``(height, width)`` (an int: square).
+
+    Bilinear; a downscale by more than 2x first averages whole pixel blocks, so
+    phone-size photos shrink without aliasing. Returns a new ``uint8`` HWC array.
+    """
+    src = _image(img)
+    oh, ow = _size(size)
+    h, w, _ = src.shape
+    if (h, w) == (oh, ow):
+        return src.copy()
+    fy, fx = max(1, h // (2 * oh)), max(1, w // (2 * ow))
+    work = _box_shrink(src, fy, fx) if fy > 1 or fx > 1 else src.astype(np.float32)
+    h, w, _ = work.shape
+    y0, y1, wy = _axis_weights(h, oh)
+    x0, x1, wx = _axis_weights(w, ow)
+    wy, wx = wy[:, None, None], wx[None, :, None]
+    top, bottom = work[y0], work[y1]
+    rows = top + (bottom - top) * wy  # (oh, w, c)
+    left, right = rows[:, x0], rows[:, x1]
+    out = left + (right - left) * wx
+    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+
+
+def center_crop(img: np.ndarray, size: int | Sequence[int]) -> np.ndarray:
+    """The central ``size`` window of ``img`` (a view); the image must be at least that big."""
+    src = _image(img)
+    oh, ow = _size(size)
+    h, w, _ = src.shape
+    if oh > h or ow > w:
+        raise ConfigError(f"center_crop: size {(oh, ow)} exceeds the image {(h, w)}",
+                          fix="resize first, e.g. resize(img, 256) then center_crop(img, 224)")
+    top, left = (h - oh) // 2, (w - ow) // 2
+    return src[top: top + oh, left: left + ow]
+
+
+def crop_box(
+    height: int, width: int, rng: np.random.Generator,
+    scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
+) -> tuple[int, int, int, int]:
+    """``(top, left, h, w)`` of a random crop covering ``scale`` of the area with
+    aspect ratio in ``ratio`` (log-uniform), as torchvision's RandomResizedCrop
+    (ten tries, then the largest central crop within ``ratio``)."""
+    area = height * width
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    for _ in range(10):
+        target = area * rng.uniform(scale[0], scale[1])
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        w = round(math.sqrt(target * aspect))
+        h = round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, round(width / ratio[0])
+    elif in_ratio > ratio[1]:
+        h, w = height, round(height * ratio[1])
+    else:
+        w, h = width, height
+    h, w = max(1, min(h, height)), max(1, min(w, width))
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def random_resized_crop(
+    img: np.ndarray, size: int | Sequence[int], *,
+    scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """A random crop of ``img`` (see :func:`crop_box`) resized to ``size``: ``uint8`` HWC."""
+    src = _image(img)
+    if not (0 < scale[0] <= scale[1] <= 1) or not (0 < ratio[0] <= ratio[1]):
+        raise ConfigError(f"random_resized_crop: need 0 < scale[0] <= scale[1] <= 1 and "
+                          f"0 < ratio[0] <= ratio[1], got scale={scale}, ratio={ratio}")
+    top, left, h, w = crop_box(src.shape[0], src.shape[1], _rng(rng), scale, ratio)
+    return resize(src[top: top + h, left: left + w], size)
+
+
+def hflip(img: np.ndarray) -> np.ndarray:
+    """Mirror left-right (a view)."""
+    return _image(img)[:, ::-1]
+
+
+def random_hflip(
+    img: np.ndarray, p: float = 0.5, *, rng: np.random.Generator | None = None
+) -> np.ndarray:
+    """Mirror with probability ``p``; otherwise ``img`` itself (as HWC)."""
+    if not 0 <= p <= 1:
+        raise ConfigError(f"random_hflip: p must be in [0, 1], got {p!r}")
+    src = _image(img)
+    return src[:, ::-1] if _rng(rng).random() < p else src
+
+
+def to_chw(img: np.ndarray) -> np.ndarray:
+    """HWC -> CHW, contiguous, still ``uint8`` (what ``torchvision`` models take after
+    ``.float() / 255``)."""
+    return np.ascontiguousarray(_image(img).transpose(2, 0, 1))
+
+
+def normalize(
+    img: np.ndarray, mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+) -> np.ndarray:
+    """``(img / 255 - mean) / std`` per channel, as contiguous ``float32`` CHW.
+
+    ``mean`` and ``std`` are in 0..1 units (torchvision's convention), one per
+    channel (or one for all).
+    """
+    src = _image(img)
+    c = src.shape[2]
+    m = np.asarray(mean, dtype=np.float32).reshape(-1)
+    s = np.asarray(std, dtype=np.float32).reshape(-1)
+    if m.size not in (1, c) or s.size not in (1, c) or not np.all(s > 0):
+        raise ConfigError(f"normalize: need 1 or {c} means and positive stds, got "
+                          f"mean={tuple(mean)}, std={tuple(std)}")
+    scale = np.broadcast_to(1.0 / (255.0 * s), (c,))[:, None, None]
+    offset = np.broadcast_to(m / s, (c,))[:, None, None]
+    out = np.empty((c, src.shape[0], src.shape[1]), dtype=np.float32)
+    np.multiply(src.transpose(2, 0, 1), scale, out=out)
+    out -= offset
+    return out
+
+
+class ImageTransform:
+    """The usual image recipe for one field of a sample, as a ``transform=``.
+
+    ``train=True``: :func:`random_resized_crop` to ``size``, :func:`random_hflip`;
+    ``train=False``: :func:`resize` the short side to ``size / 0.875`` and
+    :func:`center_crop` ``size``. Then :func:`normalize` to ``float32`` CHW, or
+    :func:`to_chw` (``uint8``) when ``mean=None``.
+
+    Args:
+        field: the image field of the sample (``"jpg"``, ``"png"``, ``"image"``...).
+        size: output ``(height, width)``, or an int for square.
+        train: random augmentation (True) or the deterministic eval path.
+        mean, std: per-channel statistics in 0..1 units; ``mean=None`` skips
+            normalising.
+
+    Raises:
+        ConfigError: a bad argument; at call time, a sample without ``field`` or
+            whose ``field`` is not a uint8 image (the loader adds the sample key).
+    """
+
+    def __init__(
+        self, field: str, size: int | Sequence[int] = 224, *, train: bool = True,
+        mean: Sequence[float] | None = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+    ) -> None:
+        if not isinstance(field, str) or not field:
+            raise ConfigError(f"ImageTransform: field must be a field name, got {field!r}")
+        self.field = field
+        self.size = _size(size)
+        self.train = bool(train)
+        self.mean = None if mean is None else tuple(float(v) for v in mean)
+        self.std = tuple(float(v) for v in std)
+        if self.mean is not None:
+            normalize(np.zeros((1, 1, 3), np.uint8), self.mean, self.std)  # checks them now
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(sample, dict) or self.field not in sample:
+            have = sorted(sample) if isinstance(sample, dict) else type(sample).__name__
+            raise ConfigError(f"ImageTransform: the sample has no field {self.field!r} "
+                              f"(it has {have})", fix="pass the image field's name")
+        img = _image(sample[self.field], name=f"field {self.field!r}")
+        if self.train:
+            img = random_hflip(random_resized_crop(img, self.size))
+        else:
+            oh, ow = self.size
+            short = min(img.shape[0], img.shape[1])
+            target = max(oh, ow) / 0.875
+            f = target / short
+            img = center_crop(resize(img, (max(oh, round(img.shape[0] * f)),
+                                           max(ow, round(img.shape[1] * f)))), self.size)
+        out = dict(sample)
+        out[self.field] = to_chw(img) if self.mean is None else normalize(img, self.mean, self.std)
+        return out
+
+    def __repr__(self) -> str:
+        return (f"ImageTransform({self.field!r}, size={self.size}, train={self.train}, "
+                f"mean={self.mean}, std={self.std})")

@@ -1,0 +1,155 @@
+"""feedline.vision: the numpy image helpers, alone and as a Loader transform."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import feedline
+from feedline import vision
+from feedline.errors import ConfigError, WorkerError
+
+
+def _photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """A smooth image with some texture: gradients plus low-amplitude noise."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    rng = np.random.default_rng(seed)
+    base = np.stack([255 * yy / h, 255 * xx / w, 128 + 60 * np.sin(xx / 37 + yy / 53)], axis=2)
+    return np.clip(base + rng.normal(0, 4, base.shape), 0, 255).astype(np.uint8)
+
+
+def test_to_chw_and_normalize_match_the_formula() -> None:
+    img = _photo(30, 40)
+    chw = vision.to_chw(img)
+    assert chw.shape == (3, 30, 40) and chw.dtype == np.uint8 and chw.flags.c_contiguous
+    assert np.array_equal(chw[1], img[:, :, 1])
+    out = vision.normalize(img)
+    ref = (img.astype(np.float64) / 255 - np.array(vision.IMAGENET_MEAN)) / np.array(vision.IMAGENET_STD)
+    assert out.dtype == np.float32 and out.shape == (3, 30, 40) and out.flags.c_contiguous
+    np.testing.assert_allclose(out, ref.transpose(2, 0, 1), atol=1e-5)
+    grey = vision.normalize(img[:, :, 0], mean=[0.5], std=[0.25])
+    np.testing.assert_allclose(grey[0], (img[:, :, 0] / 255 - 0.5) / 0.25, atol=1e-5)
+
+
+@pytest.mark.parametrize(("src", "dst"), [((240, 320), (224, 224)), ((3000, 4000), (224, 224)),
+                                          ((100, 80), (300, 240)), ((481, 641), (37, 53))])
+def test_resize_agrees_with_pillow(src: tuple[int, int], dst: tuple[int, int]) -> None:
+    img = _photo(*src)
+    ours = vision.resize(img, dst)
+    assert ours.shape == (*dst, 3) and ours.dtype == np.uint8
+    pil = np.asarray(Image.fromarray(img).resize((dst[1], dst[0]), Image.BILINEAR))
+    diff = np.abs(ours.astype(int) - pil.astype(int))
+    assert diff.mean() < 2.0 and np.percentile(diff, 99) < 10, (diff.mean(), diff.max())
+
+
+def test_resize_keeps_a_constant_image_and_same_size_copies() -> None:
+    flat = np.full((50, 70, 3), 77, np.uint8)
+    assert (vision.resize(flat, (13, 9)) == 77).all()
+    same = vision.resize(flat, (50, 70))
+    assert np.array_equal(same, flat) and not np.shares_memory(same, flat)
+
+
+def test_random_resized_crop_boxes_stay_inside_and_cover_the_scale() -> None:
+    rng = np.random.default_rng(0)
+    for h, w in [(240, 320), (320, 240), (17, 900), (5, 5), (1, 1)]:
+        for _ in range(200):
+            top, left, ch, cw = vision.crop_box(h, w, rng, scale=(0.3, 0.9))
+            assert top >= 0 and top + ch <= h and left >= 0 and left + cw <= w and ch and cw
+    areas = [vision.crop_box(300, 300, rng, scale=(0.3, 0.9)) for _ in range(300)]
+    fracs = np.array([ch * cw / 90000 for _, _, ch, cw in areas])
+    assert fracs.min() > 0.27 and fracs.max() < 0.93 and fracs.std() > 0.1
+
+
+def test_random_helpers_follow_the_given_rng() -> None:
+    img = _photo(240, 320)
+    a = vision.random_resized_crop(img, 64, rng=np.random.default_rng(5))
+    b = vision.random_resized_crop(img, 64, rng=np.random.default_rng(5))
+    c = vision.random_resized_crop(img, (64, 32), rng=np.random.default_rng(6))
+    assert np.array_equal(a, b) and a.shape == (64, 64, 3) and c.shape == (64, 32, 3)
+    assert np.array_equal(vision.hflip(img), img[:, ::-1])
+    assert vision.random_hflip(img, p=0.0) is img
+    assert np.array_equal(vision.random_hflip(img, p=1.0), img[:, ::-1])
+    flips = [vision.random_hflip(img, rng=np.random.default_rng(i)) is not img for i in range(200)]
+    assert 60 < sum(flips) < 140
+
+
+def test_center_crop_is_a_central_view() -> None:
+    img = _photo(10, 12)
+    crop = vision.center_crop(img, (4, 6))
+    assert np.array_equal(crop, img[3:7, 3:9]) and np.shares_memory(crop, img)
+    with pytest.raises(ConfigError, match="exceeds"):
+        vision.center_crop(img, 11)
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda: vision.to_chw([[1, 2]]), TypeError),
+    (lambda: vision.to_chw(np.zeros((4, 4, 3), np.float32)), ConfigError),
+    (lambda: vision.to_chw(np.zeros((0, 4, 3), np.uint8)), ConfigError),
+    (lambda: vision.resize(np.zeros((4, 4, 3), np.uint8), 0), ConfigError),
+    (lambda: vision.resize(np.zeros((4, 4, 3), np.uint8), (2, 2, 2)), ConfigError),
+    (lambda: vision.normalize(np.zeros((4, 4, 3), np.uint8), std=(0, 1, 1)), ConfigError),
+    (lambda: vision.normalize(np.zeros((4, 4, 3), np.uint8), mean=(0.5, 0.5)), ConfigError),
+    (lambda: vision.random_hflip(np.zeros((4, 4, 3), np.uint8), p=2), ConfigError),
+    (lambda: vision.random_resized_crop(np.zeros((4, 4, 3), np.uint8), 2, scale=(0.5, 2)),
+     ConfigError),
+    (lambda: vision.ImageTransform("", 8), ConfigError),
+    (lambda: vision.ImageTransform("jpg", 8, std=(1, 0, 1)), ConfigError),
+    (lambda: vision.ImageTransform("jpg", 8)({"png": np.zeros((4, 4, 3), np.uint8)}), ConfigError),
+])
+def test_bad_input_is_a_clear_error(call, error) -> None:
+    with pytest.raises(error):
+        call()
+
+
+def test_eval_transform_is_deterministic_and_centred() -> None:
+    tf = vision.ImageTransform("jpg", size=32, train=False, mean=None)
+    img = _photo(240, 320)
+    out = tf({"jpg": img, "__key__": "a", "cls": 1})
+    assert out["jpg"].shape == (3, 32, 32) and out["jpg"].dtype == np.uint8 and out["cls"] == 1
+    assert np.array_equal(out["jpg"], tf({"jpg": img, "__key__": "a"})["jpg"])
+
+
+class PhoneFolder:
+    """A user's dataset the helpers were not designed for: JPEG phone photos, 95%
+    landscape 320x240 and 5% portrait 240x320, decoded with Pillow in __getitem__."""
+
+    def __init__(self, n: int) -> None:
+        self.blobs = []
+        for i in range(n):
+            img = _photo(*((320, 240) if i % 20 == 7 else (240, 320)), seed=i)
+            buf = io.BytesIO()
+            Image.fromarray(img).save(buf, format="JPEG", quality=85)
+            self.blobs.append(buf.getvalue())
+
+    def __len__(self) -> int:
+        return len(self.blobs)
+
+    def __getitem__(self, i: int) -> dict:
+        img = np.asarray(Image.open(io.BytesIO(self.blobs[i])).convert("RGB"))
+        return {"image": img, "label": i % 3}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_transform_gives_dense_normalised_batches_of_mixed_orientation(worker_type: str) -> None:
+    ds = PhoneFolder(40)
+    tf = vision.ImageTransform("image", size=(48, 64))
+    loader = feedline.Loader(ds, batch_size=8, transform=tf, seed=0, workers=2,
+                             worker_type=worker_type, shuffle=False, drop_last=False)
+    batches = list(loader)
+    assert len(batches) == 5
+    for b in batches:
+        assert tuple(b["image"].shape) == (8, 3, 48, 64) and str(b["image"].dtype) == "torch.float32"
+        assert float(b["image"].min()) > -2.2 and float(b["image"].max()) < 2.7
+    assert [int(x) for b in batches for x in b["label"]] == [i % 3 for i in range(40)]
+
+
+def test_transform_error_names_the_sample() -> None:
+    ds = PhoneFolder(4)
+    loader = feedline.Loader(ds, batch_size=2, transform=vision.ImageTransform("jpg", 16),
+                             workers=1, shuffle=False)
+    with pytest.raises(WorkerError, match="no field 'jpg'"):
+        next(iter(loader))
