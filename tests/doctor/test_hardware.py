@@ -10,7 +10,7 @@ from feedline.doctor import (
     probe_gds,
     storage_location,
 )
-from feedline.doctor.topology import GpuDevice, PcieLink
+from feedline.topology import GpuDevice, PcieLink
 
 
 def test_gpu_checks_flag_a_narrow_link(fake_sysfs):
@@ -85,3 +85,16 @@ def test_probe_reads_proc_driver(tmp_path):
     assert probe_gds(tmp_path).nvidia_fs is True
     real = probe_gds("/proc")  # this machine: whatever it has, the probe answers
     assert isinstance(real.nvidia_fs, bool)
+
+
+def test_check_placement_names_each_gpus_node(fake_sysfs):
+    from feedline.doctor import check_placement
+
+    gpus = find_gpus(fake_sysfs.root)
+    ok = check_placement(gpus, fake_sysfs.root, allowed=set(range(8)))
+    assert ok.status == "ok"
+    assert "0000:3b:00.0: node 0, CPUs 0-3" in ok.detail and "0000:b1:00.0: node 1, CPUs 4-7" in ok.detail
+    # This process may run only on node 0: the node-1 GPU's workers cannot be placed.
+    half = check_placement(gpus, fake_sysfs.root, allowed={0, 1})
+    assert half.status == "warn" and "numactl" in (half.fix or "")
+    assert check_placement([], fake_sysfs.root).status == "info"

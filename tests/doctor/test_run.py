@@ -31,7 +31,7 @@ def test_doctor_fails_on_an_impossible_pinned_budget(fake_sysfs):
 def test_doctor_on_this_machine():
     checks = run_doctor(data=".")
     names = [c.name for c in checks]
-    assert names[:4] == NAMES and names[-3:] == ["nvme", "numa placement", "gds"]
+    assert names[:4] == NAMES and names[-4:] == ["nvme", "numa placement", "worker placement", "gds"]
     if find_gpus("/sys"):
         assert any(n.startswith("gpu 0000:") for n in names)
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from feedline.doctor import find_gpus, run_doctor
-from feedline.doctor.topology import nvml_names
+from feedline.topology import nvml_names
 
 
 def test_cuda_is_present():

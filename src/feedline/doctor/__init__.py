@@ -20,10 +20,11 @@ from feedline.doctor.hardware import (
     check_gpus,
     check_numa,
     check_nvme,
+    check_placement,
     probe_gds,
 )
 from feedline.doctor.run import exit_code, run_doctor
-from feedline.doctor.topology import (
+from feedline.topology import (
     GpuDevice,
     NvmeDevice,
     PcieLink,
@@ -49,6 +50,7 @@ __all__ = [
     "check_memory",
     "check_numa",
     "check_nvme",
+    "check_placement",
     "check_shm",
     "exit_code",
     "find_gpus",

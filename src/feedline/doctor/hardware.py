@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feedline.doctor.checks import Check
-from feedline.doctor.topology import GpuDevice, NvmeDevice, StorageLocation
+from feedline.topology import GpuDevice, NvmeDevice, StorageLocation
 
 
 def _node(n: int | None) -> str:
@@ -96,6 +96,30 @@ def check_numa(
     return Check(name, "ok", f"{where}; every GPU on the same node (or none reported)")
 
 
+def check_placement(
+    gpus: list[GpuDevice], sysfs: str | os.PathLike[str], allowed: set[int] | None = None
+) -> Check:
+    """Where ``Loader(placement="auto")`` runs the workers of each GPU (seed 001, Q1).
+
+    ``allowed``: the CPUs this process may use (default: its affinity).
+    """
+    from feedline.placement import plan_placement
+
+    name = "worker placement"
+    if not gpus:
+        return Check(name, "info", "no GPU: workers are not placed")
+    plans = [(g, plan_placement(gpu_address=g.address, sysfs=sysfs, allowed=allowed)) for g in gpus]
+    if all(not p.active and "single NUMA node" in p.reason for _, p in plans):
+        return Check(name, "info", plans[0][1].reason)
+    parts = [f"{g.address}: {p.describe()}" for g, p in plans]
+    missed = [g.address for g, p in plans if not p.active]
+    if missed:
+        return Check(name, "warn", "; ".join(parts),
+                     "run the loader for these GPUs with numactl --cpunodebind=<their node>, "
+                     "or widen this process's CPU affinity")
+    return Check(name, "ok", "; ".join(parts) + " (Loader placement='auto')")
+
+
 @dataclass(frozen=True)
 class GdsProbe:
     """What the host offers for GPUDirect Storage."""
@@ -147,4 +171,4 @@ def check_gds(probe: GdsProbe, have_gpu: bool) -> Check:
     return Check("gds", "info", "GDS not available, io='auto' uses POSIX reads: " + detail)
 
 
-__all__ = ["GdsProbe", "check_gds", "check_gpus", "check_numa", "check_nvme", "probe_gds"]
+__all__ = ["GdsProbe", "check_gds", "check_gpus", "check_numa", "check_nvme", "check_placement", "probe_gds"]

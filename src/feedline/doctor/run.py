@@ -6,9 +6,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from feedline import topology as topo
 from feedline.doctor import checks as c
 from feedline.doctor import hardware as hw
-from feedline.doctor import topology as topo
 from feedline.errors import ConfigError
 
 
@@ -71,6 +71,7 @@ def run_doctor(
     storage = topo.storage_location(data, sysfs) if data is not None else None
     result.append(hw.check_numa(found, None if data is None else str(data), storage,
                                 topo.numa_node_count(sysfs)))
+    result.append(hw.check_placement(found, sysfs))
     result.append(hw.check_gds(hw.probe_gds(procfs), bool(found)))
     return result
 

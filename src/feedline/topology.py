@@ -150,6 +150,33 @@ def numa_node_count(sysfs: str | os.PathLike[str] = "/sys") -> int:
     return max(1, len(nodes))
 
 
+def parse_cpulist(text: str) -> frozenset[int]:
+    """``"0-3,8,10-11" -> {0, 1, 2, 3, 8, 10, 11}`` (the kernel's cpulist format).
+
+    Raises:
+        ValueError: the text is not a cpulist.
+    """
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first < 0 or last < first or last - first > 65536:
+            raise ValueError(f"bad cpulist range {part!r}")
+        cpus.update(range(first, last + 1))
+    return frozenset(cpus)
+
+
+def node_cpus(node: int, sysfs: str | os.PathLike[str] = "/sys") -> frozenset[int] | None:
+    """The CPUs of NUMA node ``node`` (``devices/system/node/nodeN/cpulist``); ``None`` if unknown."""
+    text = _read(Path(sysfs) / "devices" / "system" / "node" / f"node{node}" / "cpulist")
+    try:
+        return parse_cpulist(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class StorageLocation:
     """Where the bytes of a path live: the block device and its NUMA node."""
@@ -233,8 +260,10 @@ __all__ = [
     "find_gpus",
     "find_nvme",
     "link_speed_gts",
+    "node_cpus",
     "numa_node_count",
     "nvml_names",
+    "parse_cpulist",
     "pcie_gen",
     "storage_location",
 ]

@@ -5,7 +5,7 @@ import pytest
 
 from feedline.doctor import find_gpus, find_nvme, numa_node_count, storage_location
 from feedline.doctor.checks import cgroup_cpu_limit, cgroup_memory_free, read_cpu_cores
-from feedline.doctor.topology import PcieLink, link_speed_gts, pcie_gen
+from feedline.topology import PcieLink, link_speed_gts, pcie_gen
 
 
 def test_find_gpus_reads_numa_and_links(fake_sysfs):
