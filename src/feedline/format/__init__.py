@@ -17,6 +17,7 @@ from feedline.format._index import (
     FORMAT_VERSION,
     HEADER_DTYPE,
     MEMBER_DTYPE,
+    READABLE_VERSIONS,
     ShardIndex,
     encode_index,
 )
@@ -34,6 +35,7 @@ from feedline.format._manifest import (
     write_manifest,
 )
 from feedline.format._pack import PackProgress, pack
+from feedline.format._schema import FieldSchema
 from feedline.format._tar import split_name
 from feedline.format._verify import Problem, inspect, verify, verify_shard
 from feedline.format._writer import ShardWriter
@@ -45,6 +47,8 @@ __all__ = [
     "HEADER_DTYPE",
     "MANIFEST_NAME",
     "MEMBER_DTYPE",
+    "READABLE_VERSIONS",
+    "FieldSchema",
     "Manifest",
     "PackProgress",
     "Problem",

@@ -13,6 +13,7 @@ import os
 import tarfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,18 +22,30 @@ from feedline.format._atomic import fsync_dir, write_atomic
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import Manifest, ShardInfo, field_stats, write_manifest
-from feedline.format._tar import split_name
+from feedline.format._schema import HEAD_BYTES, SchemaBuilder, candidate_kind, shard_schema
+from feedline.format._tar import BLOCK, split_name
 
 _FIX = "repack the files with `feedline pack`"
 
 
 def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
-    """(key, field, data offset, size) of each regular member, in tar order."""
+    """(key, field, data offset, size) of each regular member, in tar order.
+
+    The tar must end with its end-of-archive marker (two zero blocks) right
+    after the last member: a tar cut at a header boundary, or one whose next
+    header is garbage, reads as complete to ``tarfile``, silently short of its
+    last members.
+    """
     out: list[tuple[str, str, int, int]] = []
     file_size = path.stat().st_size
+    last = "the start of the file"
     try:
         with tarfile.open(path, mode="r:") as tar:
             for info in tar:
+                last = f"member {info.name!r}"
+                if info.size < 0:
+                    raise FormatError(f"member {info.name!r} has a negative size ({info.size})", shard=shard,
+                                      fix="re-copy the tar; its header is corrupt")
                 if info.isdir():
                     continue
                 if not info.isreg() or info.issparse():
@@ -50,9 +63,25 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
                         shard=shard, key=parts[0], field=parts[1], fix="re-copy the tar",
                     )
                 out.append((parts[0], parts[1], info.offset_data, info.size))
-    except (tarfile.TarError, OSError, UnicodeError, ValueError, EOFError) as e:
+            end = tar.offset
+    except (tarfile.TarError, OSError, UnicodeError, ValueError, EOFError, OverflowError) as e:
         raise FormatError(f"cannot read tar: {e}", shard=shard, fix="check that the file is an uncompressed tar") from None
+    _check_end(path, end, file_size, last, shard)
     return out
+
+
+def _check_end(path: Path, end: int, file_size: int, last: str, shard: str) -> None:
+    """The two zero blocks of the end-of-archive marker must follow the last member."""
+    with open(path, "rb") as f:
+        f.seek(end)
+        marker = f.read(2 * BLOCK)
+    if len(marker) < 2 * BLOCK or marker.count(0) != len(marker):
+        what = "ends" if file_size - end < 2 * BLOCK else "has unreadable bytes"
+        raise FormatError(
+            f"the tar {what} at byte {end}, after {last}, without an end-of-archive marker: it was cut "
+            "short or is corrupt there, so its last sample may be incomplete and later ones missing",
+            shard=shard, fix="re-copy the tar from its source (or re-create it with tar/WebDataset)",
+        )
 
 
 def _members(entries: list[tuple[str, str, int, int]], shard: str) -> tuple[list[str], list[str], np.ndarray]:
@@ -70,23 +99,43 @@ def _members(entries: list[tuple[str, str, int, int]], shard: str) -> tuple[list
     return keys, list(field_ids), members
 
 
-def _checksums(path: Path, members: np.ndarray, algo: str) -> int:
-    """Fill ``members['checksum']``; return the whole-file checksum (one mmap of the file)."""
+def _checksums(path: Path, members: np.ndarray, algo: str, keys: list[str], fields: list[str]) -> tuple[int, list[Any]]:
+    """Fill ``members['checksum']``; the whole-file checksum and each member's schema fact
+    (one mmap of the file).
+
+    Raises:
+        FormatError: an ``.npy`` member needing pickle or unreadable, or a ``cls`` label
+            that is not an integer (names shard, key and field).
+    """
     fn = checksum_function(algo)
     whole = hasher(algo)
-    if path.stat().st_size == 0:
-        return whole.intdigest()
+    facts: list[Any] = []
+    kinds = [candidate_kind(f) for f in fields]
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         view = memoryview(mm)
         try:
             whole.update(view)
             sums = members["checksum"]
-            pairs = zip(members["offset"].tolist(), members["size"].tolist(), strict=True)
-            for i, (offset, size) in enumerate(pairs):
-                sums[i] = fn(view[offset : offset + size])
+            rows = zip(members["sample"].tolist(), members["field"].tolist(), members["offset"].tolist(),
+                       members["size"].tolist(), strict=True)
+            for i, (sample, fid, offset, size) in enumerate(rows):
+                with view[offset : offset + size] as data:
+                    sums[i] = fn(data)
+                # a copy of the first bytes: no view of the map may outlive this loop
+                head = bytes(view[offset : offset + min(size, HEAD_BYTES)]) if kinds[fid] != "var" else b""
+                try:
+                    facts.append(SchemaBuilder.check(fields[fid], head, size))
+                except ConfigError as e:
+                    bad = FormatError(e.message, shard=path.name, key=keys[sample], field=fields[fid],
+                                      fix="fix or remove that file and re-create the tar")
+                    break
+            else:
+                bad = None
         finally:
             view.release()
-    return whole.intdigest()
+    if bad is not None:
+        raise bad
+    return whole.intdigest(), facts
 
 
 def index_tar(tar: str | os.PathLike[str], index_path: str | os.PathLike[str], *, checksum_algo: str = "xxh3") -> ShardIndex:
@@ -100,8 +149,10 @@ def index_tar(tar: str | os.PathLike[str], index_path: str | os.PathLike[str], *
     shard = path.name
     keys, fields, members = _members(_scan(path, shard), shard)
     size = path.stat().st_size
-    whole = _checksums(path, members, checksum_algo)
-    data = encode_index(keys, fields, members, shard_size=size, shard_checksum=whole, checksum_algo=checksum_algo)
+    whole, facts = _checksums(path, members, checksum_algo, keys, fields)
+    records, aux = shard_schema(fields, members, len(keys), facts)
+    data = encode_index(keys, fields, members, shard_size=size, shard_checksum=whole, checksum_algo=checksum_algo,
+                        field_records=records, aux=aux)
     index = ShardIndex.from_bytes(data, shard_size=size, shard=shard)
     write_atomic(index_path, data)
     return index
@@ -161,6 +212,12 @@ def index_tars(
         indexes.append(index)
         if progress is not None:
             progress(len(indexes), len(paths))
+    if not any(i.num_samples for i in indexes):
+        raise FormatError(
+            f"the tar{'s hold' if len(paths) > 1 else ' holds'} no files: a dataset of 0 samples cannot be loaded",
+            shard=names[0] if len(paths) == 1 else None,
+            fix="check that these are the right files (empty tars are fine only beside non-empty ones)",
+        )
     fsync_dir(root)
     manifest = Manifest(
         version=FORMAT_VERSION,

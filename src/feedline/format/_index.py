@@ -6,6 +6,13 @@ Layout (all little-endian, described as numpy dtypes in the FFCV manner)::
     MEMBER_DTYPE * n     one record per member, sorted by (sample, offset)
     key table            the sample keys, UTF-8, joined by "\\n"
     field table          the field names, UTF-8, joined by "\\n"
+    FIELD_DTYPE * f      (version 2) one schema record per field (see ``_schema``)
+    int64 * n            (version 2) ``aux`` per member: npy payload offset, label value, else 0
+
+Version 2 added the field schema. A version-1 index still opens: its raw
+fields of one size get kind ``raw`` and every other field ``var`` (the npy
+headers and label values it never recorded are not read at open); rebuild it
+with ``feedline index`` (or repack) to get ``npy`` and ``label`` fields.
 
 The header's ``checksum`` is xxh3_64 of the whole file with that field zeroed,
 so any flipped bit is caught at open. :meth:`ShardIndex.from_bytes` checks the
@@ -25,8 +32,17 @@ import xxhash
 
 from feedline.errors import ChecksumError, FormatError
 from feedline.format._checksum import ALGO_IDS, checksum_function
+from feedline.format._schema import (
+    FIELD_DTYPE,
+    FieldSchema,
+    candidate_kind,
+    decode_fields,
+    encode_fields,
+)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Index (and manifest) versions this feedline opens; it writes :data:`FORMAT_VERSION`."""
 MAGIC = b"FEEDIDX\0"
 HEADER_DTYPE = np.dtype(
     [
@@ -67,13 +83,28 @@ def encode_index(
     shard_checksum: int,
     checksum_algo: str = "xxh3",
     align: int = 0,
+    field_records: np.ndarray | None = None,
+    aux: np.ndarray | None = None,
+    version: int = FORMAT_VERSION,
 ) -> bytes:
-    """Serialise an index. ``members`` must have MEMBER_DTYPE (it is not validated here)."""
+    """Serialise an index. ``members`` must have MEMBER_DTYPE (it is not validated here).
+
+    ``field_records`` (FIELD_DTYPE, one per field) and ``aux`` (int64, one per
+    member) are the schema (see :mod:`feedline.format._schema`); omitted, every
+    field is var. ``version=1`` writes the old layout without them (tests of
+    backward compatibility use it).
+    """
+    if version not in READABLE_VERSIONS:
+        raise ValueError(f"version must be one of {READABLE_VERSIONS}, got {version}")
+    if field_records is None:
+        field_records = encode_fields([FieldSchema(f, "var", None, None) for f in fields])
+    if aux is None:
+        aux = np.zeros(len(members), dtype=np.int64)
     key_blob = "\n".join(keys).encode("utf-8", "surrogateescape")
     field_blob = "\n".join(fields).encode("utf-8", "surrogateescape")
     header = np.zeros((), dtype=HEADER_DTYPE)
     header["magic"] = MAGIC
-    header["version"] = FORMAT_VERSION
+    header["version"] = version
     header["checksum_algo"] = ALGO_IDS[checksum_algo]
     header["num_samples"] = len(keys)
     header["num_members"] = len(members)
@@ -84,6 +115,9 @@ def encode_index(
     header["shard_checksum"] = shard_checksum
     header["align"] = align
     body = np.ascontiguousarray(members, dtype=MEMBER_DTYPE).tobytes() + key_blob + field_blob
+    if version >= 2:
+        body += np.ascontiguousarray(field_records, dtype=FIELD_DTYPE).tobytes()
+        body += np.ascontiguousarray(aux, dtype="<i8").tobytes()
     hasher = xxhash.xxh3_64(header.tobytes())
     hasher.update(body)
     header["checksum"] = hasher.intdigest()
@@ -97,10 +131,10 @@ def _parse_header(data: memoryview, shard: str) -> dict[str, int]:
     if bytes(raw["magic"]) != MAGIC.rstrip(b"\0"):
         raise _fail("not a feedline index (bad magic)", shard)
     head = {name: int(raw[name]) for name in _HEADER_NAMES if name != "magic"}
-    if head["version"] != FORMAT_VERSION:
+    if head["version"] not in READABLE_VERSIONS:
         raise FormatError(
             f"index format version {head['version']} is not supported (this feedline reads "
-            f"version {FORMAT_VERSION})",
+            f"versions {', '.join(map(str, READABLE_VERSIONS))})",
             shard=shard or None,
             fix="upgrade feedline, or rebuild the index with this version's `feedline index`",
         )
@@ -111,6 +145,7 @@ def _parse_header(data: memoryview, shard: str) -> dict[str, int]:
         + head["num_members"] * MEMBER_DTYPE.itemsize
         + head["keys_bytes"]
         + head["fields_bytes"]
+        + _schema_bytes(head)
     )
     if expected != len(data):
         raise _fail(
@@ -127,6 +162,13 @@ def _parse_header(data: memoryview, shard: str) -> dict[str, int]:
     if head["num_fields"] > 1 << 16 or head["num_samples"] >= 1 << 32:
         raise _fail("index declares more samples or fields than the format allows", shard)
     return head
+
+
+def _schema_bytes(head: dict[str, int]) -> int:
+    """Bytes of the version-2 schema sections (0 for version 1)."""
+    if head["version"] < 2:
+        return 0
+    return head["num_fields"] * FIELD_DTYPE.itemsize + head["num_members"] * 8
 
 
 def _check_body_checksum(data: memoryview, stored: int, shard: str) -> None:
@@ -170,12 +212,19 @@ class ShardIndex:
         shard_checksum: whole-file checksum of that shard.
         checksum_algo: ``"xxh3"`` or ``"crc32c"`` (member and shard checksums).
         align: the alignment the writer guaranteed for each sample's first byte (0: none).
+        aux: int64 per member: the payload offset inside an ``npy`` member, the
+            value of a ``label`` member, else 0 (all 0 in a version-1 index).
+        schema: field name -> :class:`~feedline.format.FieldSchema` in this shard.
+        version: the index format version read.
     """
 
     def __init__(self, **attrs: Any) -> None:
         self.keys: list[str] = attrs["keys"]
         self.fields: list[str] = attrs["fields"]
         self.members: np.ndarray = attrs["members"]
+        self.aux: np.ndarray = attrs["aux"]
+        self.schema: dict[str, FieldSchema] = attrs["schema"]
+        self.version: int = attrs["version"]
         self.sample_start: np.ndarray = attrs["sample_start"]
         self.num_samples: int = len(self.keys)
         self.shard: str = attrs["shard"]
@@ -223,12 +272,23 @@ class ShardIndex:
         pos += n * MEMBER_DTYPE.itemsize
         keys = _parse_table(view[pos : pos + head["keys_bytes"]], head["num_samples"], "key", shard)
         pos += head["keys_bytes"]
-        fields = _parse_table(view[pos:], head["num_fields"], "field", shard)
+        fields = _parse_table(view[pos : pos + head["fields_bytes"]], head["num_fields"], "field", shard)
+        pos += head["fields_bytes"]
         sample_start = _check_members(members, keys, fields, shard_size, shard)
+        if head["version"] >= 2:
+            records = np.frombuffer(view, dtype=FIELD_DTYPE, count=len(fields), offset=pos)
+            aux = np.frombuffer(view, dtype="<i8", count=n, offset=pos + len(fields) * FIELD_DTYPE.itemsize)
+            schema = _check_schema(records, aux, members, keys, fields, shard_size, shard)
+        else:
+            aux = np.zeros(n, dtype=np.int64)
+            schema = _v1_schema(members, fields, len(keys))
         return cls(
             keys=keys,
             fields=fields,
             members=members,
+            aux=aux,
+            schema=schema,
+            version=head["version"],
             sample_start=sample_start,
             shard=shard,
             shard_size=shard_size,
@@ -309,6 +369,16 @@ class ShardIndex:
             self._field_rows[name] = rows  # a race only computes the same array twice
         return rows
 
+    def label_column(self, name: str) -> np.ndarray:
+        """int64 value of label field ``name`` for every sample (no read, no parse).
+
+        Raises:
+            KeyError: ``name`` is not a ``label`` field of this shard.
+        """
+        if self.schema.get(name, None) is None or self.schema[name].kind != "label":
+            raise KeyError(name)
+        return self.aux[self.field_rows(name)]
+
     def __len__(self) -> int:
         return self.num_samples
 
@@ -382,3 +452,49 @@ def _check_duplicate_fields(
     dup[order[1:]] = combo[order[1:]] == combo[order[:-1]]
     if dup.any():
         raise _fail("sample holds the same field twice", shard, **_where(members, dup, keys, fields))
+
+
+def _v1_schema(members: np.ndarray, fields: list[str], num_samples: int) -> dict[str, FieldSchema]:
+    """A version-1 index's schema from sizes alone: raw fields of one size, else var."""
+    from feedline.format._schema import RAW_DTYPES
+
+    out: dict[str, FieldSchema] = {}
+    field_col = members["field"]
+    for fid, name in enumerate(fields):
+        out[name] = FieldSchema(name, "var", None, None)
+        if candidate_kind(name) != "raw":
+            continue
+        sizes = members["size"][field_col == fid]
+        dtype = np.dtype(RAW_DTYPES[name.lower().rsplit(".", 1)[-1]])
+        if len(sizes) == num_samples and len(sizes) and (sizes == sizes[0]).all() and int(sizes[0]) % dtype.itemsize == 0:
+            out[name] = FieldSchema(name, "raw", dtype.str, (int(sizes[0]) // dtype.itemsize,))
+    return out
+
+
+def _check_schema(
+    records: np.ndarray, aux: np.ndarray, members: np.ndarray, keys: list[str], fields: list[str],
+    shard_size: int, shard: str,
+) -> dict[str, FieldSchema]:
+    """Validate the version-2 schema records and every member's ``aux`` against them."""
+    schemas = decode_fields(records, fields, shard_size)
+    if isinstance(schemas, str):
+        raise _fail(f"index schema is invalid: {schemas}", shard)
+    field_col = members["field"].astype(np.int64)
+    counts = np.bincount(field_col, minlength=len(fields))
+    kind = np.array([("raw", "npy", "label", "var").index(s.kind) for s in schemas], dtype=np.int64)
+    nbytes = np.array([s.nbytes or 0 for s in schemas], dtype=np.int64)  # each <= shard_size
+    for fid, s in enumerate(schemas):
+        if s.kind != "var" and counts[fid] != len(keys):
+            raise _fail(f"{s.kind} field is missing in some samples", shard, field=s.name)
+    mkind = kind[field_col] if len(field_col) else np.zeros(0, dtype=np.int64)
+    size = members["size"].astype(np.int64)  # <= shard_size, which fits int64 (a real file's size)
+    want = nbytes[field_col] if len(field_col) else np.zeros(0, dtype=np.int64)
+    npy = mkind == 1
+    checks = [
+        (((mkind == 0) | (mkind == 3)) & (aux != 0), "member of a raw or var field has a nonzero aux value"),
+        ((mkind == 0) & (size != want), "raw member's size differs from its field's schema"),
+        (npy & ((aux < 10) | (aux > size)), "npy member's payload offset lies outside the member"),
+        (npy & (aux <= size) & (size - np.minimum(aux, size) != want), "npy member's payload size differs from its schema"),
+    ]
+    _first_bad(checks, members, keys, fields, shard)
+    return {s.name: s for s in schemas}

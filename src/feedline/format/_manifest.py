@@ -20,7 +20,7 @@ import numpy as np
 from feedline.errors import ChecksumError, FormatError
 from feedline.format._atomic import write_atomic
 from feedline.format._checksum import ALGOS, checksum
-from feedline.format._index import FORMAT_VERSION, ShardIndex
+from feedline.format._index import READABLE_VERSIONS, ShardIndex
 
 MANIFEST_NAME = "manifest.json"
 DEFAULT_ALIGN = 4096
@@ -177,8 +177,8 @@ def parse_manifest(data: bytes, path: str | os.PathLike[str] = MANIFEST_NAME) ->
     path = Path(path)
     doc = _load_json(data, path)
     version = _int(doc, "version", path)
-    if version != FORMAT_VERSION:
-        raise FormatError(f"manifest version {version} is not supported (expected {FORMAT_VERSION})", path=str(path), fix="upgrade feedline or repack")
+    if version not in READABLE_VERSIONS:
+        raise FormatError(f"manifest version {version} is not supported (expected one of {READABLE_VERSIONS})", path=str(path), fix="upgrade feedline or repack")
     algo = doc.get("checksum_algo")
     if algo not in ALGOS:
         raise FormatError(f"manifest checksum_algo {algo!r} is unknown", path=str(path), fix=_FIX)

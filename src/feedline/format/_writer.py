@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from feedline.format._atomic import fsync_dir, remove_quietly, start_writeback, 
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import ShardInfo
+from feedline.format._schema import HEAD_BYTES, SchemaBuilder
 from feedline.format._tar import BLOCK, END_OF_ARCHIVE, check_member_name, member_header
 
 INDEX_SUFFIX = ".idx"
@@ -76,6 +78,7 @@ class ShardWriter:
         self._key_set: set[str] = set()
         self._field_ids: dict[str, int] = {}
         self._records: list[tuple[int, int, int, int, int]] = []
+        self._schema = SchemaBuilder()
         self.index: ShardIndex | None = None
         self.info: ShardInfo | None = None
 
@@ -137,6 +140,7 @@ class ShardWriter:
             raise ValueError("write_sample on a closed ShardWriter")
         items = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
         names = self._check_sample(key, [field for field, _ in items])
+        facts = [self._fact(key, field, data) for field, data in items]
         if checksums is not None and len(checksums) != len(items):
             raise ValueError(f"checksums: {len(checksums)} values for {len(items)} fields")
         sample = len(self._keys)
@@ -153,6 +157,7 @@ class ShardWriter:
             fid = field_ids.setdefault(field, len(field_ids))
             value = checksums[n] if checksums is not None else self._checksum(data)
             records.append((sample, fid, pos + len(header), size, value))
+            self._schema.commit(fid, field, facts[n])
             update(header)
             update(data)
             update(pad)
@@ -162,6 +167,22 @@ class ShardWriter:
         self._pending_bytes += pos - start
         if self._pending_bytes >= _WRITE_BUFFER or len(pending) >= _MAX_IOV:
             self._flush()
+
+    @staticmethod
+    def _fact(key: str, field: str, data: bytes | memoryview) -> tuple[int, Any]:
+        """The schema fact of one member (npy header, label value); refuses bad ones.
+
+        Raises:
+            ConfigError: an ``.npy`` needing pickle or unreadable, or a ``cls`` label
+                that is not an integer (naming the member ``key.field``).
+        """
+        view = memoryview(data)
+        if view.itemsize != 1:
+            view = view.cast("B")
+        try:
+            return SchemaBuilder.check(field, view[:HEAD_BYTES], view.nbytes)
+        except ConfigError as exc:
+            raise ConfigError(f"{key}.{field}: {exc.message}", key=key, field=field, fix=exc.fix) from None
 
     def _check_sample(self, key: str, fields: list[str]) -> list[str]:
         """Validate a whole sample before any byte of it is written; its member names."""
@@ -189,10 +210,14 @@ class ShardWriter:
         index_temp = temp_name(self.index_path)
         try:
             shard_sum = self._finish_tar()
+            members = np.array(self._records, dtype=MEMBER_DTYPE) if self._records else np.zeros(0, MEMBER_DTYPE)
+            field_records, aux = self._schema.finish(list(self._field_ids), len(self._keys), members["field"])
             data = encode_index(
                 self._keys,
                 list(self._field_ids),
-                np.array(self._records, dtype=MEMBER_DTYPE) if self._records else np.zeros(0, MEMBER_DTYPE),
+                members,
+                field_records=field_records,
+                aux=aux,
                 shard_size=self._pos,
                 shard_checksum=shard_sum,
                 checksum_algo=self.checksum_algo,

@@ -19,12 +19,14 @@ import numpy as np
 from feedline.errors import FormatError
 from feedline.format import (
     MANIFEST_NAME,
+    FieldSchema,
     Manifest,
     ShardIndex,
     index_from_bytes,
     parse_manifest,
     read_manifest,
 )
+from feedline.format._schema import merge_schemas
 
 _FIX = "re-copy the dataset, or rebuild it with `feedline pack` / `feedline index`"
 
@@ -55,6 +57,19 @@ class Catalog:
 
     def __post_init__(self) -> None:
         self.first_of_shard: list[int] = self.starts.tolist()
+        self.schema: dict[str, FieldSchema] = merge_schemas(
+            ((s.index.schema, s.index.num_samples) for s in self.shards), self.manifest.fields
+        )
+        self._labels: dict[str, np.ndarray] = {}
+
+    def label_column(self, name: str) -> np.ndarray:
+        """int64 value of label field ``name`` for every sample in global order (built once)."""
+        column = self._labels.get(name)
+        if column is None:
+            parts = [s.index.label_column(name) for s in self.shards if s.index.num_samples]
+            column = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            self._labels[name] = column  # a race only builds the same column twice
+        return column
 
     @property
     def num_samples(self) -> int:

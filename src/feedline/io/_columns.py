@@ -1,15 +1,21 @@
-"""Reading fixed-size fields of a batch straight into the caller's rows.
+"""Reading fixed-size fields of a batch straight into the caller's rows, and label gathers.
 
 :meth:`PackedDataset.read_fields_into` is the loader's path for fields whose
-every value has the same size (raw tensors): field ``f`` of sample
-``indices[i]`` lands in row ``i`` of ``out[f]``, a batch slot. The buffered
-reader does it with one ``pread`` per sample and field into the row itself:
-no window buffer, view, dict, decode or stacking copy. Other host readers
-(O_DIRECT needs aligned offsets, object stores want coalesced ranges) read the
-batch's windows as :meth:`~PackedDataset.read_many` does and copy each field
-into its row. Either way a sample that lacks a field, or whose field has
-another size, is an error naming shard, key and field, and nothing is
-guessed.
+every value has the same size: field ``f`` of sample ``indices[i]`` lands in
+row ``i`` of ``out[f]``, a batch slot. Raw fields are copied as stored; ``npy``
+fields (see :class:`feedline.format.FieldSchema`) as their payload, from the
+offset the index recorded at pack time, so the ``.npy`` header is never read
+or parsed. The buffered reader does it with one ``pread`` per sample and field
+into the row itself: no window buffer, view, dict, decode or stacking copy.
+Other host readers (O_DIRECT needs aligned offsets, object stores want
+coalesced ranges) read the batch's windows as :meth:`~PackedDataset.read_many`
+does and copy each field into its row. Either way a sample that lacks a field,
+or whose field has another size, is an error naming shard, key and field, and
+nothing is guessed. With ``verify`` the checksum covers the whole member
+(for ``npy``, the header bytes are read too).
+
+:meth:`PackedDataset.gather_labels` fills ``label`` fields from the int64
+column of the index: one numpy gather, no read, no parse.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import ConfigError, ReadError
+from feedline.errors import ChecksumError, ConfigError, ReadError
+from feedline.format import FieldSchema
+from feedline.format._checksum import hasher
 from feedline.io._window import TRUNC_FIX, verify_part
 
 _FIX = "read samples whose fields vary in size with read_many"
@@ -42,6 +50,23 @@ def _misfit(shard: str, key: str, field: str, size: int | None, want: int) -> Re
     return ReadError(f"sample {what}; its row holds {want}", shard=shard, key=key, field=field, fix=_FIX)
 
 
+def _spans(index: Any, field: str, samples: np.ndarray, npy: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(member rows, bytes skipped before the row's data, row data sizes)`` of ``field``.
+
+    ``npy``: skip each member's ``.npy`` header (its payload offset from the index).
+    Rows are ``-1`` for samples without the field.
+    """
+    rows = index.field_rows(field)[samples]
+    sizes = index.members["size"][rows].astype(np.int64)
+    skips = index.aux[rows] if npy else np.zeros(len(rows), dtype=np.int64)
+    return rows, skips, sizes - skips
+
+
+def _first_misfit(rows: np.ndarray, sizes: np.ndarray, nb: int) -> int | None:
+    bad = (rows < 0) | (sizes != nb)
+    return int(np.argmax(bad)) if bad.any() else None
+
+
 def read_columns(opened: Any, idx: np.ndarray, out: Mapping[str, Any], algo: str | None,
                  read_many: Callable[[np.ndarray], list[dict[str, Any]]]) -> list[str]:
     """Fill ``out`` (see :meth:`PackedDataset.read_fields_into`); return the samples' keys.
@@ -59,51 +84,103 @@ def read_columns(opened: Any, idx: np.ndarray, out: Mapping[str, Any], algo: str
     flats = _rows(out, len(idx))
     if not len(idx):
         return []
+    schema: Mapping[str, FieldSchema] = opened.catalog.schema
+    npy = {f: f in schema and schema[f].kind == "npy" for f in flats}
     if reader.name != "buffered":
-        return _copy_rows(opened, idx, flats, read_many)
-    read_into = reader.read_into
+        return _copy_rows(opened, idx, flats, npy, read_many, algo)
     keys: list[str] = [""] * len(idx)
     pos, local = opened.catalog.locate(idx)
     for shard_pos in dict.fromkeys(pos.tolist()):
         where = np.flatnonzero(pos == shard_pos)
         state = opened.states[shard_pos]
-        index = state.entry.index
         samples = local[where]
-        names = index.keys
+        names = state.entry.index.keys
         at = where.tolist()
         for p, s in zip(at, samples.tolist(), strict=True):
             keys[p] = names[s]
-        handle = state.handle(reader)
         for field, (flat, nb) in flats.items():
-            rows = index.field_rows(field)[samples]
-            sizes = index.members["size"][rows]
-            bad = (rows < 0) | (sizes != nb)
-            if bad.any():
-                j = int(np.argmax(bad))
-                size = None if rows[j] < 0 else int(sizes[j])
-                raise _misfit(state.entry.name, keys[at[j]], field, size, nb)
-            for p, off in zip(at, index.members["offset"][rows].tolist(), strict=True):
-                if read_into(handle, off, flat[p * nb : p * nb + nb]) != nb:
-                    raise ReadError(f"shard ended inside a member that needs bytes up to {off + nb}",
-                                    shard=state.entry.name, key=keys[p], field=field, fix=TRUNC_FIX)
-            if algo is not None:
-                sums = index.members["checksum"][rows].tolist()
-                for p, want in zip(at, sums, strict=True):
-                    verify_part(flat[p * nb : p * nb + nb], want, algo, state.entry.name, keys[p], field)
+            _pread_field(opened, state, field, samples, at, keys, flat, nb, npy[field], algo)
     return keys
 
 
-def _copy_rows(opened: Any, idx: np.ndarray, flats: dict[str, tuple[memoryview, int]],
-               read_many: Callable[[np.ndarray], list[dict[str, Any]]]) -> list[str]:
-    """Read the batch's windows as ``read_many`` does, then copy each field into its row."""
+def _pread_field(opened: Any, state: Any, field: str, samples: np.ndarray, at: list[int], keys: list[str],
+                 flat: memoryview, nb: int, npy: bool, algo: str | None) -> None:
+    """One shard's samples of one field, one ``pread`` each straight into its row."""
+    reader, index, shard = opened.reader, state.entry.index, state.entry.name
+    handle = state.handle(reader)
+    rows, skips, sizes = _spans(index, field, samples, npy)
+    j = _first_misfit(rows, sizes, nb)
+    if j is not None:
+        raise _misfit(shard, keys[at[j]], field, None if rows[j] < 0 else int(sizes[j]), nb)
+    offsets = (index.members["offset"][rows].astype(np.int64) + skips).tolist()
+    read_into = reader.read_into
+    for p, off in zip(at, offsets, strict=True):
+        if read_into(handle, off, flat[p * nb : p * nb + nb]) != nb:
+            raise ReadError(f"shard ended inside a member that needs bytes up to {off + nb}",
+                            shard=shard, key=keys[p], field=field, fix=TRUNC_FIX)
+    if algo is None:
+        return
+    sums = index.members["checksum"][rows].tolist()
+    for p, want, skip, off in zip(at, sums, skips.tolist(), offsets, strict=True):
+        row = flat[p * nb : p * nb + nb]
+        if not skip:
+            verify_part(row, want, algo, shard, keys[p], field)
+            continue
+        head = bytearray(skip)  # the .npy header: read only to check the whole member
+        if read_into(handle, off - skip, head) != skip:
+            raise ReadError("shard ended inside a member's .npy header", shard=shard, key=keys[p],
+                            field=field, fix=TRUNC_FIX)
+        _verify_pieces((head, row), want, algo, shard, keys[p], field)
+
+
+def _verify_pieces(pieces: tuple[Any, ...], want: int, algo: str, shard: str, key: str, field: str) -> None:
+    h = hasher(algo)
+    for piece in pieces:
+        h.update(piece)
+    if h.intdigest() != want:
+        raise ChecksumError("field bytes do not match their checksum", shard=shard, key=key, field=field,
+                            fix="the shard is corrupt: re-copy it and run `feedline verify`")
+
+
+def _copy_rows(opened: Any, idx: np.ndarray, flats: dict[str, tuple[memoryview, int]], npy: dict[str, bool],
+               read_many: Callable[[np.ndarray], list[dict[str, Any]]], algo: str | None) -> list[str]:
+    """Read the batch's windows as ``read_many`` does (which verifies whole members when
+    asked), then copy each field's data (an npy payload past its header) into its row."""
+    del algo  # read_many already checked every member it read
+    catalog = opened.catalog
+    pos, local = catalog.locate(idx)
     keys = []
     for p, sample in enumerate(read_many(idx)):
         keys.append(str(sample["__key__"]))
+        index = catalog.shards[int(pos[p])].index
         for field, (flat, nb) in flats.items():
             value: Any = sample.get(field)
-            size = None if value is None else memoryview(value).nbytes
-            if size != nb:
-                shard = opened.catalog.shards[int(opened.catalog.locate(idx[p : p + 1])[0][0])].name
-                raise _misfit(shard, keys[-1], field, size, nb)
-            flat[p * nb : p * nb + nb] = memoryview(value).cast("B")
+            view = None if value is None else memoryview(value).cast("B")
+            skip = 0
+            if view is not None and npy[field]:
+                skip = int(index.aux[int(index.field_rows(field)[int(local[p])])])
+            size = None if view is None else view.nbytes - skip
+            if size != nb or view is None:
+                raise _misfit(catalog.shards[int(pos[p])].name, keys[-1], field, size, nb)
+            flat[p * nb : p * nb + nb] = view[skip:]
     return keys
+
+
+def gather_labels(catalog: Any, idx: np.ndarray, out: Mapping[str, Any]) -> None:
+    """Fill ``out[f][i]`` with label field ``f`` of sample ``idx[i]`` (see
+    :meth:`PackedDataset.gather_labels`)."""
+    for name, dst in out.items():
+        info = catalog.schema.get(name)
+        if info is None or info.kind != "label":
+            kind = "absent" if info is None else info.kind
+            raise ConfigError(
+                f"gather_labels: field {name!r} is not an integer label field (its kind is {kind})",
+                field=name,
+                fix="gather only fields whose dataset.schema kind is 'label'; read others with read_many",
+            )
+        if not isinstance(dst, np.ndarray) or dst.dtype != np.int64 or dst.shape != (len(idx),):
+            raise ConfigError(f"out[{name!r}] must be an int64 numpy array of shape ({len(idx)},)", field=name)
+        if not dst.flags.writeable:
+            raise ConfigError(f"out[{name!r}] must be writable", field=name)
+        np.take(catalog.label_column(name), idx, out=dst)
+

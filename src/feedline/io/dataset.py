@@ -13,13 +13,15 @@ import bisect
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from feedline.errors import ConfigError
+from feedline.format import FieldSchema
 from feedline.io._catalog import Catalog, load_catalog
-from feedline.io._columns import read_columns
+from feedline.io._columns import gather_labels, read_columns
 from feedline.io._remote import RemoteReader, is_remote, open_filesystem
 from feedline.io._window import ShardJob, ShardReadState, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
@@ -149,6 +151,19 @@ class PackedDataset:
         return sorted(self._state().catalog.manifest.fields)
 
     @property
+    def schema(self) -> Mapping[str, FieldSchema]:
+        """Field name -> :class:`~feedline.format.FieldSchema` for the whole dataset (read-only).
+
+        A field is ``raw``, ``npy`` or ``label`` only if it is so in every shard and
+        every sample, with one dtype and shape; otherwise ``var``. Raw and npy fields
+        can be read straight into batch rows (:meth:`read_fields_into`), label fields
+        gathered from the index (:meth:`gather_labels`). A dataset written before
+        format version 2 has raw fields of one size as ``raw`` and every other field
+        as ``var``: rebuild its indexes (``feedline index``, or repack) to get the rest.
+        """
+        return MappingProxyType(self._state().catalog.schema)
+
+    @property
     def root(self) -> str:
         """The dataset root (folder or URL) as given."""
         return self._root
@@ -242,12 +257,16 @@ class PackedDataset:
     def read_fields_into(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> list[str]:
         """Read field ``f`` of sample ``indices[i]`` into row ``i`` of ``out[f]``; return the keys.
 
-        For fields of one size in every sample (raw tensors): each ``out[f]`` is a
-        writable C-contiguous array with one row per index, whose row is exactly the
-        field's size in bytes (any dtype: the bytes are copied as they are stored). The
-        buffered backend reads each field with one ``pread`` straight into its row; the
-        other host backends read windows and copy. This is how :class:`feedline.Loader`
-        fills a batch slot of raw fields without decoding anything.
+        For fields of one size in every sample: each ``out[f]`` is a writable
+        C-contiguous array with one row per index, whose row is exactly the field's
+        size in bytes (any dtype: the bytes are copied as they are stored). Fields
+        whose :attr:`schema` kind is ``npy`` are read as their array payload (the
+        ``.npy`` header skipped at the offset the index recorded), so the row holds
+        ``FieldSchema.nbytes``; every other field is read as its stored bytes. The
+        buffered backend reads each field with one ``pread`` straight into its row
+        (with ``verify=True`` an npy header is read too: the checksum covers the whole
+        member); the other host backends read windows and copy. This is how
+        :class:`feedline.Loader` fills a batch slot without decoding anything.
 
         Raises:
             IndexError: an index is out of range.
@@ -261,6 +280,24 @@ class PackedDataset:
         idx = self._indices(indices, opened.catalog.num_samples)
         algo = opened.catalog.manifest.checksum_algo if self._verify else None
         return read_columns(opened, idx, out, algo, self.read_many)
+
+    def gather_labels(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> None:
+        """Fill ``out[f][i]`` with the value of label field ``f`` of sample ``indices[i]``.
+
+        The values were parsed at pack (or ``feedline index``) time into an int64
+        column of the index: this is one numpy gather, with no read and no parse. Each
+        ``out[f]`` is a writable int64 array of shape ``(len(indices),)``. The value is
+        the integer the field's text holds (``b"7\n"`` -> 7), as the ``.cls`` decoder
+        gives it; a field decoded another way per sample (``label.txt`` as text)
+        still has its column here.
+
+        Raises:
+            IndexError: an index is out of range.
+            ConfigError: a field whose :attr:`schema` kind is not ``label``, or an
+                ``out`` array of the wrong dtype or shape.
+        """
+        catalog = self._state().catalog
+        gather_labels(catalog, self._indices(indices, catalog.num_samples), out)
 
     def __iter__(self) -> Any:
         n = len(self)
