@@ -107,3 +107,86 @@ def test_adopting_packed_shards_gives_the_same_members(source: tuple[Path, Sampl
         mine, theirs = load_index(tmp_path / "ds", p), load_index(tmp_path / "meta", a)
         assert mine.keys == theirs.keys
         assert (mine.members == theirs.members).all()  # tarfile finds the payloads where we put them
+
+
+def _samples_tar(path: Path, n: int = 4) -> Path:
+    return _tar(path, [(f"{i:03d}.{f}", b"%d" % i * (50 if f == "jpg" else 1)) for i in range(n) for f in ("jpg", "cls")])
+
+
+def _member_ends(path: Path) -> list[int]:
+    with tarfile.open(path) as tar:
+        return [m.offset_data + -(-m.size // 512) * 512 for m in tar]
+
+
+@pytest.mark.parametrize("after", [0, 1, 3, 6])
+def test_a_tar_cut_at_a_header_boundary_is_refused(tmp_path: Path, after: int) -> None:
+    """tarfile reads such a tar as complete, silently short of its last members."""
+    path = _samples_tar(tmp_path / "cut.tar")
+    end = _member_ends(path)[after]
+    path.write_bytes(path.read_bytes()[:end])
+    with tarfile.open(path) as tar:
+        assert len(tar.getmembers()) == after + 1  # what a plain reader believes
+    with pytest.raises(FormatError, match="without an end-of-archive marker") as e:
+        index_tars([path])
+    assert e.value.shard == "cut.tar" and f"byte {end}" in str(e.value)
+    assert not (tmp_path / "manifest.json").exists()
+
+
+def test_a_garbage_header_mid_tar_is_refused(tmp_path: Path) -> None:
+    path = _samples_tar(tmp_path / "g.tar")
+    data = bytearray(path.read_bytes())
+    at = _member_ends(path)[3]
+    data[at : at + 512] = bytes(range(256)) * 2  # an invalid header: tarfile stops there quietly
+    path.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="unreadable bytes"):
+        index_tars([path])
+
+
+def test_a_negative_base256_size_is_a_format_error(tmp_path: Path) -> None:
+    path = _samples_tar(tmp_path / "neg.tar", 1)
+    data = bytearray(path.read_bytes())
+    size = bytearray(b"\xff" * 12)  # base-256 (high bit set), all ones: -1
+    data[124:136] = size
+    data[148:156] = b" " * 8  # the checksum is summed with its own field as spaces
+    data[148:156] = b"%06o\0 " % sum(data[:512])
+    path.write_bytes(bytes(data))
+    with tarfile.open(path) as tar:
+        assert tar.next().size < 0  # type: ignore[union-attr]
+    with pytest.raises(FormatError, match="negative size") as e:
+        index_tars([path])
+    assert e.value.shard == "neg.tar"
+
+
+def test_empty_tars(tmp_path: Path) -> None:
+    empty = _tar(tmp_path / "empty.tar", [])
+    with pytest.raises(FormatError, match="no files") as e:
+        index_tars([empty])
+    assert e.value.shard == "empty.tar" and not (tmp_path / "manifest.json").exists()
+    (tmp_path / "zero.tar").write_bytes(b"")
+    with pytest.raises(FormatError, match="empty"):
+        index_tars([tmp_path / "zero.tar"])
+    full = _samples_tar(tmp_path / "full.tar")
+    assert index_tars([empty, full]).num_samples == 4  # an empty shard beside others is fine
+
+
+def test_indexing_one_shard_of_a_dataset_never_replaces_its_manifest(source: tuple[Path, Samples], tmp_path: Path) -> None:
+    from feedline.format import pack, read_manifest
+    from feedline.io import open_dataset
+
+    ds = tmp_path / "ds"
+    packed = pack(source[0], ds, shard_size=64 << 10, align=4096)
+    assert len(packed.shards) > 1
+    before = {p.name: p.read_bytes() for p in ds.iterdir()}
+    with pytest.raises(ConfigError, match="already holds a dataset") as e:
+        index_tars([ds / packed.shards[0].name])
+    assert "--out" in str(e.value)
+    assert {p.name: p.read_bytes() for p in ds.iterdir()} == before  # nothing touched, not even the .idx
+    elsewhere = index_tars([ds / packed.shards[0].name], tmp_path / "one")  # the fix works
+    assert elsewhere.num_samples == packed.shards[0].num_samples
+    (ds / "manifest.json").write_bytes(b"{broken")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        index_tars([ds / packed.shards[0].name])
+    (ds / "manifest.json").write_bytes(before["manifest.json"])
+    again = index_tars([ds / s.name for s in packed.shards])  # every shard: a re-index, allowed
+    assert read_manifest(ds).num_samples == again.num_samples == packed.num_samples
+    assert len(open_dataset(ds)) == packed.num_samples

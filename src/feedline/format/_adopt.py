@@ -18,10 +18,17 @@ from typing import Any
 import numpy as np
 
 from feedline.errors import ConfigError, FormatError
-from feedline.format._atomic import fsync_dir, write_atomic
+from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, encode_index
-from feedline.format._manifest import Manifest, ShardInfo, field_stats, write_manifest
+from feedline.format._manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    field_stats,
+    read_manifest,
+    write_manifest,
+)
 from feedline.format._schema import HEAD_BYTES, SchemaBuilder, candidate_kind, shard_schema
 from feedline.format._tar import BLOCK, split_name
 
@@ -158,6 +165,34 @@ def index_tar(tar: str | os.PathLike[str], index_path: str | os.PathLike[str], *
     return index
 
 
+def _check_existing(root: Path, shard_names: list[str]) -> None:
+    """Refuse to replace the manifest of a dataset already in ``root`` unless these
+    tars are exactly its shards (re-indexing it, e.g. to upgrade its format)."""
+    if not (root / MANIFEST_NAME).exists():
+        return
+    try:
+        existing = sorted(s.name for s in read_manifest(root).shards)
+    except FormatError as e:
+        raise ConfigError(
+            f"{str(root)!r} holds a manifest.json that cannot be read ({e.message}); indexing into it "
+            "would replace it",
+            path=str(root / MANIFEST_NAME),
+            fix="give another --out folder, or remove that manifest.json if the dataset is no longer wanted",
+        ) from None
+    if existing != sorted(shard_names):
+        given = sorted(set(shard_names) - set(existing))
+        missing = sorted(set(existing) - set(shard_names))
+        detail = (f"; not given: {', '.join(missing[:3])}{'...' if len(missing) > 3 else ''}" if missing
+                  else f"; not in it: {', '.join(given[:3])}{'...' if len(given) > 3 else ''}")
+        raise ConfigError(
+            f"{str(root)!r} already holds a dataset of {len(existing)} shard(s); indexing these "
+            f"{len(shard_names)} tar(s) there would replace its manifest{detail}",
+            path=str(root / MANIFEST_NAME),
+            fix="give --out another folder for the adopted tars, or pass every shard of that dataset "
+                "to re-index it",
+        )
+
+
 def index_tars(
     tars: Iterable[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str] | None = None,
@@ -175,9 +210,16 @@ def index_tars(
         checksum_algo: ``"xxh3"`` or ``"crc32c"``.
         progress: called with ``(tars done, tars total)`` after each tar.
 
+    A folder that already holds a dataset (a ``manifest.json``) is only written
+    when the tars are exactly that dataset's shards (re-indexing it, e.g. to
+    upgrade a version-1 dataset to the field schema); its manifest is removed
+    first and written again last.
+
     Raises:
-        ConfigError: no tars, or a missing file.
-        FormatError: a tar that cannot be adopted (see :func:`index_tar`).
+        ConfigError: no tars, a missing file, or ``out_dir`` holding another
+            dataset (naming it, with the fix).
+        FormatError: a tar that cannot be adopted (see :func:`index_tar`), or tars
+            that together hold no sample.
     """
     algo = check_algo(checksum_algo)
     paths = [Path(t) for t in tars]
@@ -191,16 +233,19 @@ def index_tars(
         dup = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"two tars are named {dup!r}: their indexes would collide", fix="rename one of them")
     root = Path(out_dir) if out_dir is not None else paths[0].parent
+    shard_names = [os.path.relpath(p, root).replace(os.sep, "/") for p in paths]
+    _check_existing(root, shard_names)
     root.mkdir(parents=True, exist_ok=True)
+    remove_quietly(root / MANIFEST_NAME)  # the same dataset re-indexed: no manifest while its indexes change
     infos: list[ShardInfo] = []
     indexes: list[ShardIndex] = []
-    for p in paths:
+    for p, shard_name in zip(paths, shard_names, strict=True):
         idx_path = root / (p.name + ".idx")
         index = index_tar(p, idx_path, checksum_algo=algo)
         data = idx_path.read_bytes()
         infos.append(
             ShardInfo(
-                name=os.path.relpath(p, root).replace(os.sep, "/"),
+                name=shard_name,
                 index=idx_path.name,
                 size=index.shard_size,
                 index_size=len(data),
