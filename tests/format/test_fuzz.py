@@ -8,6 +8,7 @@ run does a few thousand cases; ``-m slow`` runs many more.
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from feedline.format import (
     pack,
     parse_manifest,
 )
+from feedline.format._schema import FIELD_DTYPE
 
 EDGE = [0, 1, 511, 512, 4096, (1 << 16) - 1, 1 << 31, (1 << 32) - 1, 1 << 40, (1 << 63) - 1, (1 << 64) - 1]
 
@@ -89,7 +91,40 @@ def _record_field(rnd: random.Random, data: bytes) -> bytes:
     return _resign(raw)
 
 
-INDEX_MUTATIONS = [_flip, _truncate, _extend, _overwrite, _header_field, _header_field, _record_field, _record_field, _record_field]
+def _schema_at(raw: bytes | bytearray) -> tuple[int, int, int]:
+    """(offset of the field schema records, number of fields, number of members) of a v2 index."""
+    head = np.frombuffer(bytes(raw[: HEADER_DTYPE.itemsize]), HEADER_DTYPE, count=1)[0]
+    members, fields = int(head["num_members"]), int(head["num_fields"])
+    at = HEADER_DTYPE.itemsize + members * MEMBER_DTYPE.itemsize + int(head["keys_bytes"]) + int(head["fields_bytes"])
+    return at, fields, members
+
+
+def _schema_field(rnd: random.Random, data: bytes) -> bytes:
+    """A field schema record's kind, ndim, dtype or shape set to an edge value, or a member's aux."""
+    raw = bytearray(data)
+    at, fields, members = _schema_at(raw)
+    if rnd.random() < 0.6 and fields:
+        base = at + rnd.randrange(fields) * FIELD_DTYPE.itemsize
+        name = rnd.choice(["kind", "ndim", "reserved", "dtype", "shape"])
+        off, width = FIELD_DTYPE.fields[name][1], FIELD_DTYPE[name].itemsize  # type: ignore[index]
+        if name == "dtype":
+            value = rnd.choice([b"O", b"<f4", b"|u1", b"<i8", b"S0", b"V8", b"f4,i4", b"(2,)f4", b"<M8[D]",
+                                b"<U99999999999", rnd.randbytes(12)])
+            raw[base + off : base + off + width] = value[:width].ljust(width, b"\0")
+        elif name == "shape":
+            dim = rnd.randrange(8) * 8
+            raw[base + off + dim : base + off + dim + 8] = (rnd.choice([*EDGE, 3, 4, 5]) % (1 << 64)).to_bytes(8, "little")
+        else:
+            raw[base + off : base + off + width] = (rnd.choice([0, 1, 2, 3, 4, 8, 9, 255]) % (1 << (8 * width))).to_bytes(width, "little")
+    elif members:
+        base = at + fields * FIELD_DTYPE.itemsize + rnd.randrange(members) * 8
+        value = rnd.choice([*EDGE, -1, -(1 << 63), 10, 128, rnd.randrange(1 << 12)])
+        raw[base : base + 8] = (value % (1 << 64)).to_bytes(8, "little")
+    return _resign(raw)
+
+
+INDEX_MUTATIONS = [_flip, _truncate, _extend, _overwrite, _header_field, _header_field, _record_field, _record_field,
+                   _record_field, _schema_field, _schema_field, _schema_field]
 SHARD_MUTATIONS = [_flip, _truncate, _extend, _overwrite]
 
 
@@ -104,6 +139,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes, byte
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{i:04d}.jpg").write_bytes(rnd.randbytes(rnd.randint(0, 3000)))
         (d / f"{i:04d}.json").write_bytes(b'{"i": %d}' % i)
+        (d / f"{i:04d}.cls").write_bytes(b"%d" % (i % 3))
+        (d / f"{i:04d}.emb.npy").write_bytes(_npy(np.arange(rnd.randint(3, 4) if i == 5 else 3, dtype=np.float32)))
+        (d / f"{i:04d}.vec.npy").write_bytes(_npy(np.full((2, 2), i, dtype=np.int16)))
+        (d / f"{i:04d}.f32").write_bytes(bytes(16))
     manifest = pack(src, root / "ds", align=4096)
     info = manifest.shards[0]
     return (
@@ -114,10 +153,26 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes, byte
     )
 
 
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
 def _open_and_read(shard: bytes, index: bytes) -> None:
     idx = ShardIndex.from_bytes(index, shard_size=len(shard), shard="fuzz.tar")
     for i in range(idx.num_samples):
         idx.sample_fields(i, shard, verify=True)
+    for name, info in idx.schema.items():  # what a loader does with a schema it is handed
+        if info.kind == "label":
+            idx.label_column(name)
+        elif info.kind in ("raw", "npy"):
+            assert info.nbytes is not None and info.nbytes <= len(shard)
+            rows = np.empty((idx.num_samples, *(info.shape or ())), info.dtype)
+            flat = rows.reshape(-1).view(np.uint8)
+            for i, r in enumerate(idx.field_rows(name).tolist()):
+                start = int(idx.members["offset"][r]) + int(idx.aux[r])
+                flat[i * info.nbytes : (i + 1) * info.nbytes] = np.frombuffer(shard, np.uint8, info.nbytes, start)
 
 
 def _only_feedline_errors(case: Callable[[], object], what: str) -> bool:
