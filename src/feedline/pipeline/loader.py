@@ -100,7 +100,8 @@ class Loader:
             ResourceError at the first batch.
         io: backend for a dataset given as a path.
         decode: a :class:`feedline.decode.Decoders` or a mapping field/extension -> fn.
-        transform: ``fn(sample) -> sample`` run in the workers after decoding.
+        transform: ``fn(sample) -> sample`` run in the workers after decoding (images are
+            ``uint8`` HWC arrays; the contract and helpers: :mod:`feedline.vision`).
         collate: ``fn(list_of_samples) -> batch``; bypasses the slot pool (each batch is
             pinned on its own, bounded by the window).
         process_group: a torch.distributed group to read rank and world size from.
