@@ -11,9 +11,7 @@ import pytest
 import simplejpeg
 
 import feedline
-from feedline.errors import WorkerError
 from feedline.pipeline import collate
-from feedline.pipeline.jobs import direct_fields
 
 
 def _pack(root: Path, sizes: list[tuple[int, int]]) -> Path:
@@ -39,8 +37,8 @@ def _epoch(root: Path, **kw: Any) -> list[dict[str, Any]]:
     kw = {"workers": 2, "seed": 1, **kw}
     with feedline.Loader(os.fspath(root), batch_size=6, **kw) as loader:
         batches = list(loader)
-        slot = {leaf.path: np.zeros(1) for leaf in loader._rt.ctx.layout.dense}
-        direct = set(direct_fields(loader._rt.ctx, slot))
+        recipes = loader.stats["recipes"]
+        direct = {f for f, r in recipes.items() if r == "decode-rows"}
         assert direct == (set() if kw.get("transform") else {"jpg"})
         return batches
 
@@ -66,19 +64,22 @@ def test_direct_batches_are_byte_identical_to_decode_and_stack(tmp_path: Path,
     assert len(ptrs) == len(batches)
 
 
-def test_shape_mismatch_falls_back_and_is_skipped(tmp_path: Path) -> None:
+def test_shape_mismatch_gives_a_list_for_that_batch_only(tmp_path: Path) -> None:
     sizes = [(16, 24)] * 30
-    sizes[13] = (16, 26)  # decodes to a fresh array, then fails the layout check
+    sizes[13] = (16, 26)  # decodes to a fresh array, not into its row
     root = _pack(tmp_path, sizes)
-    # one worker, in order: batch 0 fixes the layout, sample 13 (batch 2) takes the
-    # direct path, does not fit its row, and fails the layout check
-    with pytest.raises(WorkerError, match="first batch had"):
-        _epoch(root, workers=1, shuffle=False)
-    batches = _epoch(root, workers=1, shuffle=False, on_error="skip")
-    seen = [i for b in batches for i in b["cls"].tolist()]
-    assert 13 not in seen and [len(b["cls"]) for b in batches] == [6] * 5
+    with pytest.warns(RuntimeWarning, match="'jpg'.*list of tensors.*resize"):
+        batches = _epoch(root, workers=1, shuffle=False)
+    assert [len(b["cls"]) for b in batches] == [6] * 5
     for b in batches:
-        assert b["jpg"].numpy().tobytes() == _reference(root, b["cls"].tolist()).tobytes()
+        ids = b["cls"].tolist()
+        if 13 in ids:  # batch 2: the images as a list, each its own size
+            assert isinstance(b["jpg"], list) and b["jpg"][13 - ids[0]].shape == (16, 26, 3)
+            for i, img in zip(ids, b["jpg"], strict=True):
+                want = simplejpeg.decode_jpeg(bytes(feedline.open_dataset(root)[i]["jpg"]))
+                assert img.numpy().tobytes() == want.tobytes()
+        else:
+            assert b["jpg"].numpy().tobytes() == _reference(root, ids).tobytes()
 
 
 def test_fill_moves_rows_forward_and_skips_rows_in_place() -> None:

@@ -109,19 +109,21 @@ def test_batches_are_prepared_while_the_user_computes() -> None:
 def test_out_of_order_delivers_everything_once() -> None:
     gate = threading.Event()
 
-    def slow_first(sample: dict[str, Any]) -> dict[str, Any]:
-        if sample["y"] == 0:
-            gate.wait(timeout=20)  # a straggler holding batch 0
+    def slow_second(sample: dict[str, Any]) -> dict[str, Any]:
+        if sample["y"] == 8:
+            gate.wait(timeout=20)  # a straggler holding batch 1
         return sample
 
     with feedline.Loader(Numbers(48), batch_size=8, workers=3, shuffle=False,
-                         transform=slow_first, in_order=False) as loader:
+                         transform=slow_second, in_order=False) as loader:
         it = iter(loader)
         first = batch_ids(next(it))
-        assert first[0] != 0  # the straggler did not block delivery
+        assert first[0] == 0  # batch 0 decides the layout: it always comes first
+        second = batch_ids(next(it))
+        assert second[0] != 8  # the straggler did not block delivery
         gate.set()
         rest = [batch_ids(b) for b in it]
-        assert sorted(flat([first, *rest])) == list(range(48))
+        assert sorted(flat([first, second, *rest])) == list(range(48))
 
 
 def test_tuple_samples_and_custom_collate() -> None:

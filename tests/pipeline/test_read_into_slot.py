@@ -39,9 +39,16 @@ def _epochs(root: Path, epochs: int = 2, **kw: Any) -> tuple[list[dict[str, Any]
     with feedline.Loader(os.fspath(root), **kw) as loader:
         for epoch in range(epochs):
             loader.set_epoch(epoch)
-            out += [{k: v if k == "__key__" else v.numpy().copy() for k, v in b.items()}
-                    for b in loader]
-        return out, (loader._rt.ctx.columnar, loader.stats)
+            out += [{k: v if k == "__key__" else _own(v) for k, v in b.items()} for b in loader]
+        stats = loader.stats
+        return out, (set(stats["recipes"].values()) == {"read-rows"}, stats)
+
+
+def _own(value: Any) -> Any:
+    """A batch field as numpy (a list of tensors for a batch that fell back to a list)."""
+    if isinstance(value, list):
+        return [v.numpy().copy() for v in value]
+    return value.numpy().copy()
 
 
 def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
@@ -91,17 +98,36 @@ def test_overridden_or_mixed_fields_keep_the_per_sample_path(tmp_path: Path, pac
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
-def test_a_sample_of_another_size_is_skipped_or_raised_as_before(tmp_path: Path, worker_type: str) -> None:
+def test_a_sample_of_another_size_gives_a_list_for_its_batch(tmp_path: Path,
+                                                             worker_type: str) -> None:
     bad = {21: np.zeros(15, np.float32).tobytes(), 40: b""}
     root = _pack(tmp_path, bad=bad)
-    kw = {"worker_type": worker_type, "shuffle": False}  # the layout comes from batches 0-1, all good
-    got, (columnar, stats) = _epochs(root, on_error="skip", **kw)
-    want, (_, ref_stats) = _epochs(root, on_error="skip", transform=_keep, **kw)
-    assert columnar is True
-    _same(got, want)
-    assert stats["skipped"] == ref_stats["skipped"] >= 2
-    assert {s["key"] for s in stats["skipped_samples"]} == {"s0021", "s0040"}
-    assert all(len(b["__key__"]) == 8 for b in got)
-    with pytest.raises(WorkerError) as err:
-        _epochs(root, **kw)
-    assert err.value.key == "s0021" and err.value.stage == "collate"
+    kw = {"worker_type": worker_type, "shuffle": False, "drop_last": False}
+    with pytest.warns(RuntimeWarning, match="'x.f32'"):
+        got, (columnar, stats) = _epochs(root, epochs=1, **kw)
+    assert columnar is True and stats["skipped"] == 0
+    assert stats["list_fallbacks"] == {"x.f32": 2}  # batches 2 and 5
+    for b in got:
+        ids = [int(k[1:]) for k in b["__key__"]]
+        assert b["m.u16"][:, 0].tolist() == ids
+        if 21 in ids or 40 in ids:
+            assert isinstance(b["x.f32"], list)
+            sizes = [len(v) for v in b["x.f32"]]
+            assert sizes == [15 if i == 21 else 0 if i == 40 else 16 for i in ids]
+        else:
+            assert b["x.f32"][:, 0].tolist() == ids
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_a_damaged_shard_still_names_shard_key_and_field(tmp_path: Path, worker_type: str) -> None:
+    root = _pack(tmp_path)
+    shard = sorted(root.glob("*.tar"))[1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2 :] = b"\0" * (len(data) - len(data) // 2)  # zeroes over half the shard
+    shard.write_bytes(bytes(data))
+    ds = feedline.open_dataset(root, verify=True)
+    with feedline.Loader(ds, batch_size=8, workers=2, worker_type=worker_type,
+                         shuffle=False) as loader, pytest.raises(WorkerError) as err:
+        list(loader)
+    assert err.value.shard == shard.name and err.value.key and err.value.field, err.value

@@ -1,17 +1,25 @@
 """Default collate: infer a fixed batch layout once, then fill slots in place.
 
-The layout is inferred from the first batch: every leaf of the sample tree
-(dicts and tuples are walked; packed samples only at the top level) whose
-values are numbers or arrays of one shape and dtype across that batch becomes
+The layout is inferred once, from batch 0 of the epoch's plan (never from
+whichever batch a worker finishes first, so it is the same on every run for a
+seed): every leaf of the sample tree (dicts and tuples are walked; packed
+samples only at the top level) whose values are numbers or arrays, and whose
+most common shape and dtype is held by more than half of that batch, becomes
 a *dense* leaf, stacked into a preallocated slot array of shape
 ``(batch_size, *shape)``; every other leaf (strings, bytes, lists, arrays of
-varying shape) is *ragged* and delivered as a list. Later samples that do not
-fit the layout are bad samples (``on_error`` decides). This module uses numpy
-only, so process workers can fill shared-memory slots without torch.
+varying shape) is *ragged* and delivered as a list.
+
+A later batch in which some sample's dense leaf has another shape or dtype
+(a portrait photo among landscape ones) does not fail: that leaf falls back
+to a list for that batch only (:func:`fill` reports it). A sample whose
+*structure* differs (a missing field) is a bad sample (``on_error`` decides).
+This module uses numpy only, so process workers can fill shared-memory slots
+without torch.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +112,8 @@ def _as_dense(value: Any) -> np.ndarray | None:
 
 
 def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int) -> Layout:
-    """The layout of a first batch of already decoded/transformed samples.
+    """The layout of batch 0 of decoded/transformed samples (see the module docstring:
+    a leaf is dense when more than half of the batch has one shape and dtype for it).
 
     Raises:
         ValueError: ``samples`` is empty.
@@ -115,13 +124,14 @@ def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int) -> Lay
     rest = [dict(flatten(s, max_depth)[1]) for s in samples[1:]]
     leaves = []
     for path, value in first:
-        arr = _as_dense(value)
-        others = [_as_dense(r.get(path)) for r in rest]
-        dense = arr is not None and all(
-            o is not None and o.shape == arr.shape and o.dtype == arr.dtype for o in others
-        )
-        if dense and arr is not None:
-            leaves.append(Leaf(path, tuple(arr.shape), arr.dtype.str))
+        kinds: Counter[tuple[tuple[int, ...], str]] = Counter()
+        for v in (value, *(r.get(path) for r in rest)):
+            arr = _as_dense(v)
+            if arr is not None:
+                kinds[(tuple(arr.shape), arr.dtype.str)] += 1
+        common = kinds.most_common(1)  # ties: the kind met first (Counter keeps order)
+        if common and 2 * common[0][1] > len(samples):
+            leaves.append(Leaf(path, *common[0][0]))
         else:
             leaves.append(Leaf(path, None, None))
     return Layout(skeleton, tuple(leaves), batch_size, max_depth)
@@ -146,25 +156,28 @@ def _leaves(layout: Layout, sample: Any) -> list[Any]:
 
 
 def check(layout: Layout, sample: Any) -> None:
-    """Check one sample against the layout.
+    """Check the structure of one sample against the layout (same fields, same nesting).
+
+    A dense leaf of another shape or dtype is *not* an error: :func:`fill` delivers
+    that leaf as a list for the batch.
 
     Raises:
-        DecodeError: the structure, a dense shape or dtype differs from the layout.
+        DecodeError: the sample's structure differs from the layout.
     """
-    for spec, value in zip(layout.leaves, _leaves(layout, sample), strict=True):
-        if spec.shape is None:
-            continue
-        if isinstance(value, np.ndarray) and value.shape == spec.shape and (
-                value.dtype.str == spec.dtype):
-            continue
-        arr = _as_dense(value)
-        if arr is None or arr.shape != spec.shape or arr.dtype.str != spec.dtype:
-            got = None if arr is None else (tuple(arr.shape), arr.dtype.str)
-            raise DecodeError(
-                f"leaf has {got}, the first batch had {(spec.shape, spec.dtype)}",
-                stage="collate", field="/".join(map(str, spec.path)),
-                fix="make the field fixed-size (resize/pad in transform=) or pass collate=",
-            )
+    _leaves(layout, sample)
+
+
+def fits(spec: Leaf, value: Any) -> bool:
+    """Whether ``value`` can be stacked into the rows of dense leaf ``spec``."""
+    if isinstance(value, np.ndarray):
+        return value.shape == spec.shape and value.dtype.str == spec.dtype
+    arr = _as_dense(value)
+    return arr is not None and arr.shape == spec.shape and arr.dtype.str == spec.dtype
+
+
+def as_list(column: Sequence[Any]) -> list[Any]:
+    """A ragged column: numpy views are copied so they outlive read buffers and slots."""
+    return [np.array(v, copy=True) if isinstance(v, np.ndarray) else v for v in column]
 
 
 def fill(layout: Layout, arrays: Mapping[Path, np.ndarray], samples: Sequence[Any]
@@ -173,16 +186,17 @@ def fill(layout: Layout, arrays: Mapping[Path, np.ndarray], samples: Sequence[An
 
     One ``numpy.stack(..., out=)`` per dense leaf; values that already are their
     destination row (decoded straight into the slot) are not copied. Returns the ragged
-    leaves as lists (numpy views are copied so they survive the read buffer). Samples
-    must have passed :func:`check`.
+    leaves as lists (numpy views are copied so they survive the read buffer), and with
+    them every dense leaf that some sample of this batch holds at another shape or dtype
+    (its list replaces the slot rows for this batch). Samples must have passed
+    :func:`check`.
     """
     columns = list(zip(*(_leaves(layout, s) for s in samples), strict=True))
     ragged: dict[Path, list[Any]] = {}
     n = len(samples)
     for spec, column in zip(layout.leaves, columns, strict=True):
-        if spec.shape is None:
-            ragged[spec.path] = [np.array(v, copy=True) if isinstance(v, np.ndarray) else v
-                                 for v in column]
+        if spec.shape is None or not all(fits(spec, v) for v in column):
+            ragged[spec.path] = as_list(column)
         elif spec.shape == ():
             arrays[spec.path][:n] = column
         else:

@@ -7,6 +7,12 @@ reports each delivery so the loader's position only counts batches the user
 actually received. Once every job of the pass is submitted, the room left in
 the window goes to ``ahead`` (the loader prepares the next epoch's first
 batches there, so a new epoch does not start with an empty pipeline).
+
+Before the layout is known only the probe (batch 0 of the plan, the ``gate``)
+is in flight: nothing else is submitted until it has arrived, and waiting for
+it obeys ``timeout`` like any batch. Each ``next()`` records how full the
+window is (batches ready and waiting for the consumer) and how long the
+consumer waited, in the runtime's :class:`~feedline.pipeline.gauges.Gauges`.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ class Pass:
     """The iterator returned by ``iter(loader)``."""
 
     def __init__(self, rt: Runtime, run: int, todo: list[int], make_job: Callable[[int], Job],
-                 delivered: Callable[[int, list[dict[str, str]]], None], *, window: int,
+                 delivered: Callable[[Ready], None], *, window: int,
                  in_order: bool, timeout: float | None,
                  inflight: list[tuple[Job, Future[Any]]] | None = None,
-                 ahead: Callable[[int], None] | None = None, owner: object = None) -> None:
+                 ahead: Callable[[int], None] | None = None,
+                 gate: Future[Any] | None = None, owner: object = None) -> None:
         """``inflight``: jobs of this pass already submitted (prepared ahead), in order;
         ``ahead(room)``: called with the free room of the window once ``todo`` is empty;
+        ``gate``: the probe, awaited before anything else is submitted;
         ``owner``: the loader, named to an installed :func:`feedline.spans.step_hook`."""
         self._owner = owner
         self._rt, self._run, self._make_job, self._delivered = rt, run, make_job, delivered
@@ -41,15 +49,18 @@ class Pass:
         self._inflight: deque[tuple[Job, Future[Any]]] = deque(inflight or ())
         self._window, self._in_order, self._timeout = window, in_order, timeout
         self._ahead = ahead
+        self._gate = gate
 
     def __iter__(self) -> Pass:
         return self
 
     def _fill(self) -> None:
+        if self._gate is not None:
+            return  # the layout is not known yet
         while self._todo and len(self._inflight) < self._window:
             job = self._make_job(self._todo.popleft())
             self._inflight.append((job, self._rt.submit(job)))
-        if not self._todo and self._ahead is not None and self._rt.current_run == self._run:
+        if not self._todo and self._ahead is not None and self._rt.sched.current == self._run:
             self._ahead(self._window - len(self._inflight))
 
     def __next__(self) -> Any:
@@ -59,20 +70,37 @@ class Pass:
         return self._next()
 
     def _next(self) -> Any:
-        if self._rt.current_run != self._run:
+        if self._rt.sched.current != self._run:
             self._abandon()
             raise StopIteration
+        if self._gate is not None:
+            self._pass_gate()
         self._fill()
         if not self._inflight:
             raise StopIteration
         t0 = time.perf_counter()
+        ready_now = sum(f.done() for _, f in self._inflight)
         job, ready = self._take()
         batch = self._rt.engine.accept(ready.tree, ready.fence)
+        t1 = time.perf_counter()
+        self._rt.gauges.taken(ready_now, self._window, t1 - t0)
         if spans.active():
-            spans.emit("wait", t0, time.perf_counter(), batch=job.batch_id)
-        self._delivered(job.batch_id, ready.skipped)
+            spans.emit("wait", t0, t1, batch=job.batch_id, ready=ready_now,
+                       window=self._window)
+        self._delivered(ready)
         self._fill()  # keep the window full while the user computes
         return batch
+
+    def _pass_gate(self) -> None:
+        """Wait for the probe (raising its error, or LoaderTimeout); then open the window."""
+        gate = self._gate
+        assert gate is not None
+        try:
+            gate.result(self._timeout)
+        except FutureTimeout:
+            probe = next((j for j, f in self._inflight if f is gate), None)
+            raise self._timed_out(probe or Job(self._run, 0, [], [])) from None
+        self._gate = None
 
     def _take(self) -> tuple[Job, Ready]:
         if self._in_order:

@@ -1,6 +1,8 @@
-"""One batch of work: read, decode, transform and check the samples of a batch.
+"""One batch of work on the per-sample path: read the samples, run the stages on each.
 
-Used by thread and process workers alike (this module does not import torch).
+Used by thread and process workers alike (this module does not import torch);
+which fields of a batch take this path is decided once by the batch plan
+(:mod:`feedline.pipeline.plan`).
 A failing sample either raises :class:`feedline.errors.WorkerError` (with the
 original type, traceback text, worker, shard, key and stage, chained as
 ``__cause__``) or, with ``on_error="skip"``, is counted and replaced by the
@@ -21,8 +23,8 @@ import numpy as np
 
 from feedline.decode import Decoders
 from feedline.errors import FeedlineError, WorkerError
-from feedline.pipeline import collate
 from feedline.pipeline.source import Item, Source
+from feedline.pipeline.stages import Decode, Place, Stage, Transform
 
 Record = Callable[[str, float, float, dict[str, Any]], None]
 
@@ -35,6 +37,8 @@ class Job:
     batch_id: int
     indices: list[int]
     refill: list[int]
+    probe: bool = False
+    """Batch 0 of the plan, prepared before the layout is known: it decides the layout."""
 
 
 @dataclass
@@ -45,30 +49,35 @@ class Context:
     decoders: Decoders
     transform: Callable[[Any], Any] | None
     on_error: str
-    layout: collate.Layout | None = None
-    columnar: bool = False
-    """Whether batches can be read straight into slots (:func:`columnar`); set with the
-    layout, so process workers receive it."""
+    stages: tuple[Stage, ...] = ()
+    """Extra per-sample stages, run after decode and transform (see :mod:`.stages`)."""
+
+    def sample_stages(self) -> tuple[Stage, ...]:
+        """Decode (packed sources), transform, then the extra stages: the per-sample work."""
+        first: list[Stage] = [Decode(self.decoders)] if self.source.packed else []
+        if self.transform is not None:
+            first.append(Transform(self.transform))
+        return (*first, *self.stages)
 
 
 @dataclass
 class Prepared:
+    """The samples of a batch after every stage, their keys and dataset indices, and the
+    bad samples skipped (``on_error="skip"``)."""
+
     samples: list[Any]
     keys: list[str]
+    indices: list[int] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
-    checked: bool = True
-    """False when prepared before the layout was known (samples not checked against it)."""
-    filled: bool = False
-    """True when the batch was read straight into the slot's rows ``0..len(keys)-1``
-    (:func:`read_into_slot`): there are no samples to collate and no ragged leaves."""
 
 
 def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
                  shard: str | None = None) -> WorkerError:
     """Wrap ``exc`` with its place; keeps type name and traceback text."""
+    field = exc.place.get("field") if isinstance(exc, FeedlineError) else None
     err = WorkerError(
         f"{type(exc).__name__} in {stage}: {exc}",
-        worker=worker, shard=shard or item.shard, key=item.key, stage=stage,
+        worker=worker, shard=shard or item.shard, key=item.key, stage=stage, field=field,
         fix='fix the sample or the function, or pass on_error="skip" to skip bad samples',
     )
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -81,66 +90,33 @@ Live = list[tuple[Item, Any]]
 Failed = list[tuple[Item, str, BaseException]]
 
 
-def _stage(name: str, fn: Callable[[Any, Item], Any], live: Live, failed: Failed,
-           record: Record | None, attrs: dict[str, Any]) -> Live:
-    """Apply one stage to every live sample; failures move to ``failed``; timed as a span.
+def _run_stages(stages: tuple[Stage, ...], items: list[Item], record: Record | None,
+                attrs: dict[str, Any], into: Into, base: int) -> tuple[Live, Failed]:
+    """Apply ``stages`` in order to the fetched items (one span per stage); item ``k`` is
+    row ``base + k`` of the slot. Failures move to the failed list, named by the stage.
 
-    The span carries the thread's CPU seconds (``cpu``), so a report can tell time
+    Each span carries the thread's CPU seconds (``cpu``), so a report can tell time
     blocked (I/O, sleep, a lock) from CPU work inside the stage.
     """
-    t0, c0 = time.perf_counter(), time.thread_time()
-    ok: Live = []
-    for item, sample in live:
-        try:
-            ok.append((item, fn(sample, item)))
-        except Exception as exc:
-            failed.append((item, name, exc))
-    if record is not None:
-        record(name, t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
-    return ok
-
-
-def _checked(layout: collate.Layout, sample: Any) -> Any:
-    collate.check(layout, sample)
-    return sample
+    failed: Failed = [(it, "read", it.error) for it in items if it.error is not None]
+    rows = {id(it): base + k for k, it in enumerate(items)}
+    live: Live = [(it, it.value) for it in items if it.error is None]
+    for stage in stages:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        ok: Live = []
+        for item, sample in live:
+            try:
+                ok.append((item, stage(sample, Place(item, rows[id(item)], into))))
+            except Exception as exc:
+                failed.append((item, stage.name, exc))
+        live = ok
+        if record is not None:
+            record(stage.name, t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
+    return live, failed
 
 
 Into = Mapping[str, np.ndarray]
 """Field -> the batch slot's array for it: fields decoded straight into their slot row."""
-
-
-def _decode_stage(ctx: Context, items: list[Item], live: Live, failed: Failed,
-                  record: Record | None, attrs: dict[str, Any], into: Into | None, base: int
-                  ) -> Live:
-    """Decode packed samples; with ``into``, item ``k`` decodes into row ``base + k``."""
-    decoders = ctx.decoders
-    if not into:
-        return _stage("decode", lambda s, it: decoders.decode_sample(s, key=it.key), live,
-                      failed, record, attrs)
-    rows = {id(it): base + k for k, it in enumerate(items)}
-
-    def decode(sample: Any, it: Item) -> Any:
-        row = rows[id(it)]
-        return decoders.decode_sample(sample, key=it.key,
-                                      into={f: a[row] for f, a in into.items()})
-
-    return _stage("decode", decode, live, failed, record, attrs)
-
-
-def _run_stages(ctx: Context, items: list[Item], record: Record | None, attrs: dict[str, Any],
-                into: Into | None = None, base: int = 0) -> tuple[Live, Failed]:
-    """Decode, transform and check fetched items, stage by stage (each stage one span)."""
-    failed: Failed = [(it, "read", it.error) for it in items if it.error is not None]
-    live: Live = [(it, it.value) for it in items if it.error is None]
-    if ctx.source.packed:
-        live = _decode_stage(ctx, items, live, failed, record, attrs, into, base)
-    if ctx.transform is not None:
-        transform = ctx.transform
-        live = _stage("transform", lambda s, it: transform(s), live, failed, record, attrs)
-    if ctx.layout is not None:
-        layout = ctx.layout
-        live = _stage("collate", lambda s, it: _checked(layout, s), live, failed, None, attrs)
-    return live, failed
 
 
 def _detach(sample: Any) -> Any:
@@ -152,11 +128,11 @@ def _detach(sample: Any) -> Any:
     return sample
 
 
-def prepare(ctx: Context, job: Job, worker: str, record: Record | None,
-            into: Into | None = None) -> Prepared:
-    """Read, decode, transform and check the samples of ``job``.
+def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
+            record: Record | None, into: Into | None = None) -> Prepared:
+    """Read the samples of ``job`` and run ``stages`` on each (the per-sample path).
 
-    ``into`` (packed sources only; see :func:`direct_fields`): the batch slot's arrays of
+    ``into`` (see :class:`~feedline.pipeline.stages.Decode`): the batch slot's arrays of
     fields to decode straight into it. Sample ``i`` of the result then usually holds a
     view of row ``i`` (``collate.fill`` skips rows already in place); an image that does
     not fit its row, or a batch that needed refilling, ends up as separate arrays that
@@ -167,7 +143,7 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None,
             to refill the batch.
     """
     want = len(job.indices)
-    out = Prepared([], [], checked=ctx.layout is not None)
+    out = Prepared([], [])
     pending, refill = list(job.indices), list(job.refill)
     attrs = {"batch": job.batch_id, "worker": worker}
     while pending:
@@ -175,7 +151,7 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None,
         items = ctx.source.fetch(pending)
         if record is not None:
             record("read", t0, time.perf_counter(), attrs)
-        live, failed = _run_stages(ctx, items, record, attrs, into, len(out.samples))
+        live, failed = _run_stages(stages, items, record, attrs, into or {}, len(out.samples))
         if failed and ctx.on_error == "raise":
             order = {id(it): k for k, it in enumerate(items)}
             item, stage, exc = min(failed, key=lambda f: order[id(f[0])])
@@ -185,6 +161,7 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None,
         for item, sample in live:
             out.samples.append(sample)
             out.keys.append(item.key)
+            out.indices.append(item.index)
         missing = want - len(out.samples)
         if missing and not refill:
             raise WorkerError(
@@ -198,58 +175,3 @@ def prepare(ctx: Context, job: Job, worker: str, record: Record | None,
     return out
 
 
-def direct_fields(ctx: Context, arrays: Mapping[collate.Path, np.ndarray]) -> dict[str, np.ndarray]:
-    """The slot arrays that packed fields can be decoded into (``prepare(into=)``).
-
-    Only without a transform (it may replace or reshape what was decoded), for top-level
-    dense fields whose codec can decode in place (:meth:`Decoders.decodes_into`).
-    """
-    layout = ctx.layout
-    if not ctx.source.packed or ctx.transform is not None or layout is None:
-        return {}
-    return {str(leaf.path[0]): arrays[leaf.path] for leaf in layout.dense
-            if len(leaf.path) == 1 and isinstance(leaf.path[0], str)
-            and ctx.decoders.decodes_into(leaf.path[0])}
-
-
-def columnar(ctx: Context) -> bool:
-    """Whether batches of ``ctx`` can be read straight into slots (:func:`read_into_slot`):
-    a packed host source, no transform, and a layout of only 1-D dense raw-dtype fields."""
-    layout = ctx.layout
-    if layout is None or not layout.leaves or not layout.flat or ctx.transform is not None:
-        return False
-    for leaf in layout.leaves:
-        name = leaf.path[0]
-        if leaf.shape is None or len(leaf.shape) != 1 or not isinstance(name, str):
-            return False
-        dtype = ctx.decoders.raw_dtype(name)
-        if dtype is None or dtype != np.dtype(leaf.dtype):
-            return False
-    return ctx.source.columnar
-
-
-def read_into_slot(ctx: Context, job: Job, worker: str, record: Record | None,
-                   arrays: Mapping[collate.Path, np.ndarray]) -> Prepared | None:
-    """Read the batch straight into the slot's ``arrays`` when every field is a raw tensor.
-
-    Applies to a packed source without a transform whose layout holds only dense
-    raw-dtype fields (``.f32``, ``.u8``...) decoded as stored: their bytes *are* the
-    batch rows, so one read per sample and field fills the slot (see
-    ``PackedDataset.read_fields_into``) with no per-sample decode, check or copy.
-    Returns ``None`` when the path does not apply, and also when the batch holds a
-    sample that does not fit (a missing field, another size) or fails to read: the
-    per-sample path (:func:`prepare`) then re-reads the batch and raises or skips
-    exactly as it always does.
-    """
-    if not ctx.columnar or ctx.layout is None:
-        return None
-    n = len(job.indices)
-    out = {str(leaf.path[0]): arrays[leaf.path][:n] for leaf in ctx.layout.leaves}
-    t0 = time.perf_counter()
-    try:
-        keys = ctx.source.read_columns(job.indices, out)
-    except FeedlineError:
-        return None
-    if record is not None:
-        record("read", t0, time.perf_counter(), {"batch": job.batch_id, "worker": worker})
-    return Prepared([], keys, filled=True)

@@ -14,11 +14,11 @@ docstrings of ``sampler`` (order, sharding, drop_last), ``state`` (resume),
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, wait
-from dataclasses import dataclass
+from concurrent.futures import Future
 from typing import Any
 
 from feedline.cores import usable_cores
@@ -27,7 +27,7 @@ from feedline.errors import ConfigError
 from feedline.pipeline import sampler, state
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
-from feedline.pipeline.runtime import Options, Runtime
+from feedline.pipeline.runtime import Options, Ready, Runtime
 from feedline.pipeline.slots import SlotPool
 from feedline.pipeline.source import Source
 from feedline.pipeline.transfer import make_engine
@@ -64,15 +64,6 @@ def rank_and_world(process_group: Any, rank: int | None, world_size: int | None
 
 
 MAX_DEFAULT_WORKERS = 8
-
-
-@dataclass
-class _Ahead:
-    """Batches of ``epoch`` submitted (as run ``run``) before its pass began, in order."""
-
-    epoch: int
-    run: int
-    jobs: list[tuple[Job, Future[Any]]]
 
 
 def default_workers(sysfs: str | os.PathLike[str] = "/sys") -> int:
@@ -169,7 +160,6 @@ class Loader:
         self._skipped_log: list[dict[str, str]] = []
         self._skipped_keys: set[tuple[int, str]] = set()
         self._plans: dict[int, sampler.Plan] = {}  # this epoch's and the next one's
-        self._ahead: _Ahead | None = None
         self._epochs_set = False  # set_epoch called since the last iter()
 
     # -- order and position ---------------------------------------------------------------
@@ -201,9 +191,8 @@ class Loader:
         if self._restored and epoch == self._pos.epoch:
             return
         self._restored = False
-        self._rt.current_run = self._rt.new_run()  # an unfinished pass is abandoned
-        if self._ahead is not None and self._ahead.epoch != epoch:
-            self._drop_ahead()  # prepared for another epoch than the one asked for
+        self._rt.sched.abandon()  # an unfinished pass is abandoned
+        self._rt.sched.keep_ahead_for(epoch)  # batches prepared for another epoch go
         self._pos = state.Position(epoch)
 
     def _identity(self) -> dict[str, Any]:
@@ -223,20 +212,35 @@ class Loader:
                 world size, rank, shuffle or drop_last (the field is named).
         """
         pos, counters = state.from_dict(dict(saved), self._identity())
-        self._rt.current_run = self._rt.new_run()
-        self._drop_ahead()
+        self._rt.sched.abandon()
+        self._rt.sched.drop_ahead()
         self._pos, self._restored = pos, True
         self._counters.update(counters)
 
     @property
     def stats(self) -> dict[str, Any]:
-        """Counters: batches delivered, skipped samples (and the last 100 of them), slot
-        memory in use, its peak, the budget, and how many slots were ever allocated (far
-        fewer than batches when slots are reused)."""
-        pool = self._rt.pool
+        """What the loader did and decided.
+
+        Counters: batches delivered, skipped samples (and the last 100 of them). Memory:
+        slot bytes in use, their peak, the budget, slots ever allocated (far fewer than
+        batches when slots are reused). Flow: ``occupancy`` (mean fraction of the window
+        finished and waiting when the consumer asked; near 0 the pipeline starves),
+        ``starved_batches``, ``consumer_wait_s``, ``budget_waits`` / ``budget_wait_s``
+        (producers waiting for the pinned budget). Plan: ``recipes`` (field -> how its
+        rows are filled, see :mod:`feedline.pipeline.plan`; empty before the first
+        batch), ``list_fallbacks`` (dense field -> batches delivered as a list because a
+        sample had another shape), ``worker_type`` and, with ``"auto"``, ``auto`` (what
+        was measured and why that kind was chosen).
+        """
+        rt = self._rt
+        pool = rt.pool
         return {**self._counters, "skipped_samples": list(self._skipped_log),
                 "pinned_bytes": pool.allocated_bytes, "pinned_peak_bytes": pool.peak_bytes,
-                "pinned_budget": pool.budget, "slots_created": pool.slots_created}
+                "pinned_budget": pool.budget, "slots_created": pool.slots_created,
+                "budget_waits": pool.budget_waits, "budget_wait_s": pool.budget_wait_s,
+                **rt.gauges.report(),
+                "recipes": rt.plan.describe() if rt.plan is not None else {},
+                "list_fallbacks": dict(rt.fallbacks), "worker_type": self.worker_type}
 
     # -- iteration ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -248,18 +252,17 @@ class Loader:
             self._pos = state.Position(epoch)  # a new pass over the same epoch
         self._restored = False
         todo = self._pos.remaining(plan.num_batches)
-        ahead = self._ahead
-        adopted: list[tuple[Job, Any]] = []
-        if ahead is not None and ahead.epoch == epoch and (
-                [job.batch_id for job, _ in ahead.jobs] == todo[:len(ahead.jobs)]):
-            self._ahead = None
-            run, adopted, todo = ahead.run, ahead.jobs, todo[len(ahead.jobs):]
-            self._rt.current_run = run  # ahead_run stays equal to it until the next ahead
-        else:
-            self._drop_ahead()
-            run = self._rt.current_run = self._rt.new_run()
+        run, adopted, todo = self._rt.sched.begin(epoch, todo)
         if self._rt.pool_workers is None and todo:
-            self._rt.start(self._job(plan, todo[0], run))
+            self._rt.start()
+        gate: Future[Any] | None = None
+        if not self._rt.ready and todo:
+            # the layout comes from batch 0 of the plan, prepared in a worker before any
+            # other batch (so it is the same on every run, and isolated like any batch)
+            probe = dataclasses.replace(self._job(plan, 0, run), probe=True)
+            gate = self._rt.submit(probe)
+            if todo[0] == 0:
+                adopted, todo = [(probe, gate)], todo[1:]
         # the pass most likely to follow: epoch + 1 in a loop that calls set_epoch, else
         # the same epoch again (iterating without set_epoch repeats the epoch)
         following = epoch + 1 if self._epochs_set else epoch
@@ -267,7 +270,8 @@ class Loader:
         return Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
                     self._delivered, window=self.workers + self.prefetch,
                     in_order=self.in_order, timeout=self.timeout, inflight=adopted,
-                    ahead=lambda room: self._prepare_ahead(following, room), owner=self)
+                    ahead=lambda room: self._prepare_ahead(following, room), gate=gate,
+                    owner=self)
 
     def _prepare_ahead(self, epoch: int, room: int) -> None:
         """Submit the first batches of ``epoch`` into ``room`` free places of the window.
@@ -276,17 +280,11 @@ class Loader:
         follows starts with batches already prepared. They are used only if the next
         ``iter()`` is over ``epoch`` from its start; otherwise they are dropped unseen.
         """
-        if self._rt.closed or self._rt.pool_workers is None:
+        if self._rt.closed or self._rt.pool_workers is None or not self._rt.ready:
             return  # closed, or a pass with nothing to do that started no workers
-        ahead = self._ahead
-        if ahead is None or ahead.epoch != epoch:
-            self._drop_ahead()
-            ahead = self._ahead = _Ahead(epoch, self._rt.new_run(), [])
-            self._rt.ahead_run = ahead.run  # before any of its jobs can start
         plan = self._plan(epoch)
-        while len(ahead.jobs) < min(room, plan.num_batches):
-            job = self._job(plan, len(ahead.jobs), ahead.run)
-            ahead.jobs.append((job, self._rt.submit(job)))
+        self._rt.sched.prepare_ahead(epoch, room, plan.num_batches,
+                                     lambda b, run: self._job(plan, b, run), self._rt.submit)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no batch is being prepared for this loader; True if none is.
@@ -295,27 +293,17 @@ class Loader:
         prepared ahead. Benchmarks call this so that work is timed with the loader that
         started it; a training loop never needs to.
         """
-        ahead = self._ahead
-        if ahead is None:
-            return True
-        _, pending = wait([future for _, future in ahead.jobs], timeout)
-        return not pending
-
-    def _drop_ahead(self) -> None:
-        ahead, self._ahead = self._ahead, None
-        if ahead is None:
-            return
-        if self._rt.ahead_run == ahead.run:
-            self._rt.ahead_run = None
-        for _, future in ahead.jobs:
-            future.cancel()
+        return self._rt.sched.wait_ahead(timeout)
 
     def _job(self, plan: sampler.Plan, batch_id: int, run: int) -> Job:
         refill = plan.refill(batch_id, 2 * self.batch_size + 16) if self.on_error == "skip" else []
         return Job(run, batch_id, plan.batch(batch_id), refill)
 
-    def _delivered(self, batch_id: int, skipped: list[dict[str, str]]) -> None:
-        self._pos.mark(batch_id)
+    def _delivered(self, ready: Ready) -> None:
+        self._pos.mark(ready.batch_id)
+        skipped = ready.skipped
+        if ready.lists:
+            self._rt.note_lists(ready.lists)
         self._counters["batches"] += 1
         # a bad sample can be met twice in one epoch (as a refill candidate, then in its
         # own batch): it counts once per epoch

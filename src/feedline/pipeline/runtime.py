@@ -2,19 +2,23 @@
 
 :class:`Runtime` owns every resource a loader holds (threads, processes,
 shared memory, pinned slots) and turns a :class:`~feedline.pipeline.jobs.Job`
-into a :class:`Ready` batch: prepare the samples, fill a slot, start the
-transfer. It holds no reference to the :class:`~feedline.pipeline.loader.Loader`,
-so ``weakref.finalize(loader, runtime.close)`` can clean up when the loader
-is dropped.
+into a :class:`Ready` batch: fill a slot following the batch plan, start the
+transfer. The first job is the *probe* (batch 0 of the plan): it runs in a
+worker like any other (so a crash, an ``os._exit`` or a hang in it is a
+``WorkerDied`` / ``LoaderTimeout``, never the training process's death), and
+its samples decide the layout; the plan (:mod:`feedline.pipeline.plan`) is made
+from it once and shared with every worker. It holds no reference to the
+:class:`~feedline.pipeline.loader.Loader`, so
+``weakref.finalize(loader, runtime.close)`` can clean up when it is dropped.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,17 +26,11 @@ import numpy as np
 import torch
 
 from feedline import spans
-from feedline.errors import DecodeError
 from feedline.pipeline import collate, nested, shm
-from feedline.pipeline.jobs import (
-    Context,
-    Job,
-    Prepared,
-    columnar,
-    direct_fields,
-    prepare,
-    read_into_slot,
-)
+from feedline.pipeline.gauges import Gauges
+from feedline.pipeline.jobs import Context, Job, prepare
+from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_batch
+from feedline.pipeline.scheduler import Scheduler
 from feedline.pipeline.slots import Fence, Slot, SlotPool
 from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import ProcessWorkers, Result
@@ -49,6 +47,8 @@ class Ready:
     keys: list[str]
     skipped: list[dict[str, str]] = field(default_factory=list)
     worker: str = ""
+    lists: tuple[tuple[str, collate.Leaf], ...] = ()
+    """Dense fields this batch delivers as lists (a sample of another shape)."""
 
 
 def _record(stage: str, t0: float, t1: float, attrs: dict[str, Any]) -> None:
@@ -58,15 +58,6 @@ def _record(stage: str, t0: float, t1: float, attrs: dict[str, Any]) -> None:
 def _ragged(values: list[Any]) -> list[Any]:
     return [torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" else v
             for v in values]
-
-
-def _fits(layout: collate.Layout, samples: list[Any]) -> bool:
-    try:
-        for sample in samples:
-            collate.check(layout, sample)
-    except DecodeError:
-        return False
-    return True
 
 
 @dataclass
@@ -89,137 +80,151 @@ class Runtime:
 
     def __init__(self, ctx: Context, engine: Engine, pool: SlotPool, opts: Options) -> None:
         self.ctx, self.engine, self.pool, self.opts = ctx, engine, pool, opts
-        self.current_run = 0
-        self.ahead_run: int | None = None
-        """The run of batches prepared ahead for the next epoch (see ``Loader``), if any."""
-        self._runs = itertools.count(1)
+        self.sched = Scheduler()
+        self.gauges = Gauges()
+        self.plan: BatchPlan | None = None
+        """Decided once: at start with a custom collate, else from the probe batch."""
         self.pool_workers: ThreadWorkers | ProcessWorkers | None = None
         self.closed = False
-        self._layout_lock = threading.Lock()
+        self.fallbacks: Counter[str] = Counter()
+        """Dense field -> batches in which it was delivered as a list (another shape)."""
+        self._lock = threading.Lock()
 
-    def start(self, probe: Job) -> None:
-        """Start the workers.
+    @property
+    def ready(self) -> bool:
+        """Whether the plan is known (jobs other than the probe may run)."""
+        return self.plan is not None
 
-        Thread workers infer the batch layout from the first batch they finish.
-        Process workers need it before they start (to size the shared-memory
-        arena), so ``probe`` (the first batch) is prepared here once.
+    def start(self) -> None:
+        """Start the workers (the layout comes later, from the probe job).
+
+        Raises:
+            WorkerDied: process workers did not start.
+        """
+        custom = self.opts.collate_fn is not None
+        if custom:
+            self.plan = make_plan(self.ctx, None, custom=True)
+        if self.opts.worker_type == "thread":
+            self.pool_workers = ThreadWorkers(self.opts.workers, self.run_job, self.opts.timeout)
+        else:
+            self.pool_workers = ProcessWorkers(
+                self.opts.workers, self.ctx, self.on_result, self.configure, self.opts.batch_size,
+                start_method=self.opts.start_method, custom_collate=self.opts.collate_fn,
+                timed=spans.active(),
+            )
+
+    def configure(self, layout: collate.Layout) -> BatchPlan:
+        """Fix the layout and the plan (once, from the probe batch).
 
         Raises:
             ResourceError: a batch exceeds the pinned budget, or /dev/shm is too small.
-            WorkerError: a sample of the probe batch failed with ``on_error="raise"``.
         """
-        if self.opts.worker_type == "thread":
-            self.pool_workers = ThreadWorkers(self.opts.workers, self.run_job, self.opts.timeout)
-            return
-        if self.opts.collate_fn is None:
-            self._layout_for(prepare(self.ctx, probe, "probe", None).samples)
-        layout = self.ctx.layout or collate.Layout(collate.Ref(()), (), 1, 1)
-        spec = shm.create(self.opts.shm_dir, layout, self.opts.window)
-        self.pool_workers = ProcessWorkers(
-            self.opts.workers, self.ctx, spec, self.on_result,
-            start_method=self.opts.start_method, custom_collate=self.opts.collate_fn,
-            timed=spans.active(),
-        )
+        with self._lock:
+            if self.plan is not None:
+                return self.plan
+            self.pool.configure(layout)
+            plan = make_plan(self.ctx, layout)
+            if isinstance(self.pool_workers, ProcessWorkers):
+                spec = shm.create(self.opts.shm_dir, layout, self.opts.window)
+                self.pool_workers.configure(spec, plan)
+            self.plan = plan
+            return plan
 
-    def new_run(self) -> int:
-        """A run id no job has had yet (a pass, or batches prepared ahead)."""
-        return next(self._runs)
-
-    def wanted(self, run: int) -> bool:
-        """Whether a job of ``run`` is still wanted: the current pass or the batches ahead."""
-        return run == self.current_run or run == self.ahead_run
-
-    def _layout_for(self, samples: list[Any]) -> collate.Layout:
-        """The batch layout, inferred once from the first prepared batch."""
-        with self._layout_lock:
-            if self.ctx.layout is None:
-                depth = 1 if self.ctx.source.packed else 8
-                layout = collate.infer_layout(samples, self.opts.batch_size, depth)
-                self.pool.configure(layout)
-                self.ctx.layout = layout
-                self.ctx.columnar = columnar(self.ctx)
-            return self.ctx.layout
-
-    def submit(self, job: Job) -> Future[Any]:
+    def submit(self, job: Job) -> Any:
         assert self.pool_workers is not None
         return self.pool_workers.submit(job)
 
+    # -- thread workers ---------------------------------------------------------------------
     def run_job(self, job: Job, worker: str) -> Ready | None:
-        """Thread workers: the whole batch (prepare, fill, start the transfer).
-
-        Once the layout is known, the slot is taken first and JPEG fields are decoded
-        straight into it (no per-sample image arrays, no stacking copy).
-        """
-        if not self.wanted(job.run):
+        """Thread workers: the whole batch (fill a slot following the plan, start the copy)."""
+        if not self.sched.wanted(job.run):
             return None  # a newer pass started; this batch is not wanted
         record = _record if spans.active() else None
-        layout = self.ctx.layout
-        if self.opts.collate_fn is None and layout is not None:
-            slot = self.pool.acquire()
+        if job.probe:
+            taken: list[Slot] = []
+
+            def slot_for(layout: collate.Layout) -> Mapping[collate.Path, np.ndarray]:
+                self.configure(layout)
+                taken.append(self.pool.acquire())
+                return taken[0].arrays
+
             try:
-                prep = read_into_slot(self.ctx, job, worker, record, slot.arrays) or prepare(
-                    self.ctx, job, worker, record, direct_fields(self.ctx, slot.arrays))
+                _, filled = probe_batch(self.ctx, job, worker, record, self.opts.batch_size,
+                                        slot_for)
             except BaseException:
-                self.pool.release(slot)
+                if taken:
+                    self.pool.release(taken[0])
                 raise
-            return self._fill_and_send(job, layout, slot, prep, worker)
-        prep = prepare(self.ctx, job, worker, record)
-        if self.opts.collate_fn is not None:
+            return self._send(job, taken[0], filled, worker)
+        plan = self.plan
+        assert plan is not None
+        if plan.custom:
+            assert self.opts.collate_fn is not None
+            prep = prepare(self.ctx, plan.stages, job, worker, record)
             return self._finish_custom(job, self.opts.collate_fn(prep.samples), prep.keys,
                                        prep.skipped, worker)
-        layout = self._layout_for(prep.samples)
-        if not prep.checked and not _fits(layout, prep.samples):
-            prep = prepare(self.ctx, job, worker, None)  # rare: redo with the layout known
-        return self._fill_and_send(job, layout, self.pool.acquire(), prep, worker)
-
-    def _fill_and_send(self, job: Job, layout: collate.Layout, slot: Slot, prep: Prepared,
-                       worker: str) -> Ready:
-        """Collate ``prep`` into ``slot``, start the transfer, give the slot back."""
-        fence: Fence | None = None
+        slot = self.pool.acquire()
         try:
-            ragged: dict[collate.Path, list[Any]] = {}
-            if not prep.filled:
-                with spans.span("collate", batch=job.batch_id, worker=worker):
-                    ragged = collate.fill(layout, slot.arrays, prep.samples)
-            n = len(prep.keys)
-            dense = {p: t[:n] for p, t in slot.tensors.items()}
-            tree, fence = self._send(job, layout, dense, ragged, prep.keys, worker)
-        finally:
-            self.pool.release(slot, fence)
-        return Ready(job.batch_id, tree, fence, prep.keys, prep.skipped, worker)
+            filled = fill(self.ctx, plan, job, worker, record, slot.arrays)
+        except BaseException:
+            self.pool.release(slot)
+            raise
+        return self._send(job, slot, filled, worker)
 
-    def on_result(self, res: Result, arena: shm.Arena) -> Ready | None:
-        """Process workers: runs in the parent's reader thread for each finished job."""
+    # -- process workers --------------------------------------------------------------------
+    def on_result(self, res: Result, views: Mapping[collate.Path, np.ndarray]) -> Ready | None:
+        """Process workers: runs in the parent's reader thread for each finished job;
+        ``views`` are the dense rows of its arena slot."""
         for stage, t0, t1, attrs in res.timings:
             spans.emit(stage, t0, t1, **attrs)
-        if not self.wanted(res.job.run):
+        if not self.sched.wanted(res.job.run):
             return None
-        if self.opts.collate_fn is not None:
+        if self.plan is not None and self.plan.custom:
             return self._finish_custom(res.job, res.custom, res.keys, res.skipped, res.worker)
-        layout = self.ctx.layout
-        assert layout is not None
-        views, n = arena.slot(res.slot), len(res.keys)
+        n = len(res.keys)
         slot = self.pool.acquire()  # out of the arena (reused) into a slot (pinned on CUDA)
-        fence = None
         try:
             with spans.span("pin", batch=res.job.batch_id, worker=res.worker):
                 for p, v in views.items():
                     slot.arrays[p][:n] = v[:n]
-            dense = {p: t[:n] for p, t in slot.tensors.items()}
-            tree, fence = self._send(res.job, layout, dense, res.ragged, res.keys, res.worker)
+        except BaseException:
+            self.pool.release(slot)
+            raise
+        return self._send(res.job, slot, Filled(res.keys, res.ragged, res.skipped), res.worker)
+
+    # -- both -------------------------------------------------------------------------------
+    def _send(self, job: Job, slot: Slot, filled: Filled, worker: str) -> Ready:
+        """Start the transfer of the filled ``slot``, give the slot back."""
+        plan = self.plan
+        assert plan is not None and plan.layout is not None
+        layout = plan.layout
+        fence: Fence | None = None
+        try:
+            n = len(filled.keys)
+            values: dict[Any, Any] = {p: t[:n] for p, t in slot.tensors.items()}
+            values.update({p: _ragged(v) for p, v in filled.ragged.items()})
+            tree = collate.unflatten(layout.skeleton, values)
+            if isinstance(tree, dict):
+                tree["__key__"] = list(filled.keys)
+            tree, fence = self._send_tree(job, tree, worker)
         finally:
             self.pool.release(slot, fence)
-        return Ready(res.job.batch_id, tree, fence, res.keys, res.skipped, res.worker)
+        lists = tuple(("/".join(map(str, leaf.path)), leaf) for leaf in layout.dense
+                      if leaf.path in filled.ragged)
+        return Ready(job.batch_id, tree, fence, filled.keys, filled.skipped, worker, lists)
 
-    def _send(self, job: Job, layout: collate.Layout, dense: dict[Any, torch.Tensor],
-              ragged: dict[Any, list[Any]], keys: list[str], worker: str
-              ) -> tuple[Any, Fence | None]:
-        values: dict[Any, Any] = dict(dense)
-        values.update({p: _ragged(v) for p, v in ragged.items()})
-        tree = collate.unflatten(layout.skeleton, values)
-        if isinstance(tree, dict):
-            tree["__key__"] = list(keys)
-        return self._send_tree(job, tree, worker)
+    def note_lists(self, lists: tuple[tuple[str, collate.Leaf], ...]) -> None:
+        """A delivered batch gives dense fields as lists: count them; warn the first time
+        for each field (in the consumer's thread, so the warning points at its loop)."""
+        for name, leaf in lists:
+            self.fallbacks[name] += 1
+            if self.fallbacks[name] == 1:
+                warnings.warn(
+                    f"field {name!r}: a sample of another shape or dtype than batch 0's "
+                    f"{leaf.shape} {np.dtype(leaf.dtype).name}; this batch (and any other "
+                    "like it) gives the field as a list of tensors. For dense batches make it "
+                    "one size: resize or crop in transform=, or decode it to a fixed size "
+                    "with decode={field: fn}", RuntimeWarning, stacklevel=4)
 
     def _send_tree(self, job: Job, tree: Any, worker: str) -> tuple[Any, Fence | None]:
         """Start the transfer; when timed, the ``h2d`` span carries the copy stream's
@@ -249,8 +254,7 @@ class Runtime:
         if self.closed:
             return
         self.closed = True
-        self.current_run = -1
-        self.ahead_run = None
+        self.sched.close()
         self.pool.close()  # first: wakes producers waiting for a slot
         if self.pool_workers is not None:
             self.pool_workers.close()

@@ -19,6 +19,7 @@ every batch.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from feedline import spans
 from feedline.errors import ResourceError
 from feedline.pipeline.collate import Layout, Path
 from feedline.units import format_bytes
@@ -110,6 +112,9 @@ class SlotPool:
         self._closed = False
         self._returned: deque[Slot] = deque()  # lent slots the user dropped (deque.append is atomic)
         self.peak_bytes = 0
+        self.budget_waits = 0
+        """Times a producer found the budget used up and waited for a slot to come back."""
+        self.budget_wait_s = 0.0
 
     @property
     def slot_bytes(self) -> int:
@@ -146,25 +151,39 @@ class SlotPool:
         Raises:
             PoolClosed: the pool was closed while waiting.
         """
-        while True:
-            with self._cond:
-                if self._closed:
-                    raise PoolClosed("slot pool closed")
-                self._reap()
-                if self._free:
-                    return self._lend(self._free.popleft())
-                if (self._count + 1) * self.slot_bytes <= self.budget:
-                    self._count += 1
-                    self._ids += 1
-                    slot_id = self._ids
-                    break
-                if not self._pending:
-                    self._cond.wait()
-                    continue
-                fence = self._pending[0][1]
-            fence.synchronize()  # host wait in the producer, never in the consumer
+        waited_from: float | None = None
+        try:
+            while True:
+                with self._cond:
+                    if self._closed:
+                        raise PoolClosed("slot pool closed")
+                    self._reap()
+                    if self._free:
+                        return self._lend(self._free.popleft())
+                    if (self._count + 1) * self.slot_bytes <= self.budget:
+                        self._count += 1
+                        self._ids += 1
+                        slot_id = self._ids
+                        break
+                    if waited_from is None:
+                        waited_from = time.perf_counter()
+                    if not self._pending:
+                        self._cond.wait()
+                        continue
+                    fence = self._pending[0][1]
+                fence.synchronize()  # host wait in the producer, never in the consumer
+        finally:
+            if waited_from is not None:
+                self._waited(waited_from)
         self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
         return self._lend(self._new_slot(slot_id))
+
+    def _waited(self, since: float) -> None:
+        now = time.perf_counter()
+        with self._cond:
+            self.budget_waits += 1
+            self.budget_wait_s += now - since
+        spans.emit("budget_wait", since, now)
 
     def _lend(self, slot: Slot) -> Slot:
         """``slot`` itself when slots are reused; else a loan of its memory (see the module).

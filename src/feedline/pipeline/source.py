@@ -108,6 +108,25 @@ class Source:
         """
         return list(self.dataset.read_fields_into(list(indices), out))
 
+    @property
+    def can_gather(self) -> bool:
+        """True when integer label fields can be gathered from the index (:meth:`gather`)."""
+        return self.packed and callable(getattr(self.dataset, "gather_labels", None))
+
+    @property
+    def reads_npy(self) -> bool:
+        """True when ``read_columns`` reads ``.npy`` payloads too (datasets with a schema)."""
+        return self.columnar and getattr(self.dataset, "schema", None) is not None
+
+    def gather(self, indices: Sequence[int], out: dict[str, Any]) -> None:
+        """Label ``f`` of sample ``indices[i]`` into ``out[f][i]`` (see
+        ``PackedDataset.gather_labels``)."""
+        self.dataset.gather_labels(list(indices), out)
+
+    def item(self, index: int, key: str) -> Item:
+        """An :class:`Item` naming sample ``index`` (for errors raised after its stages)."""
+        return Item(index, key, None)
+
     def shard_of(self, item: Item) -> str | None:
         """The shard of ``item`` (looked up lazily for packed samples)."""
         if item.shard is None and self.packed:

@@ -1,11 +1,16 @@
 """Process workers: for Python-heavy transforms that hold the GIL.
 
 Workers are started once (``spawn`` or ``forkserver`` context, never fork)
-and persist across epochs. Each receives small job messages over its own pipe,
-prepares the batch (read, decode, transform) and writes the dense leaves
-straight into a slot of a shared-memory arena (:mod:`feedline.pipeline.shm`;
-JPEG fields are decoded into it directly, see ``jobs.direct_fields``);
-only keys, ragged leaves and timings travel back pickled. A reader thread in
+and persist across epochs. They start before the layout is known: the first
+job, the *probe* (batch 0 of the plan), runs in a worker like any other, so a
+decode that crashes, exits or hangs in it is a ``WorkerDied`` or
+``LoaderTimeout`` in the training process, never its death; the probe's rows
+travel back pickled, and the parent then creates the shared-memory arena
+(:mod:`feedline.pipeline.shm`) and sends every worker the arena and the batch
+plan (:mod:`feedline.pipeline.plan`), once. Each later job message is small;
+the worker fills the batch into an arena slot following the plan, and only
+keys, ragged leaves and timings travel back pickled (a value that does not
+pickle is a ``WorkerError`` naming its key and field). A reader thread in
 the parent completes each job's future through ``on_result`` (which copies the
 slot out or into pinned memory) and watches every worker's sentinel: a worker
 that dies fails its jobs with :class:`feedline.errors.WorkerDied` naming the
@@ -15,12 +20,15 @@ worker and the signal.
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import threading
 import traceback
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -28,7 +36,8 @@ from typing import Any
 
 from feedline.errors import WorkerDied, WorkerError
 from feedline.pipeline import collate, shm
-from feedline.pipeline.jobs import Context, Job, Record, direct_fields, prepare, read_into_slot
+from feedline.pipeline.jobs import Context, Job, Record, prepare
+from feedline.pipeline.plan import BatchPlan, fill, probe_batch
 
 START_TIMEOUT_S = 120.0
 
@@ -46,6 +55,9 @@ class Result:
     job: Job
     worker: str
     slot: int
+    """The arena slot holding the dense rows; ``-1`` for custom batches."""
+    jid: int = -1
+    """Which submission this answers (set by the worker loop)."""
     keys: list[str] = field(default_factory=list)
     ragged: dict[Any, list[Any]] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -55,8 +67,6 @@ class Result:
 
 
 def _error_payload(exc: BaseException) -> dict[str, Any]:
-    import pickle
-
     if isinstance(exc, WorkerError):
         cause = exc.__cause__
         payload = {"message": exc.message, "fix": exc.fix, "place": exc.place,
@@ -76,8 +86,6 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
 
 def rebuild_error(payload: dict[str, Any]) -> WorkerError:
     """The consumer-side WorkerError for an error sent by a process worker."""
-    import pickle
-
     err = WorkerError(payload["message"], fix=payload["fix"], **payload["place"])
     err.__dict__.update(exc_type=payload["exc_type"], traceback_text=payload["traceback_text"])
     if payload["cause"] is not None:
@@ -92,113 +100,203 @@ def _recorder(timings: list[tuple[str, float, float, dict[str, Any]]]) -> Record
     return record
 
 
-def _worker_main(conn: Connection, ctx: Context, spec: shm.ArenaSpec, name: str,
+class _Worker:
+    """The loop of one worker process: jobs in, results out, the plan once."""
+
+    def __init__(self, conn: Connection, ctx: Context, name: str, batch_size: int,
+                 custom_collate: Callable[[list[Any]], Any] | None, timed: bool) -> None:
+        self.conn, self.ctx, self.name, self.batch_size = conn, ctx, name, batch_size
+        self.custom_collate, self.timed = custom_collate, timed
+        self.arena: shm.Arena | None = None
+        self.plan: BatchPlan | None = None
+
+    def serve(self) -> None:
+        self.conn.send(("ready", self.name))
+        while True:
+            msg = self.conn.recv()
+            if msg is None:
+                break
+            if msg[0] == "plan":
+                self._take_plan(msg)
+                continue
+            _, job, slot, jid = msg
+            _send(self.conn, self._run(job, slot, jid))
+        gc.collect()  # a failed sample's traceback cycle may still hold views of the arena
+        if self.arena is not None:
+            self.arena.close()
+
+    def _take_plan(self, msg: tuple[Any, ...]) -> int:
+        """The layout is known: map the arena, keep the plan; the slot the probe fills."""
+        _, spec, self.plan, probe_slot = msg
+        self.arena = shm.Arena(spec)
+        self.conn.send(("mapped", self.name))
+        return int(probe_slot)
+
+    def _probe_slot(self, res: Result, layout: collate.Layout) -> dict[collate.Path, Any]:
+        """Send the layout the probe decided; fill the arena slot the parent gives back."""
+        self.conn.send(("layout", res.jid, layout))
+        msg = self.conn.recv()
+        if msg[0] != "plan":  # the parent could not make the arena: it holds the error
+            raise WorkerDied("the probe was aborted by the training process", stage="start")
+        res.slot = self._take_plan(msg)
+        assert self.arena is not None
+        return self.arena.slot(res.slot)
+
+    def _run(self, job: Job, slot: int, jid: int) -> Result:
+        """One job: the probe (it decides the layout), a custom collate, or a batch filled
+        into arena slot ``slot`` following the plan."""
+        ctx, name = self.ctx, self.name
+        res = Result(job, name, slot, jid)
+        try:
+            record = _recorder(res.timings) if self.timed else None
+            if self.custom_collate is not None:
+                prep = prepare(ctx, ctx.sample_stages(), job, name, record)
+                res.custom = self.custom_collate(prep.samples)
+                res.keys, res.skipped = prep.keys, prep.skipped
+                return res
+            if job.probe:
+                _, filled = probe_batch(ctx, job, name, record, self.batch_size,
+                                        lambda layout: self._probe_slot(res, layout))
+            else:
+                assert self.plan is not None and self.arena is not None
+                filled = fill(ctx, self.plan, job, name, record, self.arena.slot(slot))
+            res.keys, res.skipped, res.ragged = filled.keys, filled.skipped, filled.ragged
+        except Exception as exc:
+            res.error = _error_payload(exc)
+        return res
+
+
+def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
                  custom_collate: Callable[[list[Any]], Any] | None, timed: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    arena = shm.Arena(spec)
-    conn.send(("ready", name))
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            break
-        job, slot = msg
-        conn.send(_run(ctx, job, name, slot, arena.slot(slot), custom_collate, timed))
-    gc.collect()  # a failed sample's traceback cycle may still hold views of the arena
-    arena.close()
+    _Worker(conn, ctx, name, batch_size, custom_collate, timed).serve()
 
 
-def _run(ctx: Context, job: Job, name: str, slot: int, views: dict[collate.Path, Any],
-         custom_collate: Callable[[list[Any]], Any] | None, timed: bool) -> Result:
-    """One job in a worker: prepare the batch and fill arena slot ``slot`` (``views``)."""
-    res = Result(job, name, slot)
+def _send(conn: Connection, res: Result) -> None:
+    """Send ``res``; one that does not pickle becomes an error naming the key and field."""
     try:
-        record = _recorder(res.timings) if timed else None
-        if custom_collate is not None:
-            prep = prepare(ctx, job, name, record)
-            res.custom = custom_collate(prep.samples)
-        else:
-            assert ctx.layout is not None
-            prep = read_into_slot(ctx, job, name, record, views) or prepare(
-                ctx, job, name, record, direct_fields(ctx, views))
-            res.ragged = {} if prep.filled else collate.fill(ctx.layout, views, prep.samples)
-        res.keys, res.skipped = prep.keys, prep.skipped
-    except Exception as exc:
-        res.error = _error_payload(exc)
-    return res
+        conn.send(res)
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
+        err = WorkerError(f"the batch cannot be sent to the training process: {exc}",
+                          worker=res.worker, stage="send", **_unpicklable(res),
+                          fix="return numbers, strings, bytes or numpy arrays from decode= "
+                          "and transform= (process workers pickle what is not a dense array)")
+        conn.send(Result(res.job, res.worker, res.slot, jid=res.jid, error=_error_payload(err)))
+
+
+def _unpicklable(res: Result) -> dict[str, str]:
+    """The place (key, field) of the first value of ``res`` that does not pickle."""
+    for path, values in res.ragged.items():
+        for k, value in enumerate(values):
+            try:
+                pickle.dumps(value)
+            except Exception:
+                return {"key": res.keys[k], "field": "/".join(map(str, path))}
+    return {"field": "collate= result"} if res.custom is not None else {}
 
 
 class ProcessWorkers:
     """A persistent pool of worker processes writing into a shared-memory arena.
 
+    The workers start before the layout is known: the first job (the probe, batch 0)
+    sends the layout its samples decided and waits; :meth:`configure` then maps the
+    arena in every worker, and the probe fills slot 0. Jobs that need an arena slot
+    wait in a queue (``submit`` never blocks).
+
     Args:
         count: number of processes.
         ctx: the job context (pickled once per worker).
-        spec: the arena (one slot per batch in flight).
-        on_result: called in the reader thread with each Result and the arena;
-            its return value (or exception) completes the job's future.
+        on_result: called in the reader thread with each Result and its arena slot's
+            dense rows; its return value (or exception) completes the job's future.
+        on_layout: called in the reader thread with the layout the probe decided; it
+            calls :meth:`configure` (or raises, failing the probe's job).
+        batch_size: rows per batch (for the probe's arrays).
         start_method: ``"spawn"`` or ``"forkserver"``.
     """
 
     kind = "process"
 
-    def __init__(self, count: int, ctx: Context, spec: shm.ArenaSpec,
-                 on_result: Callable[[Result, shm.Arena], Any], *, start_method: str = "spawn",
+    def __init__(self, count: int, ctx: Context,
+                 on_result: Callable[[Result, Mapping[Any, Any]], Any],
+                 on_layout: Callable[[collate.Layout], Any], batch_size: int, *,
+                 start_method: str = "spawn",
                  custom_collate: Callable[[list[Any]], Any] | None = None,
                  timed: bool = False) -> None:
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
         mpctx: Any = mp.get_context(start_method)
-        self._on_result = on_result
+        self._on_result, self._on_layout = on_result, on_layout
+        self._probe_errors: dict[int, BaseException] = {}
         self._cond = threading.Condition()
-        self._free = list(range(spec.count))
-        self._pending: dict[int, tuple[str, Future[Any]]] = {}  # slot -> (worker, future)
+        self._free: list[int] = []
+        self._queued: deque[tuple[Job, Future[Any]]] = deque()  # waiting for an arena slot
+        self._pending: dict[int, tuple[str, Future[Any]]] = {}  # job id -> (worker, future)
+        self._ids = itertools.count()
         self._dead: WorkerDied | None = None
         self._closed = False
         self._procs: dict[str, Any] = {}
         self._conns: dict[str, Connection] = {}
         self._load: dict[str, int] = {}
+        self.arena: shm.Arena | None = None
+        self._slotless = custom_collate is not None  # custom batches travel pickled
+        for i in range(count):
+            name = f"feedline-process_{i}"
+            parent, child = mpctx.Pipe()
+            proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
+                                 args=(child, ctx, name, batch_size, custom_collate, timed))
+            proc.start()
+            child.close()
+            self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
         try:
-            self.arena = shm.Arena(spec)
-            for i in range(count):
-                name = f"feedline-process_{i}"
-                parent, child = mpctx.Pipe()
-                proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
-                                     args=(child, ctx, spec, name, custom_collate, timed))
-                proc.start()
-                child.close()
-                self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
-            self._wait_ready()
-        finally:
-            os.unlink(spec.path)  # every worker has it mapped (or start failed)
+            self._wait_for("ready")
+        except BaseException:
+            self.close()
+            raise
         self._reader = threading.Thread(target=self._read_loop, name="feedline-results",
                                         daemon=True)
         self._reader.start()
 
-    def _wait_ready(self) -> None:
+    def configure(self, spec: shm.ArenaSpec, plan: BatchPlan) -> None:
+        """Map the arena ``spec`` in every worker and give them ``plan`` (once, called by
+        ``on_layout`` in the reader thread while the probe waits for it: it fills slot 0);
+        then queued jobs start.
+
+        Raises:
+            WorkerDied: a worker died or did not answer in time.
+        """
+        try:
+            self.arena = shm.Arena(spec)
+            for conn in self._conns.values():  # slot 0 is the probe's
+                conn.send(("plan", spec, plan, 0))
+            self._wait_for("mapped")
+        finally:
+            os.unlink(spec.path)  # every worker has it mapped (or one failed)
+        with self._cond:
+            self._free = list(range(1, spec.count))
+        self._dispatch()
+
+    def _wait_for(self, what: str) -> None:
+        """Wait until every worker has sent ``(what, name)``; a death or silence raises."""
         waiting = dict(self._conns)
         sentinels = {p.sentinel: n for n, p in self._procs.items()}
         while waiting:
             ready = wait([*waiting.values(), *sentinels], timeout=START_TIMEOUT_S)
             if not ready:
-                self.close()
-                raise WorkerDied("process workers did not start in time", stage="start",
+                raise WorkerDied(f"process workers did not answer {what!r} in time",
+                                 stage="start",
                                  fix='use worker_type="thread" or check the dataset pickles')
             for obj in ready:
                 if obj in sentinels:
                     name = sentinels[obj]
                     if name in waiting:
-                        err = self._death(name)
-                        self.close()
-                        raise err
+                        raise self._death(name)
                     continue
                 try:
                     _, name = conns_obj(obj).recv()
                 except EOFError:  # the worker died during start-up
                     name = next(n for n, c in self._conns.items() if c is obj)
                     self._procs[name].join(timeout=10)
-                    err = self._death(name)
-                    self.close()
-                    raise err from None
+                    raise self._death(name) from None
                 del waiting[name]
 
     def _death(self, name: str) -> WorkerDied:
@@ -212,24 +310,39 @@ class ProcessWorkers:
                           exitcode=code, fix="see the worker's stderr above")
 
     def submit(self, job: Job) -> Future[Any]:
-        """Send ``job`` to the least-loaded worker; waits for a free arena slot."""
+        """Queue ``job`` for the least-loaded worker (sent when an arena slot is free; the
+        probe and custom-collate jobs need none). Never blocks."""
         fut: Future[Any] = Future()
         with self._cond:
-            while not self._free and not self._closed and self._dead is None:
-                self._cond.wait()
             if self._dead is not None or self._closed:
                 fut.set_exception(self._dead or WorkerDied("process workers closed"))
                 return fut
-            slot = self._free.pop()
-            name = min(self._load, key=lambda n: self._load[n])
-            self._load[name] += 1
-            self._pending[slot] = (name, fut)
-            fut.set_running_or_notify_cancel()
-        try:
-            self._conns[name].send((job, slot))
-        except (OSError, ValueError):  # the pipe broke: the reader reports the death
-            pass
+            self._queued.append((job, fut))
+        self._dispatch()
         return fut
+
+    def _dispatch(self) -> None:
+        """Send queued jobs while arena slots (or slotless jobs) allow, in order."""
+        while True:
+            with self._cond:
+                if not self._queued or self._closed or self._dead is not None:
+                    return
+                job, fut = self._queued[0]
+                slotless = job.probe or self._slotless
+                if not slotless and not self._free:
+                    return
+                self._queued.popleft()
+                if not fut.set_running_or_notify_cancel():
+                    continue  # cancelled while queued
+                slot = -1 if slotless else self._free.pop()
+                jid = next(self._ids)
+                name = min(self._load, key=lambda n: self._load[n])
+                self._load[name] += 1
+                self._pending[jid] = (name, fut)
+            try:
+                self._conns[name].send(("job", job, slot, jid))
+            except (OSError, ValueError):  # the pipe broke: the reader reports the death
+                pass
 
     def _read_loop(self) -> None:
         sentinels = {p.sentinel: n for n, p in self._procs.items()}
@@ -242,34 +355,54 @@ class ProcessWorkers:
                         res = conns_obj(obj).recv()
                     except (EOFError, OSError):
                         continue  # the sentinel reports why
-                    self._complete(res)
+                    if isinstance(res, tuple):  # ("layout", jid, layout) from the probe
+                        self._layout(conns_obj(obj), res[1], res[2])
+                    else:
+                        self._complete(res)
                 elif obj in sentinels and not self._closed:
                     self._fail_all(self._death(sentinels[obj]))
                     return
 
+    def _layout(self, conn: Connection, jid: int, layout: collate.Layout) -> None:
+        """The probe decided the layout: configure (through ``on_layout``), or abort it
+        with the error (a too small /dev/shm, a batch over the budget) kept for its job."""
+        try:
+            self._on_layout(layout)
+        except BaseException as exc:
+            self._probe_errors[jid] = exc
+            try:
+                conn.send(("abort",))
+            except (OSError, ValueError):
+                pass
+
     def _complete(self, res: Result) -> None:
         with self._cond:
-            name, fut = self._pending.pop(res.slot)
+            name, fut = self._pending.pop(res.jid)
             self._load[name] -= 1
         try:
+            if res.jid in self._probe_errors:
+                raise self._probe_errors.pop(res.jid)
             if res.error is not None:
                 raise rebuild_error(res.error)
-            value = self._on_result(res, self.arena)
+            views = self.arena.slot(res.slot) if res.slot >= 0 and self.arena else {}
+            value = self._on_result(res, views)
         except BaseException as exc:
             fut.set_exception(exc)
         else:
             fut.set_result(value)
         finally:
-            with self._cond:
-                self._free.append(res.slot)
-                self._cond.notify_all()
+            if res.slot >= 0:
+                with self._cond:
+                    self._free.append(res.slot)
+            self._dispatch()
 
     def _fail_all(self, err: WorkerDied) -> None:
         with self._cond:
             self._dead = err
             pending, self._pending = self._pending, {}
+            queued, self._queued = self._queued, deque()
             self._cond.notify_all()
-        for _, fut in pending.values():
+        for fut in [f for _, f in pending.values()] + [f for _, f in queued]:
             if not fut.done():
                 fut.set_exception(err)
 
@@ -293,12 +426,13 @@ class ProcessWorkers:
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)
-        if getattr(self, "_reader", None) is not None:
-            self._reader.join(timeout=5)
+        reader = getattr(self, "_reader", None)
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(timeout=5)
         for conn in self._conns.values():
             conn.close()
         for proc in self._procs.values():
             proc.close()
         self._fail_all(WorkerDied("process workers closed", stage="close"))
-        if hasattr(self, "arena"):
+        if self.arena is not None:
             self.arena.close()

@@ -1,0 +1,257 @@
+"""The batch plan: how each field of a batch is filled, decided once.
+
+When the layout is known (from batch 0, see :mod:`feedline.pipeline.collate`),
+:func:`make_plan` gives every field a *recipe* and freezes the result in a
+:class:`BatchPlan`, which thread workers share and process workers receive
+pickled once. The hot path (:func:`fill`) only executes it:
+
+========================  =============================================================
+recipe                    what fills the field's slot rows
+========================  =============================================================
+``gather``                an integer label column of the dataset's index, gathered by
+                          sample index (``gather_labels``): no read, no parse
+``read-rows``             the stored bytes are the rows (raw tensors, ``.npy`` payloads):
+                          read straight into the slot (``read_fields_into``)
+``decode-rows``           a JPEG decoded straight into its row (per sample)
+``sample``                decoded, transformed and checked per sample, then stacked
+                          (dense) or listed (ragged)
+``custom``                the user's ``collate=`` over the per-sample results
+========================  =============================================================
+
+A batch mixes recipes field by field (``jpg + cls``: images decoded into rows,
+labels gathered). ``read-rows`` applies when no field of the batch needs the
+per-sample path (the sample would be read anyway); with a ``transform`` every
+field is ``sample`` (it may change anything). No batch is read twice, except
+that a ``read-rows`` batch whose read fails (a damaged or misfit sample) is
+redone on the per-sample path, which raises or skips with shard, key and field
+exactly as it always does.
+
+This module does not import torch (process workers run it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from feedline.decode.registry import extension
+from feedline.errors import DecodeError, FeedlineError
+from feedline.pipeline import collate
+from feedline.pipeline.jobs import Context, Job, Record, prepare, worker_error
+from feedline.pipeline.stages import Check, Stage
+
+GATHER = "gather"
+READ_ROWS = "read-rows"
+DECODE_ROWS = "decode-rows"
+SAMPLE = "sample"
+CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The recipe of every field, and the stages of the per-sample part (frozen)."""
+
+    layout: collate.Layout | None
+    """The batch layout; ``None`` with a custom collate (it builds the batch itself)."""
+    recipes: tuple[tuple[str, str], ...]
+    """(field, recipe) in layout order; nested leaves are named by their path with ``/``."""
+    stages: tuple[Stage, ...]
+    """Per-sample stages of the ``sample`` / ``decode-rows`` fields (checked last)."""
+    fallback: tuple[Stage, ...]
+    """Per-sample stages for every field: the path a failed ``read-rows`` batch is redone on."""
+    sample_layout: collate.Layout | None = None
+    """The layout of what the per-sample stages deliver (gathered fields left out)."""
+    custom: bool = False
+
+    def fields(self, recipe: str) -> list[str]:
+        return [name for name, r in self.recipes if r == recipe]
+
+    @property
+    def sampled(self) -> bool:
+        """Whether some field takes the per-sample path (so every sample is read)."""
+        return self.custom or any(r in (SAMPLE, DECODE_ROWS) for _, r in self.recipes)
+
+    def describe(self) -> dict[str, str]:
+        """Field -> recipe (what ``loader.stats["recipes"]`` shows)."""
+        return dict(self.recipes)
+
+
+@dataclass
+class Filled:
+    """A batch filled into slot arrays: keys, the ragged leaves and the skipped samples."""
+
+    keys: list[str]
+    ragged: dict[collate.Path, list[Any]] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    custom: Any = None
+
+
+def _leaf_name(leaf: collate.Leaf) -> str:
+    return "/".join(map(str, leaf.path))
+
+
+def _builtin(ctx: Context, name: str) -> bool:
+    """Whether field ``name`` is decoded by its built-in codec (no user override)."""
+    overrides = ctx.decoders.overrides
+    return name not in overrides and extension(name) not in overrides
+
+
+def _label_fields(ctx: Context) -> set[str]:
+    """Fields the dataset holds as integer label columns of its index (schema ``label``)."""
+    schema = getattr(ctx.source.dataset, "schema", None) if ctx.source.packed else None
+    if not isinstance(schema, Mapping) or not ctx.source.can_gather:
+        return set()
+    return {name for name, fs in schema.items() if getattr(fs, "kind", None) == "label"
+            and _builtin(ctx, name)}
+
+
+def _row_readable(ctx: Context, leaf: collate.Leaf) -> bool:
+    """Whether the stored bytes of ``leaf``'s field are exactly its row (raw or npy)."""
+    name = leaf.path[0]
+    if leaf.shape is None or not isinstance(name, str) or not ctx.source.columnar:
+        return False
+    dtype = ctx.decoders.raw_dtype(name)
+    if dtype is not None:
+        return len(leaf.shape) == 1 and dtype == np.dtype(leaf.dtype)
+    schema = getattr(ctx.source.dataset, "schema", None)
+    fs = schema.get(name) if isinstance(schema, Mapping) else None
+    return (fs is not None and getattr(fs, "kind", None) == "npy" and ctx.source.reads_npy
+            and _builtin(ctx, name) and tuple(fs.shape) == leaf.shape
+            and np.dtype(fs.dtype).str == leaf.dtype)
+
+
+def _recipe(ctx: Context, leaf: collate.Leaf, labels: set[str]) -> str:
+    name = leaf.path[0]
+    if leaf.shape is None or not isinstance(name, str):
+        return SAMPLE
+    if name in labels and leaf.shape == () and leaf.dtype == np.dtype(np.int64).str:
+        return GATHER
+    if _row_readable(ctx, leaf):
+        return READ_ROWS
+    if ctx.decoders.decodes_into(name):
+        return DECODE_ROWS
+    return SAMPLE
+
+
+def _without(layout: collate.Layout, names: set[str]) -> collate.Layout:
+    """``layout`` of a flat sample less the top-level fields ``names``."""
+    skeleton = {k: v for k, v in layout.skeleton.items() if k not in names}
+    leaves = tuple(leaf for leaf in layout.leaves if leaf.path[0] not in names)
+    return collate.Layout(skeleton, leaves, layout.batch_size, layout.max_depth)
+
+
+def make_plan(ctx: Context, layout: collate.Layout | None, *, custom: bool = False) -> BatchPlan:
+    """Choose every field's recipe once (see the module docstring)."""
+    stages = ctx.sample_stages()
+    if custom or layout is None:
+        return BatchPlan(None, (("*", CUSTOM),), stages, stages, None, custom=True)
+    full = (*stages, Check(layout))
+    direct = ctx.source.packed and ctx.transform is None and not ctx.stages and layout.flat
+    if not direct:
+        recipes = tuple((_leaf_name(leaf), SAMPLE) for leaf in layout.leaves)
+        return BatchPlan(layout, recipes, full, full, layout)
+    labels = _label_fields(ctx)
+    chosen = [(leaf, _recipe(ctx, leaf, labels)) for leaf in layout.leaves]
+    if any(r in (SAMPLE, DECODE_ROWS) for _, r in chosen):  # samples are read anyway
+        chosen = [(leaf, SAMPLE if r == READ_ROWS else r) for leaf, r in chosen]
+    gathered = {str(leaf.path[0]) for leaf, r in chosen if r == GATHER}
+    sample_layout = _without(layout, gathered)
+    skip = (DropFields(frozenset(gathered)),) if gathered else ()
+    recipes = tuple((_leaf_name(leaf), r) for leaf, r in chosen)
+    return BatchPlan(layout, recipes, (*skip, *stages, Check(sample_layout)), full, sample_layout)
+
+
+@dataclass(frozen=True)
+class DropFields:
+    """Drop fields from packed samples before decoding (they are gathered, not read)."""
+
+    names: frozenset[str]
+    name: str = "decode"
+
+    def __call__(self, sample: Any, place: Any) -> Any:
+        return {k: v for k, v in sample.items() if k not in self.names}
+
+
+def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | None,
+         arrays: Mapping[collate.Path, np.ndarray]) -> Filled:
+    """Fill the first rows of the slot ``arrays`` with batch ``job`` following ``plan``.
+
+    Raises:
+        WorkerError: a sample failed and ``on_error="raise"`` (shard, key, stage, field).
+    """
+    layout = plan.layout
+    assert layout is not None
+    attrs = {"batch": job.batch_id, "worker": worker}
+    sample_layout: collate.Layout | None
+    if not plan.sampled:
+        done = _read_rows(ctx, plan, job, record, attrs, arrays)
+        if done is not None:
+            return done
+        stages, sample_layout, gathered = plan.fallback, layout, []
+    else:
+        stages, sample_layout, gathered = plan.stages, plan.sample_layout, plan.fields(GATHER)
+    into = {f: arrays[(f,)] for f in plan.fields(DECODE_ROWS)} if stages is plan.stages else {}
+    prep = prepare(ctx, stages, job, worker, record, into)
+    assert sample_layout is not None
+    t0 = time.perf_counter()
+    ragged = collate.fill(sample_layout, arrays, prep.samples)
+    if gathered:
+        n = len(prep.indices)
+        ctx.source.gather(prep.indices, {f: arrays[(f,)][:n] for f in gathered})
+    if record is not None:
+        record("collate", t0, time.perf_counter(), attrs)
+    return Filled(prep.keys, ragged, prep.skipped)
+
+
+def _read_rows(ctx: Context, plan: BatchPlan, job: Job, record: Record | None,
+               attrs: dict[str, Any], arrays: Mapping[collate.Path, np.ndarray]
+               ) -> Filled | None:
+    """The batch with no per-sample field: read rows, gather labels. ``None`` when the read
+    fails (the caller redoes the batch on the per-sample path, which places the error)."""
+    n = len(job.indices)
+    t0 = time.perf_counter()
+    try:
+        keys = ctx.source.read_columns(
+            job.indices, {f: arrays[(f,)][:n] for f in plan.fields(READ_ROWS)})
+        gathered = plan.fields(GATHER)
+        if gathered:
+            ctx.source.gather(job.indices, {f: arrays[(f,)][:n] for f in gathered})
+    except FeedlineError:
+        return None
+    if record is not None:
+        record("read", t0, time.perf_counter(), attrs)
+    return Filled(keys)
+
+
+def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batch_size: int,
+                slot_for: Callable[[collate.Layout], Mapping[collate.Path, np.ndarray]]
+                ) -> tuple[collate.Layout, Filled]:
+    """Batch 0 of the plan: prepare it per sample, infer the layout from its samples, then
+    fill the arrays ``slot_for(layout)`` gives (a pool slot, or fresh arrays in a process
+    worker). A sample whose structure differs from sample 0's is a bad sample as in any
+    batch (``on_error`` decides; skipping redoes the batch on the plan's path).
+
+    Raises:
+        WorkerError: a sample failed and ``on_error="raise"``.
+    """
+    prep = prepare(ctx, ctx.sample_stages(), job, worker, record)
+    depth = 1 if ctx.source.packed else 8
+    layout = collate.infer_layout(prep.samples, batch_size, depth)
+    arrays = slot_for(layout)
+    t0 = time.perf_counter()
+    for k, sample in enumerate(prep.samples):
+        try:
+            collate.check(layout, sample)
+        except DecodeError as exc:
+            if ctx.on_error == "raise":
+                item = ctx.source.item(prep.indices[k], prep.keys[k])
+                raise worker_error(exc, item, "collate", worker, ctx.source.shard_of(item)) from None
+            return layout, fill(ctx, make_plan(ctx, layout), job, worker, record, arrays)
+    ragged = collate.fill(layout, arrays, prep.samples)
+    if record is not None:
+        record("collate", t0, time.perf_counter(), {"batch": job.batch_id, "worker": worker})
+    return layout, Filled(prep.keys, ragged, prep.skipped)
