@@ -99,3 +99,51 @@ class Huge:
 def flat(lists: Any) -> list[int]:
     """Concatenate lists of ids."""
     return [i for part in lists for i in part]
+
+
+def _in_worker_process() -> bool:
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None
+
+
+def crash_in_worker(sample: dict[str, Any], how: str) -> dict[str, Any]:
+    """A transform that, in a worker process only, segfaults (``how="segv"``), calls
+    ``os._exit(3)`` (``"exit"``) or hangs (``"hang"``); in the training process it does
+    nothing, so a probe run there would pass and the test expecting the fault fails."""
+    if _in_worker_process():
+        if how == "segv":
+            import ctypes
+
+            ctypes.string_at(0)
+        elif how == "exit":
+            os._exit(3)
+        elif how == "hang":
+            import time
+
+            time.sleep(300)
+    return sample
+
+
+def with_lock(sample: dict[str, Any]) -> dict[str, Any]:
+    """A transform adding a value that cannot be pickled (a lock) as field ``handle``."""
+    import threading
+
+    return {**sample, "handle": threading.Lock()}
+
+
+class Photos:
+    """Map-style: sample i is a uint8 image, landscape (240, 320, 3) or, for 5% of the
+    indices (a fixed pseudo-random choice), portrait (320, 240, 3); plus its label."""
+
+    def __init__(self, n: int = 200) -> None:
+        self.n = n
+        rng = np.random.default_rng(1234)
+        self.portrait = set(rng.choice(n, size=max(1, n // 20), replace=False).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        shape = (320, 240, 3) if i in self.portrait else (240, 320, 3)
+        return {"image": np.full(shape, i % 251, np.uint8), "label": i}

@@ -1,0 +1,91 @@
+"""The batch layout is decided by batch 0 of the plan: the same on every run, threads and
+processes; a sample of another shape later gives that field as a list, never a crash."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import simplejpeg
+from loader_helpers import Photos
+
+import feedline
+from feedline.pipeline import collate
+
+
+def _run(dataset: Any, field: str, **kw: Any) -> list[tuple[Any, ...]]:
+    """Per batch: keys, whether ``field`` is dense, and a digest of its values."""
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with feedline.Loader(dataset, batch_size=16, seed=0, workers=2, **kw) as loader:
+            for epoch in range(2):
+                loader.set_epoch(epoch)
+                for b in loader:
+                    value = b[field]
+                    dense = not isinstance(value, list)
+                    rows = [value[i] for i in range(len(value))]
+                    digest = tuple((tuple(r.shape), int(r.sum())) for r in rows)
+                    out.append((tuple(b["__key__"]), dense, digest))
+    return out
+
+
+def _photos(root: Path, n: int = 80) -> Path:
+    """A packed set of JPEGs, 95% landscape 24x32, 5% portrait 32x24, with labels."""
+    from feedline.format import pack
+
+    src = root / "src"
+    src.mkdir()
+    portrait = set(np.random.default_rng(7).choice(n, size=n // 20, replace=False).tolist())
+    for i in range(n):
+        shape = (32, 24, 3) if i in portrait else (24, 32, 3)
+        img = np.random.default_rng(i).integers(0, 255, shape, dtype=np.uint8)
+        (src / f"img{i:03d}.jpg").write_bytes(simplejpeg.encode_jpeg(img))
+        (src / f"img{i:03d}.cls").write_text(str(i % 5))
+    pack([os.fspath(src)], os.fspath(root / "ds"))
+    return root / "ds"
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", ["arrays", "jpeg"])
+def test_mixed_orientation_gives_the_same_batches_on_every_run(tmp_path: Path, kind: str) -> None:
+    dataset: Any = Photos(160) if kind == "arrays" else os.fspath(_photos(tmp_path))
+    field = "image" if kind == "arrays" else "jpg"
+    runs = [_run(dataset, field, worker_type=w) for w in ("thread", "thread", "process",
+                                                          "thread", "process")]
+    for other in runs[1:]:
+        assert other == runs[0]
+    dense = [d for _, d, _ in runs[0]]
+    assert any(dense) and not all(dense)  # some batches hold a portrait: those are lists
+    for keys, is_dense, digest in runs[0]:
+        shapes = {s for s, _ in digest}
+        assert is_dense == (len(shapes) == 1)
+
+
+@pytest.mark.timeout(120)
+def test_the_list_fallback_warns_once_naming_the_field_and_the_fix() -> None:
+    with feedline.Loader(Photos(160), batch_size=16, seed=0, workers=2) as loader:
+        with pytest.warns(RuntimeWarning) as caught:
+            batches = list(loader)
+        assert len(batches) == 10
+    ours = [w for w in caught if "'image'" in str(w.message)]
+    assert len(ours) == 1 and "transform=" in str(ours[0].message)
+    assert loader.stats["list_fallbacks"]["image"] == sum(
+        isinstance(b["image"], list) for b in batches) >= 1
+
+
+def test_layout_takes_the_shape_most_of_batch_0_has() -> None:
+    a, b = np.zeros((2, 3), np.uint8), np.zeros((3, 2), np.uint8)
+    layout = collate.infer_layout([{"x": b}, {"x": a}, {"x": a}], 4, 1)
+    assert layout.leaves[0].shape == (2, 3)
+    even = collate.infer_layout([{"x": b}, {"x": a}], 4, 1)  # no majority: a list field
+    assert even.leaves[0].shape is None
+    arrays = {("x",): np.zeros((4, 2, 3), np.uint8)}
+    ragged = collate.fill(layout, arrays, [{"x": a}, {"x": b}])
+    assert list(ragged) == [("x",)] and ragged[("x",)][1].shape == (3, 2)
+    assert collate.fill(layout, arrays, [{"x": a + 1}, {"x": a + 2}]) == {}
+    assert arrays[("x",)][1].max() == 2
