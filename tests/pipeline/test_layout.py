@@ -61,7 +61,7 @@ def test_mixed_orientation_gives_the_same_batches_on_every_run(tmp_path: Path, k
         assert other == runs[0]
     dense = [d for _, d, _ in runs[0]]
     assert any(dense) and not all(dense)  # some batches hold a portrait: those are lists
-    for keys, is_dense, digest in runs[0]:
+    for _keys, is_dense, digest in runs[0]:
         shapes = {s for s, _ in digest}
         assert is_dense == (len(shapes) == 1)
 

@@ -20,17 +20,17 @@ def _loader(transform: object, **kw: object) -> feedline.Loader:
 
 @pytest.mark.timeout(120)
 def test_a_segfault_in_batch_0_is_worker_died_not_our_death() -> None:
-    with _loader(functools.partial(crash_in_worker, how="segv")) as loader:
-        with pytest.raises(WorkerDied) as info:
-            next(iter(loader))
+    with _loader(functools.partial(crash_in_worker, how="segv")) as loader, \
+            pytest.raises(WorkerDied) as info:
+        next(iter(loader))
     assert info.value.signal == "SIGSEGV" and info.value.worker.startswith("feedline-process_")
 
 
 @pytest.mark.timeout(120)
 def test_os_exit_in_batch_0_is_worker_died_with_the_code() -> None:
-    with _loader(functools.partial(crash_in_worker, how="exit")) as loader:
-        with pytest.raises(WorkerDied) as info:
-            next(iter(loader))
+    with _loader(functools.partial(crash_in_worker, how="exit")) as loader, \
+            pytest.raises(WorkerDied) as info:
+        next(iter(loader))
     assert info.value.exitcode == 3
 
 
