@@ -47,6 +47,7 @@ def _check_rows(doc: dict[str, Any]) -> None:
         ("read_sequential.py", ("--samples", "60"), {1, 2}),
         ("read_small_files.py", ("--samples", "300"), {2}),
         ("read_vs_webdataset.py", ("--samples", "150"), {1}),
+        ("read_npy_rows.py", ("--samples", "300"), {2}),
     ],
 )
 def test_read_benchmark_runs_and_reports(
