@@ -101,6 +101,35 @@ def test_s3_fields_read_into_rows_like_local(s3: tuple[Any, dict[str, Any]], tmp
 
 
 @pytest.mark.timeout(120)
+def test_s3_npy_rows_and_labels_like_local(s3: tuple[Any, dict[str, Any]], tmp_path: Path) -> None:
+    import io
+
+    import numpy as np
+    from iodata import build_dataset
+
+    def npy(arr: np.ndarray) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        return buf.getvalue()
+
+    rng = np.random.default_rng(6)
+    shards = [[(f"k{s}{i:03d}", {"x.npy": npy(rng.random((3, 5)).astype(np.float32)), "cls": b"%d" % (s * 100 + i)})
+               for i in range(7)] for s in range(2)]
+    local_root = build_dataset(tmp_path / "npy", shards)
+    fs, options = s3
+    remote = open_dataset(_upload(fs, local_root, "npy"), storage_options=options, verify=True)
+    assert remote.schema["x.npy"].kind == "npy" and remote.schema["cls"].kind == "label"
+    order = [13, 0, 7, 3, 3]
+    got, want = np.zeros((5, 3, 5), np.float32), np.zeros((5, 3, 5), np.float32)
+    assert remote.read_fields_into(order, {"x.npy": got}) == open_dataset(local_root).read_fields_into(order, {"x.npy": want})
+    assert got.tobytes() == want.tobytes()
+    np.testing.assert_array_equal(got[0], np.load(io.BytesIO(shards[1][6][1]["x.npy"])))
+    labels = np.zeros(5, np.int64)
+    remote.gather_labels(order, {"cls": labels})
+    assert labels.tolist() == [106, 0, 100, 3, 3]
+
+
+@pytest.mark.timeout(120)
 def test_s3_truncated_shard_and_missing_manifest(s3: tuple[Any, dict[str, Any]], dataset: Path) -> None:
     fs, options = s3
     with pytest.raises(FormatError, match="no manifest"):
