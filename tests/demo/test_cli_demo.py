@@ -35,8 +35,16 @@ def test_demo_runs_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assert figures["verdict"] in ("data-bound", "compute-bound", "balanced")
     assert data["speedup"] == pytest.approx(
         data["after"]["samples_per_s"] / data["before"]["samples_per_s"])
+    assert isinstance(data["host_contended"], bool)
+    for run in ("before", "after"):
+        host = data["host"][run]
+        assert host["cores"] >= 1 and host["seconds"] > 0
+        assert host["contended"] == bool(host["reasons"])
+    assert ("busy host during" in text) == data["host_contended"]
     page = html.read_text()
     assert page.startswith("<!DOCTYPE html>") and "before" in page and "after" in page
+    assert page.index("Speedup ") < page.index("<section") and "samples/s" in page
+    assert "compute busy" in page and "GPU busy" not in page
     assert not list(tmp_path.glob("feedline-demo-*")), "the temporary work dir is removed"
 
 

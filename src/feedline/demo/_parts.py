@@ -69,7 +69,9 @@ def watch(iterable: Iterable[Any], *, device: str, batch_size: int, name: str) -
     return watch_fn(iterable, device=device, batch_size=batch_size, name=name)
 
 
-def write_html(reports: list[Any], path: Path) -> None:
-    """Both runs' reports (timelines, stage histograms) as one HTML file."""
+def write_html(reports: list[Any], path: Path, headline: list[str] | None = None) -> None:
+    """Both runs' reports (timelines, stage histograms) as one HTML file, with
+    ``headline`` (plain-text lines: speedup, samples/s, host load) at the top."""
     _piece("feedline.observe", "write_html")(
-        reports, path, title="feedline demo: the naive loader vs feedline.Loader")
+        reports, path, title="feedline demo: the naive loader vs feedline.Loader",
+        headline=headline or [])

@@ -9,6 +9,11 @@
    small files, then ``feedline.Loader`` over the shards; both watched by
    ``feedline.watch``;
 4. print the before/after table, write the HTML report and, on request, JSON.
+
+Around each measured run :mod:`feedline.demo.contention` reads the kernel's
+load counters; when the loader and the step (or other programs) fought over
+too few cores, the table says so instead of presenting the speedup as the
+result.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -140,11 +145,12 @@ def run_demo(cfg: DemoConfig, console: Console | None = None) -> DemoResult:
 def _run_in(
     cfg: DemoConfig, device: str, work: Path, html_path: Path, console: Console
 ) -> dict[str, Any]:
-    from feedline.demo import _parts, runs, table
+    from feedline.demo import _parts, contention, runs, table
     from feedline.demo.align import misaligned
     from feedline.demo.model import FIELDS_PER_FRAME
     from feedline.demo.synth import make_driving_log
 
+    first = contention.snapshot()  # the load average before this demo added its own
     workers = cfg.workers or default_workers(device)
     raw, packed = work / "raw", work / "packed"
     with _bar(console) as bar:
@@ -166,7 +172,7 @@ def _run_in(
          True),
         ("after", f"feedline.Loader(workers={workers}) over the shards", fast, False),
     )
-    figures, reports = [], []
+    figures, reports, loads = [], [], {}
     threads = compute_threads(device, workers)
     if threads is not None:
         console.print(f"on cpu the model stands in for the accelerator: it gets {threads} "
@@ -174,11 +180,13 @@ def _run_in(
     with _bar(console) as bar, _torch_threads(threads):
         for name, loader_text, batches, copy in plans:
             task = bar.add_task(f"  {name}", total=cfg.steps)
+            before = replace(contention.snapshot(), loadavg=first.loadavg)
             out = runs.measured_run(
                 batches, name=name, init=init, imu_shape=imu_shape, device=device,
                 steps=cfg.steps, batch_size=cfg.batch_size, copy_to_device=copy,
                 on_step=partial(bar.advance, task, 1), verify=misaligned,
             )
+            loads[name] = contention.assess(before, contention.snapshot())
             reports.append(out.report)
             figures.append(table.figures_from_report(
                 out.report, name=name, loader=loader_text, device=device, steps=cfg.steps,
@@ -186,11 +194,13 @@ def _run_in(
             ))
     console.print("4/4 the before/after table")
     comp = table.comparison(figures[0], figures[1])
-    table.render(comp, console)
+    table.render(comp, console, loads)
     console.print("both runs: each sample of the first batch had its 6 cameras, lidar sweep "
                   "and IMU window from one timestamp (checked)", highlight=False)
-    _parts.write_html(reports, html_path)
-    result = table.to_json(comp, frames=cfg.synth.frames, workers=workers, device=device)
+    _parts.write_html(reports, html_path, headline=table.headline(comp, loads))
+    result = table.to_json(comp, frames=cfg.synth.frames, workers=workers, device=device,
+                           host={k: v.to_dict() for k, v in loads.items()},
+                           host_contended=any(v.contended for v in loads.values()))
     result["compute_threads"] = threads
     return result
 

@@ -3,17 +3,24 @@
 :class:`RunFigures` holds what one measured run reports (every number comes
 from a :func:`feedline.watch` report or the run's own clock, none assumed);
 :func:`comparison` pairs two runs with the speedup; :func:`render` prints it
-with rich; :func:`to_json` gives the same table for machines.
+with rich, with a warning beside it when the host was busy (:func:`host_lines`);
+:func:`headline` is the short version for the HTML report; :func:`to_json`
+gives the same table for machines.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from feedline.demo.contention import HostLoad
 
 
 @dataclass(frozen=True)
@@ -135,8 +142,8 @@ def _ms(seconds: float | None) -> str:
 def _pct(fraction: float) -> str:
     if math.isnan(fraction):
         return "n/a"
-    text = f"{fraction * 100:.0f}%"
-    return "0%" if text == "-0%" else text  # a rounding-size negative reads as zero
+    # a share of time is never below zero; clock noise can make a tiny one negative
+    return f"{max(0.0, fraction) * 100:.0f}%"
 
 
 def _ratio(before: float | None, after: float | None, *, higher_is_better: bool) -> str:
@@ -175,9 +182,39 @@ def _loss(r: RunFigures) -> str:
     return f"{r.first_loss:.4f} -> {r.last_loss:.4f}"
 
 
-def render(c: Comparison, console: Console | None = None) -> None:
-    """Print the before/after table and the speedup line."""
+def host_lines(loads: Mapping[str, HostLoad]) -> list[str]:
+    """What the host's load did to the comparison, one plain line each (none if quiet)."""
+    busy = {name: load for name, load in loads.items() if load.contended}
+    if not busy:
+        return []
+    lines = [f"busy host during the {name} run: " + "; ".join(load.reasons)
+             for name, load in busy.items()]
+    cores = next(iter(busy.values())).cores
+    lines.append(f"so the speedup measures the competition for {cores} core(s) as much as the "
+                 "loaders: rerun on a quiet machine, or with more cores (feedline doctor "
+                 "checks cores against workers)")
+    return lines
+
+
+def headline(c: Comparison, loads: Mapping[str, HostLoad] | None = None) -> list[str]:
+    """The result in two plain lines (the HTML report's top), plus any busy-host warning."""
+    b, a = c.before, c.after
+    trust = " (on a busy host: not representative)" if host_lines(loads or {}) else ""
+    return [
+        f"Speedup {c.speedup:.2f}x{trust}: {b.samples_per_s:.1f} -> {a.samples_per_s:.1f} "
+        f"samples/s over {b.steps} steps x batch {b.batch_size} on {b.device}",
+        f"Data stall {_pct(b.stall_fraction)} -> {_pct(a.stall_fraction)} of each step; "
+        f"step time p50 {_ms(b.step_p50_s)} -> {_ms(a.step_p50_s)}",
+        *host_lines(loads or {}),
+    ]
+
+
+def render(
+    c: Comparison, console: Console | None = None, loads: Mapping[str, HostLoad] | None = None,
+) -> None:
+    """Print the before/after table, any busy-host warning beside it, and the speedup line."""
     console = console or Console()
+    warning = host_lines(loads or {})
     b, a = c.before, c.after
     table = Table(
         title=f"{b.steps} steps x batch {b.batch_size} on {b.device}: same model init, same data",
@@ -192,8 +229,11 @@ def render(c: Comparison, console: Console | None = None) -> None:
     for row in _rows(c):
         table.add_row(*row)
     console.print(table)
+    for line in warning:
+        console.print(f"[bold yellow]{escape(line)}[/]")
+    label = "measured on a busy host, not representative" if warning else "measured"
     console.print(
-        f"speedup (samples/s, measured): [bold]{c.speedup:.2f}x[/bold]; "
+        f"speedup (samples/s, {label}): [bold]{c.speedup:.2f}x[/bold]; "
         f"wall time {b.wall_s:.1f} s -> {a.wall_s:.1f} s"
     )
     for line in notes(c):

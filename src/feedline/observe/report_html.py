@@ -17,6 +17,7 @@ from typing import Any
 
 from feedline.observe._export import ordered_stages
 from feedline.observe.report import Report
+from feedline.units import format_duration
 
 COLOURS = {"wait": "#d62728", "read": "#ff7f0e", "fetch": "#ff7f0e", "decode": "#bcbd22",
            "transform": "#8c564b", "collate": "#9467bd", "pin": "#e377c2", "h2d": "#17becf",
@@ -41,14 +42,33 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def stage_label(stage: str, device: str) -> str:
+    """The name shown for ``stage``: the compute stage is "gpu" only on a GPU."""
+    return "compute" if stage == "gpu" and not str(device).startswith("cuda") else stage
+
+
+def timeline_window(rep: Report, max_seconds: float = 3.0) -> str:
+    """Which part of the run the timeline shows: ``"first 3 s of 12.4 s"`` or ``"all 2.1 s"``."""
+    starts = [s.start for s in rep.spans]
+    t0 = rep.timeline[0][0] if rep.timeline else min(starts, default=0.0)
+    total = max((s.start + s.duration for s in rep.spans), default=t0) - t0
+    if total <= max_seconds:
+        return f"all {format_duration(total)}"
+    return f"first {format_duration(max_seconds)} of {format_duration(total)}"
+
+
 def timeline_png(rep: Report, max_seconds: float = 3.0) -> str:
-    """Spans of the first ``max_seconds`` of measured steps, one row per stage and thread."""
+    """Spans of the first ``max_seconds`` of measured steps, one row per stage and thread.
+
+    The title says which window is shown ("first 3.0 s of 12.4 s", or "all 2.1 s").
+    """
     plt = _pyplot()
     spans = rep.spans
     t0 = min((s.start for s in spans), default=0.0)
     if rep.timeline:
         t0 = rep.timeline[0][0]
     window = [s for s in spans if t0 <= s.start <= t0 + max_seconds]
+    shown = timeline_window(rep, max_seconds)
     rows = sorted({(s.stage, s.pid, s.tid) for s in window},
                   key=lambda r: (ordered_stages_index(r[0]), r[1], r[2]))
     fig, ax = plt.subplots(figsize=(10, 0.35 * max(len(rows), 3) + 1))
@@ -57,10 +77,11 @@ def timeline_png(rep: Report, max_seconds: float = 3.0) -> str:
                 if (s.stage, s.pid, s.tid) == (stage, pid, tid)]
         ax.broken_barh(bars, (y - 0.4, 0.8), color=COLOURS.get(stage, "#7f7f7f"))
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{st} [{pid}:{tid % 10000}]" for st, pid, tid in rows], fontsize=7)
+    ax.set_yticklabels([f"{stage_label(st, rep.device)} [{pid}:{tid % 10000}]"
+                        for st, pid, tid in rows], fontsize=9)
     ax.invert_yaxis()  # pipeline order top to bottom
-    ax.set_xlabel("ms since first measured step")
-    ax.set_title(f"{rep.name}: timeline")
+    ax.set_xlabel("ms since first measured step", fontsize=10)
+    ax.set_title(f"{rep.name}: timeline, {shown} of measured steps", fontsize=11)
     return _png(fig)
 
 
@@ -70,20 +91,26 @@ def ordered_stages_index(stage: str) -> int:
 
 
 def histograms_png(rep: Report) -> str:
-    """One histogram of durations (ms) per stage, with p50 / p99 marked."""
+    """One histogram of durations (ms) per stage, with p50 / p99 marked; three per row,
+    so labels stay readable however many stages there are."""
     plt = _pyplot()
     names = [n for n in ordered_stages(rep) if any(s.stage == n for s in rep.spans)] or ["wait"]
-    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=False):
+    cols = min(3, len(names))
+    nrows = -(-len(names) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.9 * nrows), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names, strict=False):
         data = [s.duration * 1e3 for s in rep.spans if s.stage == name]
         ax.hist(data or [0.0], bins=30, color=COLOURS.get(name, "#7f7f7f"))
         st = rep.stages.get(name)
         if st is not None:
             ax.axvline(st.p50 * 1e3, color="k", linestyle="--", linewidth=1)
             ax.axvline(st.p99 * 1e3, color="k", linestyle=":", linewidth=1)
-        ax.set_title(name, fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.set_xlabel("ms (-- p50, .. p99)", fontsize=7)
+        ax.set_title(stage_label(name, rep.device), fontsize=12)
+        ax.tick_params(labelsize=10)
+        ax.set_xlabel("ms (-- p50, .. p99)", fontsize=10)
+    fig.tight_layout()
     return _png(fig)
 
 
@@ -93,13 +120,15 @@ def _table(rep: Report) -> str:
     for name in ordered_stages(rep):
         s = rep.stages[name]
         cells = "".join(f"<td>{v * 1e3:.2f}</td>" for v in (s.mean, s.p50, s.p95, s.p99, s.max))
-        rows.append(f"<tr><td>{html.escape(name)}</td><td>{s.count}</td>{cells}</tr>")
+        label = html.escape(stage_label(name, rep.device))
+        rows.append(f"<tr><td>{label}</td><td>{s.count}</td>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table><p class=unit>times in ms</p>"
 
 
 def _section(rep: Report) -> str:
     e = html.escape
     util = "n/a" if rep.gpu_utilisation is None else f"{rep.gpu_utilisation:.0%}"
+    busy = "GPU busy" if str(rep.device).startswith("cuda") else "compute busy"
     a = rep.analysis
     model = (f"<p>Model ({e(str(a.get('applies')))}): serial {a['serial'] * 1e3:.1f} ms, steady "
              f"{a['steady'] * 1e3:.1f} ms; predicted {a['predicted'] * 1e3:.1f} ms vs measured "
@@ -111,12 +140,14 @@ def _section(rep: Report) -> str:
                     f"<code>{e(f.fix)}</code></li>" for f in rep.findings)
     return (
         f"<section><h2>{e(rep.name)}</h2>"
-        f"<p class=verdict>Verdict: <b>{e(rep.verdict)}</b> (binding stage: {e(rep.binding)}). "
-        f"Data stall {rep.stall_fraction:.0%} of each step; busy {util}; step p50 "
+        f"<p class=verdict>Verdict: <b>{e(rep.verdict)}</b> (binding stage: "
+        f"{e(stage_label(str(rep.binding), rep.device))}). Data stall "
+        f"{max(0.0, rep.stall_fraction):.0%} of each step; {busy} {util}; step p50 "
         f"{rep.step_time.p50 * 1e3:.1f} ms, p99 {rep.step_time.p99 * 1e3:.1f} ms.</p>"
         f"{model}<p>Recommendation: {e(rep.recommendation)}.{gain}</p>{ab}"
         f"<ul class=findings>{finds}</ul>{_table(rep)}"
         f"<img alt='timeline of {e(rep.name)}' src='data:image/png;base64,{timeline_png(rep)}'>"
+        f"<p class=unit>Timeline: {e(timeline_window(rep))} of measured steps.</p>"
         f"<img alt='stage histograms of {e(rep.name)}' "
         f"src='data:image/png;base64,{histograms_png(rep)}'></section>"
     )
@@ -125,19 +156,27 @@ def _section(rep: Report) -> str:
 CSS = ("body{font-family:sans-serif;margin:1em}main{display:flex;gap:2em;flex-wrap:wrap}"
        "section{flex:1;min-width:520px}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
        "padding:2px 6px;text-align:right}img{max-width:100%;display:block;margin:.5em 0}"
-       ".verdict{font-size:1.2em}")
+       ".verdict{font-size:1.2em}.headline{font-size:1.3em;border:1px solid #ccc;padding:.2em 1em;"
+       "margin-bottom:1em}")
 
 
 def write_html(reports: Report | Sequence[Report], path: str | os.PathLike[str],
-               title: str = "feedline diagnose") -> Path:
-    """Write one self-contained HTML page with every report side by side."""
+               title: str = "feedline diagnose", headline: Sequence[str] = ()) -> Path:
+    """Write one self-contained HTML page with every report side by side.
+
+    ``headline``: plain-text lines shown first, above the reports (the result
+    in a sentence, e.g. the demo's speedup and samples/s); the first is bold.
+    """
     reps = [reports] if isinstance(reports, Report) else list(reports)
     if not reps:
         raise ValueError("reports must hold at least one Report")
-    body = "".join(_section(r) for r in reps)
+    lines = [f"<p>{'<b>' * (i == 0)}{html.escape(t)}{'</b>' * (i == 0)}</p>"
+             for i, t in enumerate(headline)]
+    body = (f"<div class=headline>{''.join(lines)}</div>" if lines else "") + (
+        f"<main>{''.join(_section(r) for r in reps)}</main>")
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
             f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<main>{body}</main></body></html>")
+            f"{body}</body></html>")
     out = Path(path)
     out.write_text(page, encoding="utf-8")
     return out
