@@ -133,12 +133,13 @@ def resize(img: np.ndarray, size: int | Sequence[int]) -> np.ndarray:
     if (h, w) == (oh, ow):
         return src.copy()
     fy, fx = max(1, h // (2 * oh)), max(1, w // (2 * ow))
-    work = _box_shrink(src, fy, fx) if fy > 1 or fx > 1 else src.astype(np.float32)
+    work = _box_shrink(src, fy, fx) if fy > 1 or fx > 1 else src
     h, w, _ = work.shape
     y0, y1, wy = _axis_weights(h, oh)
     x0, x1, wx = _axis_weights(w, ow)
     wy, wx = wy[:, None, None], wx[None, :, None]
-    top, bottom = work[y0], work[y1]
+    # gather the two source rows of each output row first, convert only those
+    top, bottom = work[y0].astype(np.float32), work[y1].astype(np.float32)
     rows = top + (bottom - top) * wy  # (oh, w, c)
     left, right = rows[:, x0], rows[:, x1]
     out = left + (right - left) * wx
