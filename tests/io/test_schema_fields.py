@@ -16,7 +16,7 @@ from iodata import Samples, build_dataset, disk_dir, pack_dataset
 
 from feedline.decode import Decoders
 from feedline.errors import ChecksumError, ConfigError, ReadError
-from feedline.format import ShardIndex, encode_index, read_manifest, write_manifest
+from feedline.format import ShardIndex, encode_index, index_tars, read_manifest, write_manifest
 from feedline.format._checksum import checksum, hexdigest
 from feedline.io import open_dataset
 
@@ -216,3 +216,10 @@ def test_a_v1_dataset_still_opens_and_reads(tmp_path: Path) -> None:
     assert bytes(ds[5]["cls"]) == SHARDS[0][5][1]["cls"]
     with pytest.raises(ConfigError, match="kind is var"):
         ds.gather_labels([0], {"cls": np.zeros(1, np.int64)})
+    # the upgrade the README gives: re-index every shard in place
+    index_tars([root / info.name for info in manifest.shards], root)
+    upgraded = open_dataset(root)
+    assert read_manifest(root).version == 2 and upgraded.schema["x.npy"].kind == "npy"
+    labels = np.zeros(2, np.int64)
+    upgraded.gather_labels([5, 0], {"cls": labels})
+    assert labels.tolist() == [int(SHARDS[0][5][1]["cls"]), int(SHARDS[0][0][1]["cls"])]

@@ -2,8 +2,10 @@
 
 A dataset is a folder with plain POSIX tar shards (``tar`` and WebDataset read
 them unchanged), a binary index beside each shard (every member's sample,
-field, payload offset, size and checksum) and a JSON ``manifest.json`` written
-last. No pickle anywhere. Imports stdlib, numpy and xxhash only.
+field, payload offset, size and checksum, and since format version 2 each
+field's schema: :class:`FieldSchema`, raw / npy / label / var) and a JSON
+``manifest.json`` written last. No pickle anywhere. Imports stdlib, numpy and
+xxhash only.
 
     >>> from feedline.format import pack, read_manifest, load_index
     >>> manifest = pack(["photos/"], "data/", align=4096)      # doctest: +SKIP

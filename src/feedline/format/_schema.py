@@ -33,6 +33,7 @@ if every shard agrees on kind, dtype and shape.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -98,8 +99,9 @@ def _prod(shape: Iterable[int]) -> int:
     return n
 
 
+@functools.lru_cache(maxsize=4096)
 def candidate_kind(field: str) -> Kind:
-    """The kind a field's name asks for, before its values are seen."""
+    """The kind a field's name asks for, before its values are seen (cached: once per name)."""
     parts = field.lower().split(".")
     ext = parts[-1]
     if ext in RAW_DTYPES:

@@ -21,7 +21,7 @@ from feedline.format._atomic import fsync_dir, remove_quietly, start_writeback, 
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import ShardInfo
-from feedline.format._schema import HEAD_BYTES, SchemaBuilder
+from feedline.format._schema import HEAD_BYTES, SchemaBuilder, candidate_kind
 from feedline.format._tar import BLOCK, END_OF_ARCHIVE, check_member_name, member_header
 
 INDEX_SUFFIX = ".idx"
@@ -176,6 +176,8 @@ class ShardWriter:
             ConfigError: an ``.npy`` needing pickle or unreadable, or a ``cls`` label
                 that is not an integer (naming the member ``key.field``).
         """
+        if candidate_kind(field) == "var":
+            return 0, None  # nothing to learn from the bytes (most fields: images, json...)
         view = memoryview(data)
         if view.itemsize != 1:
             view = view.cast("B")
