@@ -147,3 +147,18 @@ class Photos:
     def __getitem__(self, i: int) -> dict[str, Any]:
         shape = (320, 240, 3) if i in self.portrait else (240, 320, 3)
         return {"image": np.full(shape, i % 251, np.uint8), "label": i}
+
+
+class Busy(Numbers):
+    """Like Numbers, with ``work`` iterations of pure-Python arithmetic per sample (holds
+    the GIL: the case process workers are for)."""
+
+    def __init__(self, n: int = 64, work: int = 20_000) -> None:
+        super().__init__(n)
+        self.work = work
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        acc = 0
+        for k in range(self.work):
+            acc += k * k % 7
+        return {**super().__getitem__(i), "acc": acc}

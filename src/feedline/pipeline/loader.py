@@ -85,7 +85,12 @@ class Loader:
         workers: worker threads or processes (each prepares one batch at a time); default
             the cores this process may use (affinity, capped by a cgroup quota), at most 8
             (more workers than cores only adds memory in flight and contention).
-        worker_type: ``"thread"`` (default; no pickling, no /dev/shm) or ``"process"``.
+        worker_type: ``"thread"`` (default; no pickling, no /dev/shm), ``"process"`` (for
+            Python work that holds the GIL; dataset and functions must pickle), or
+            ``"auto"``: start with threads, measure the first batches' CPU time against
+            wall time, and move to processes when the threads wait for the GIL (see
+            :mod:`feedline.pipeline.auto`; what it chose and why is in ``stats["auto"]``).
+            Batch content and order never depend on it.
         prefetch: finished batches allowed to wait ahead of the consumer.
         pinned_budget: byte cap of the slot pool (``"2GiB"``); a batch bigger than it is a
             ResourceError at the first batch.
@@ -127,7 +132,7 @@ class Loader:
         self.batch_size = _positive_int("batch_size", batch_size)
         self.workers = default_workers() if workers is None else _positive_int("workers", workers)
         self.prefetch = _positive_int("prefetch", prefetch)
-        self.worker_type = _choice("worker_type", worker_type, ("thread", "process"))
+        self.worker_type = _choice("worker_type", worker_type, ("thread", "process", "auto"))
         self.on_error = _choice("on_error", on_error, ("raise", "skip"))
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
@@ -240,7 +245,8 @@ class Loader:
                 "budget_waits": pool.budget_waits, "budget_wait_s": pool.budget_wait_s,
                 **rt.gauges.report(),
                 "recipes": rt.plan.describe() if rt.plan is not None else {},
-                "list_fallbacks": dict(rt.fallbacks), "worker_type": self.worker_type}
+                "list_fallbacks": dict(rt.fallbacks), "worker_type": rt.kind,
+                **({"auto": rt.auto.report()} if rt.auto is not None else {})}
 
     # -- iteration ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:

@@ -14,6 +14,7 @@ from it once and shared with every worker. It holds no reference to the
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -26,7 +27,9 @@ import numpy as np
 import torch
 
 from feedline import spans
+from feedline.cores import usable_cores
 from feedline.pipeline import collate, nested, shm
+from feedline.pipeline.auto import AutoChoice, thread_clock
 from feedline.pipeline.gauges import Gauges
 from feedline.pipeline.jobs import Context, Job, prepare
 from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_batch
@@ -85,6 +88,10 @@ class Runtime:
         self.plan: BatchPlan | None = None
         """Decided once: at start with a custom collate, else from the probe batch."""
         self.pool_workers: ThreadWorkers | ProcessWorkers | None = None
+        self.auto: AutoChoice | None = None
+        """With ``worker_type="auto"``: the measurement and the decision."""
+        self._retired: ThreadWorkers | None = None  # threads left after moving to processes
+        self._mover: threading.Thread | None = None
         self.closed = False
         self.fallbacks: Counter[str] = Counter()
         """Dense field -> batches in which it was delivered as a list (another shape)."""
@@ -104,14 +111,70 @@ class Runtime:
         custom = self.opts.collate_fn is not None
         if custom:
             self.plan = make_plan(self.ctx, None, custom=True)
-        if self.opts.worker_type == "thread":
-            self.pool_workers = ThreadWorkers(self.opts.workers, self.run_job, self.opts.timeout)
+        if self.opts.worker_type == "auto":
+            self.auto = AutoChoice(self.opts.workers, usable_cores())
+        if self.opts.worker_type in ("thread", "auto"):
+            self.pool_workers = ThreadWorkers(self.opts.workers, self._timed_job, self.opts.timeout)
         else:
-            self.pool_workers = ProcessWorkers(
-                self.opts.workers, self.ctx, self.on_result, self.configure, self.opts.batch_size,
-                start_method=self.opts.start_method, custom_collate=self.opts.collate_fn,
-                timed=spans.active(),
-            )
+            self.pool_workers = self._processes()
+
+    @property
+    def kind(self) -> str:
+        """The kind of workers batches are submitted to now."""
+        return self.pool_workers.kind if self.pool_workers is not None else self.opts.worker_type
+
+    def _processes(self, configured: tuple[shm.ArenaSpec, BatchPlan] | None = None
+                   ) -> ProcessWorkers:
+        return ProcessWorkers(
+            self.opts.workers, self.ctx, self.on_result, self.configure, self.opts.batch_size,
+            start_method=self.opts.start_method, custom_collate=self.opts.collate_fn,
+            timed=spans.active(), configured=configured,
+        )
+
+    def _timed_job(self, job: Job, worker: str) -> Ready | None:
+        """Thread workers: :meth:`run_job`, timed for ``worker_type="auto"``."""
+        if self.auto is None or self.auto.decided is not None:
+            return self.run_job(job, worker)
+        t0, (c0, q0) = time.perf_counter(), thread_clock()
+        ready = self.run_job(job, worker)
+        c1, q1 = thread_clock()
+        decision = self.auto.timed(job.probe, c1 - c0, time.perf_counter() - t0 - (q1 - q0))
+        if decision == "process":  # started aside: this batch is not held up
+            self._mover = threading.Thread(target=self._move_to_processes,
+                                           name="feedline-auto", daemon=True)
+            self._mover.start()
+        return ready
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until a move to process workers decided by ``auto`` is done (or given up)."""
+        mover = self._mover
+        if mover is not None:
+            mover.join(timeout)
+            return not mover.is_alive()
+        return True
+
+    def _move_to_processes(self) -> None:
+        """``auto`` decided on processes: start them with the plan; later jobs go there."""
+        plan, auto = self.plan, self.auto
+        assert plan is not None and auto is not None
+        try:
+            spec = None
+            if plan.layout is not None:
+                spec = shm.create(self.opts.shm_dir, plan.layout, self.opts.window)
+            procs = self._processes(None if spec is None else (spec, plan))
+        except Exception as exc:  # unpicklable dataset or transform, no /dev/shm...
+            if spec is not None and os.path.exists(spec.path):
+                os.unlink(spec.path)
+            auto.decided = "thread"
+            auto.why += f"; but process workers could not start ({type(exc).__name__}: {exc})"
+            return
+        with self._lock:
+            if self.closed:
+                procs.close()
+                return
+            threads = self.pool_workers
+            assert isinstance(threads, ThreadWorkers)
+            self._retired, self.pool_workers = threads, procs
 
     def configure(self, layout: collate.Layout) -> BatchPlan:
         """Fix the layout and the plan (once, from the probe batch).
@@ -256,5 +319,9 @@ class Runtime:
         self.closed = True
         self.sched.close()
         self.pool.close()  # first: wakes producers waiting for a slot
-        if self.pool_workers is not None:
-            self.pool_workers.close()
+        self.settle(60.0)  # a move to processes in progress sees closed and stops them
+        with self._lock:
+            pools = [self.pool_workers, self._retired]
+        for pool in pools:
+            if pool is not None:
+                pool.close()

@@ -212,6 +212,8 @@ class ProcessWorkers:
             calls :meth:`configure` (or raises, failing the probe's job).
         batch_size: rows per batch (for the probe's arrays).
         start_method: ``"spawn"`` or ``"forkserver"``.
+        configured: the arena and plan when they are known before the workers start
+            (``worker_type="auto"`` moving to processes): no probe will run.
     """
 
     kind = "process"
@@ -221,7 +223,8 @@ class ProcessWorkers:
                  on_layout: Callable[[collate.Layout], Any], batch_size: int, *,
                  start_method: str = "spawn",
                  custom_collate: Callable[[list[Any]], Any] | None = None,
-                 timed: bool = False) -> None:
+                 timed: bool = False,
+                 configured: tuple[shm.ArenaSpec, BatchPlan] | None = None) -> None:
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
         mpctx: Any = mp.get_context(start_method)
@@ -249,6 +252,8 @@ class ProcessWorkers:
             self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
         try:
             self._wait_for("ready")
+            if configured is not None:  # before the reader thread reads these pipes
+                self.configure(*configured, probe=False)
         except BaseException:
             self.close()
             raise
@@ -256,10 +261,11 @@ class ProcessWorkers:
                                         daemon=True)
         self._reader.start()
 
-    def configure(self, spec: shm.ArenaSpec, plan: BatchPlan) -> None:
+    def configure(self, spec: shm.ArenaSpec, plan: BatchPlan, *, probe: bool = True) -> None:
         """Map the arena ``spec`` in every worker and give them ``plan`` (once, called by
         ``on_layout`` in the reader thread while the probe waits for it: it fills slot 0);
-        then queued jobs start.
+        then queued jobs start. ``probe=False`` (from the constructor, ``configured=``): no
+        probe is waiting, every slot is free.
 
         Raises:
             WorkerDied: a worker died or did not answer in time.
@@ -272,7 +278,7 @@ class ProcessWorkers:
         finally:
             os.unlink(spec.path)  # every worker has it mapped (or one failed)
         with self._cond:
-            self._free = list(range(1, spec.count))
+            self._free = list(range(1 if probe else 0, spec.count))
         self._dispatch()
 
     def _wait_for(self, what: str) -> None:
