@@ -16,6 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(script: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    doc = _main(script, tmp_path, *extra)
+    _check(doc)
+    return doc
+
+
+def _main(script: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    """Run ``bench/<script>``'s main at ``--quick --repeat 1``; its JSON document."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         spec = importlib.util.spec_from_file_location(f"bench_{script[:-3]}", ROOT / "bench" / script)
@@ -29,13 +36,29 @@ def _run(script: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
         sys.path.remove(str(ROOT / "bench"))
     assert rc == 0
     doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+def _check(doc: dict[str, Any]) -> None:
     assert doc["preliminary"] is True and doc["quick"] is True and doc["rows"]
     for row in doc["rows"]:
         assert row["median_s"] > 0 and math.isfinite(row["samples_per_s"]) and row["samples"] > 0
     assert doc["comparisons"]
     for comp in doc["comparisons"]:
         assert comp["ratio"] > 0 and isinstance(comp["meets_goal"], bool) and comp["baseline"]
-    return doc
+
+
+@pytest.mark.timeout(300)
+def test_loader_fields(tmp_path: Path) -> None:
+    doc = _main("loader_fields.py", tmp_path, "--samples", "300")
+    cases = {c["benchmark"]: c for c in doc["cases"]}
+    assert set(cases) == {"loader_fields/npy", "loader_fields/f32cls", "loader_fields/jpgcls"}
+    for case in cases.values():
+        _check(case)
+    assert cases["loader_fields/f32cls"]["recipes"] == {"f32": "read-rows", "cls": "gather"}
+    assert cases["loader_fields/npy"]["recipes"] == {"npy": "read-rows"}
+    assert cases["loader_fields/jpgcls"]["recipes"] == {"jpg": "decode-rows", "cls": "gather"}
+    assert cases["loader_fields/jpgcls"]["ceiling"]["ours_of_ceiling"] > 0
 
 
 @pytest.mark.timeout(300)
