@@ -124,9 +124,9 @@ def test_skip_keeps_batch_sizes_counts_and_rank_lockstep() -> None:
 
 
 def test_abandoned_loaders_leave_nothing_behind() -> None:
-    def snapshot() -> tuple[int, int, set[str]]:
+    def snapshot() -> tuple[int, int, set[str]]:  # /dev/shm: ours only (not others' torch_*)
         return (len(os.listdir("/proc/self/fd")), threading.active_count(),
-                set(os.listdir("/dev/shm")))
+                {f for f in os.listdir("/dev/shm") if f.startswith("feedline-")})
 
     def once() -> None:
         loader = feedline.Loader(Numbers(64), batch_size=4, workers=3, seed=1)
