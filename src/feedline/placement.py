@@ -140,12 +140,11 @@ def plan_placement(
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     if placement == "none":
         return Placement(None, None, "placement='none'")
-    nodes = topology.numa_node_count(sysfs)
-    if nodes < 2:
-        return Placement(None, None, "single NUMA node: nothing to choose")
     address, why = (gpu_address, None) if gpu_address else _device_address(device)
     if address is None:
         return Placement(None, None, why or "no GPU")
+    if topology.numa_node_count(sysfs) < 2:
+        return Placement(None, None, "single NUMA node: nothing to choose", address)
     gpu = next((g for g in topology.find_gpus(sysfs) if g.address == address.lower()), None)
     if gpu is None:
         return Placement(None, None, f"GPU {address} not found in {sysfs}/bus/pci/devices", address)

@@ -28,9 +28,10 @@ from feedline.pipeline import sampler, state
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
 from feedline.pipeline.runtime import Options, Ready, Runtime
-from feedline.pipeline.slots import SlotPool
+from feedline.pipeline.slots import SlotPool, placed_allocator
 from feedline.pipeline.source import Source
 from feedline.pipeline.transfer import make_engine
+from feedline.placement import Placement, plan_placement
 from feedline.units import parse_bytes, parse_duration
 
 
@@ -108,6 +109,12 @@ class Loader:
         shm_dir: where process workers' shared-memory arena lives.
         start_method: ``"spawn"`` or ``"forkserver"`` for process workers.
         limits: decode size bounds (:class:`feedline.decode.Limits`).
+        placement: ``"auto"`` (default) runs the workers on the CPUs of the target GPU's
+            NUMA node and first-touches slot memory there, on a multi-socket host;
+            ``"none"`` leaves affinity alone; a :class:`~feedline.placement.Placement`
+            (e.g. from ``plan_placement(gpu_address=...)``) is used as given. What was
+            chosen and why:
+            ``stats["placement"]`` (see :mod:`feedline.placement`).
 
     Raises:
         ValueError / TypeError: a bad argument (named in the message).
@@ -124,6 +131,7 @@ class Loader:
         on_error: str = "raise", timeout: float | str | None = None, in_order: bool = True,
         *, rank: int | None = None, world_size: int | None = None,
         shm_dir: str = "/dev/shm", start_method: str = "spawn", limits: Limits | None = None,
+        placement: str | Placement = "auto",
     ) -> None:
         if isinstance(dataset, (str, os.PathLike)):
             from feedline.io import open_dataset
@@ -151,13 +159,17 @@ class Loader:
                           drop_last=drop_last, rank=self.rank, world=self.world_size)
         engine = make_engine(device)
         self.device = engine.device
+        self.placement = (placement if isinstance(placement, Placement)
+                          else plan_placement(self.device, placement))
         budget = parse_bytes(pinned_budget, name="pinned_budget")
         ctx = Context(self._source, decoders, transform, self.on_error)
         opts = Options(self.batch_size, self.workers, self.worker_type,
                        self.workers + self.prefetch, shm_dir, start_method, collate,
-                       self.timeout)
+                       self.timeout, self.placement if self.placement.active else None)
+        allocate = placed_allocator(self.placement) if self.placement.active else None
         self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned,
-                                                        reuse=engine.reuse_slots), opts)
+                                                        reuse=engine.reuse_slots, allocate=allocate),
+                           opts)
         self._finalizer = weakref.finalize(self, self._rt.close)
         self._pos = state.Position()
         self._restored = False
@@ -235,7 +247,8 @@ class Loader:
         rows are filled, see :mod:`feedline.pipeline.plan`; empty before the first
         batch), ``list_fallbacks`` (dense field -> batches delivered as a list because a
         sample had another shape), ``worker_type`` and, with ``"auto"``, ``auto`` (what
-        was measured and why that kind was chosen).
+        was measured and why that kind was chosen), ``placement`` (the CPUs and NUMA node
+        the workers run on, or why they were left alone).
         """
         rt = self._rt
         pool = rt.pool
@@ -246,6 +259,7 @@ class Loader:
                 **rt.gauges.report(),
                 "recipes": rt.plan.describe() if rt.plan is not None else {},
                 "list_fallbacks": dict(rt.fallbacks), "worker_type": rt.kind,
+                "placement": self.placement.to_dict(),
                 **({"auto": rt.auto.report()} if rt.auto is not None else {})}
 
     # -- iteration ------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from feedline.pipeline.slots import Fence, Slot, SlotPool
 from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import ProcessWorkers, Result
 from feedline.pipeline.workers_thread import ThreadWorkers
+from feedline.placement import Placement
 
 
 @dataclass
@@ -76,6 +77,8 @@ class Options:
     collate_fn: Callable[[list[Any]], Any] | None
     timeout: float | None = None
     """The loader's per-batch timeout; also bounds how long close() waits for thread workers."""
+    placement: Placement | None = None
+    """Where workers run (:mod:`feedline.placement`); ``None`` or inactive: left alone."""
 
 
 class Runtime:
@@ -114,7 +117,9 @@ class Runtime:
         if self.opts.worker_type == "auto":
             self.auto = AutoChoice(self.opts.workers, usable_cores())
         if self.opts.worker_type in ("thread", "auto"):
-            self.pool_workers = ThreadWorkers(self.opts.workers, self._timed_job, self.opts.timeout)
+            place = self.opts.placement
+            self.pool_workers = ThreadWorkers(self.opts.workers, self._timed_job, self.opts.timeout,
+                                              on_start=place.apply if place else None)
         else:
             self.pool_workers = self._processes()
 
@@ -128,7 +133,7 @@ class Runtime:
         return ProcessWorkers(
             self.opts.workers, self.ctx, self.on_result, self.configure, self.opts.batch_size,
             start_method=self.opts.start_method, custom_collate=self.opts.collate_fn,
-            timed=spans.active(), configured=configured,
+            timed=spans.active(), configured=configured, placement=self.opts.placement,
         )
 
     def _timed_job(self, job: Job, worker: str) -> Ready | None:

@@ -32,6 +32,7 @@ import torch
 from feedline import spans
 from feedline.errors import ResourceError
 from feedline.pipeline.collate import Layout, Path
+from feedline.placement import Placement
 from feedline.units import format_bytes
 
 
@@ -248,6 +249,18 @@ class SlotPool:
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, pin_memory=pin)
+
+
+def placed_allocator(
+    placement: Placement,
+) -> Callable[[tuple[int, ...], torch.dtype, bool], torch.Tensor]:
+    """Slot allocation whose pages are first touched by a thread on ``placement``'s CPUs,
+    so Linux puts them on that NUMA node (pinned memory is locked where it was touched)."""
+
+    def allocate(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:
+        return placement.first_touch(lambda: _empty(shape, dtype, pin).zero_())
+
+    return allocate
 
 
 def _torch_dtype(numpy_dtype: str) -> torch.dtype:

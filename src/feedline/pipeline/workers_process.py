@@ -38,6 +38,7 @@ from feedline.errors import WorkerDied, WorkerError
 from feedline.pipeline import collate, shm
 from feedline.pipeline.jobs import Context, Job, Record, prepare
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
+from feedline.placement import Placement
 
 START_TIMEOUT_S = 120.0
 
@@ -167,8 +168,11 @@ class _Worker:
 
 
 def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
-                 custom_collate: Callable[[list[Any]], Any] | None, timed: bool) -> None:
+                 custom_collate: Callable[[list[Any]], Any] | None, timed: bool,
+                 placement: Placement | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    if placement is not None:
+        placement.apply()  # this process's CPUs: the target GPU's NUMA node
     _Worker(conn, ctx, name, batch_size, custom_collate, timed).serve()
 
 
@@ -224,7 +228,8 @@ class ProcessWorkers:
                  start_method: str = "spawn",
                  custom_collate: Callable[[list[Any]], Any] | None = None,
                  timed: bool = False,
-                 configured: tuple[shm.ArenaSpec, BatchPlan] | None = None) -> None:
+                 configured: tuple[shm.ArenaSpec, BatchPlan] | None = None,
+                 placement: Placement | None = None) -> None:
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
         mpctx: Any = mp.get_context(start_method)
@@ -246,7 +251,8 @@ class ProcessWorkers:
             name = f"feedline-process_{i}"
             parent, child = mpctx.Pipe()
             proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
-                                 args=(child, ctx, name, batch_size, custom_collate, timed))
+                                 args=(child, ctx, name, batch_size, custom_collate, timed,
+                                       placement))
             proc.start()
             child.close()
             self._procs[name], self._conns[name], self._load[name] = proc, parent, 0

@@ -37,12 +37,15 @@ class ThreadWorkers:
         run: the batch function; its return value or exception lands in the future.
         join_timeout: most seconds :meth:`close` waits for running batches
             (``None``: :data:`JOIN_TIMEOUT`).
+        on_start: called first in each worker thread (e.g. pin it to a NUMA node's CPUs).
     """
 
     kind = "thread"
 
-    def __init__(self, count: int, run: RunJob, join_timeout: float | None = None) -> None:
+    def __init__(self, count: int, run: RunJob, join_timeout: float | None = None,
+                 on_start: Callable[[], None] | None = None) -> None:
         self._run = run
+        self._on_start = on_start
         self._join_timeout = JOIN_TIMEOUT if join_timeout is None else join_timeout
         self._jobs: queue.SimpleQueue[tuple[Future[Any], Job] | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._serve, name=f"feedline-worker_{i}",
@@ -58,6 +61,8 @@ class ThreadWorkers:
 
     def _serve(self) -> None:
         name = threading.current_thread().name
+        if self._on_start is not None:
+            self._on_start()
         while True:
             item = self._jobs.get()
             if item is None:
