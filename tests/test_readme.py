@@ -141,3 +141,10 @@ def test_every_readme_block_runs(tmp_path: Path) -> None:
                  "loader.json"):
         assert (tmp_path / path).exists(), path
     assert "resuming at epoch 2" in proc.stdout
+
+
+def test_no_words_only_the_authors_know() -> None:
+    """The README speaks to users: no references to the project's internal material."""
+    text = README.read_text(encoding="utf-8")
+    for word in ("seed 00", "seed's", "here)", "story"):
+        assert word not in text, word
