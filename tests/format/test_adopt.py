@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -47,7 +48,8 @@ def test_adopts_webdataset_tarwriter_output_into_another_folder(read_all: Callab
         for key, fields in sorted(samples.items()):
             sink.write({"__key__": key, **fields})
     manifest = index_tars([tar_path], tmp_path / "meta")
-    assert manifest.shards[0].name == "../wds.tar"
+    assert manifest.shards[0].name == "wds.tar"  # a manifest names files inside its folder only
+    assert os.readlink(tmp_path / "meta" / "wds.tar") == "../wds.tar"
     assert (tmp_path / "meta" / "wds.tar.idx").exists()
     assert read_all(tmp_path / "meta") == samples
     assert verify(tmp_path / "meta") == []

@@ -123,3 +123,31 @@ def test_rerun_rewrites_shards_whose_sources_changed(make_src, read_all, tmp_pat
     changed = [s.name for s in second.shards if (out / s.name).stat().st_ino != inodes[s.name]]
     assert changed == [first.shards[-1].name]
     assert read_all(out)[key]["json"] == new
+
+
+@pytest.mark.parametrize("how", ["cp -p", "utime"])
+def test_reuse_decides_by_content_not_dates(make_src, read_all, tmp_path: Path, how: str) -> None:  # type: ignore[no-untyped-def]
+    """New bytes of the same size with an older mtime (cp -p, rsync -a, tar x) are never served stale."""
+    src, samples = make_src(n=30)
+    out = tmp_path / "out"
+    first = pack(src, out, shard_size=SHARD)
+    inodes = {s.name: (out / s.name).stat().st_ino for s in first.shards}
+    key = sorted(samples)[0]  # lives in the first shard
+    target = src / f"{key}.json"
+    new = bytes(reversed(samples[key]["json"])) if samples[key]["json"][::-1] != samples[key]["json"] else b"X" * len(samples[key]["json"])
+    assert len(new) == len(samples[key]["json"]) and new != samples[key]["json"]
+    if how == "cp -p":
+        staged = tmp_path / "staged.json"
+        staged.write_bytes(new)
+        os.utime(staged, ns=(1_000_000_000, 1_000_000_000))  # a file from 2001
+        subprocess.run(["cp", "-p", str(staged), str(target)], check=True)
+    else:
+        before = target.stat()
+        target.write_bytes(new)
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns - 10**9))
+    assert target.stat().st_mtime_ns < (out / first.shards[0].name).stat().st_mtime_ns
+    second = pack(src, out, shard_size=SHARD)
+    rewritten = [s.name for s in second.shards if (out / s.name).stat().st_ino != inodes[s.name]]
+    assert rewritten == [first.shards[0].name]  # the others were reused: their sources still match
+    assert read_all(out)[key]["json"] == new
+    assert verify(out) == []

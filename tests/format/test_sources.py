@@ -25,7 +25,7 @@ def test_hidden_files_and_folders_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "2.jpg").write_bytes(b"22")
     (tmp_path / "1.jpg").write_bytes(b"1")
-    samples = collect([tmp_path])
+    samples = collect([tmp_path]).samples
     assert [(s.key, [f.field for f in s.files]) for s in samples] == [("1", ["jpg"]), ("b/2", ["jpg"])]
     assert [s.nbytes for s in samples] == [1, 2]
 
@@ -44,7 +44,7 @@ def test_plan_never_splits_a_sample_and_fills_in_order(tmp_path: Path) -> None:
     for i in range(10):
         (tmp_path / f"{i}.a").write_bytes(b"x" * 1000)
         (tmp_path / f"{i}.b").write_bytes(b"y" * 1000)
-    samples = collect([tmp_path])
+    samples = collect([tmp_path]).samples
     plan = plan_shards(samples, 8192, align=0)
     assert [s.key for shard in plan for s in shard] == [str(i) for i in range(10)]
     assert all(sum(s.bound(0) for s in shard) <= 8192 - 1024 for shard in plan)

@@ -102,7 +102,12 @@ def test_missing_manifest_means_no_dataset(tmp_path: Path) -> None:
         (lambda d: d.update(num_samples=d["num_samples"] + 1), "disagrees"),
         (lambda d: d["shards"][0].update(size=-1), "'size'"),
         (lambda d: d["shards"][0].update(size=True), "'size'"),
-        (lambda d: d["shards"][0].update(name="/etc/passwd"), "relative"),
+        (lambda d: d["shards"][0].update(name="/etc/passwd"), "outside the dataset folder"),
+        (lambda d: d["shards"][0].update(name="../../../etc/passwd"), "outside the dataset folder"),
+        (lambda d: d["shards"][0].update(index="sub/../../x.idx"), "outside the dataset folder"),
+        (lambda d: d["shards"][0].update(name="..\\..\\x.tar"), "outside the dataset folder"),
+        (lambda d: d.update(classes=["a", "a"]), "'classes'"),
+        (lambda d: d.update(classes="cats"), "'classes'"),
         (lambda d: d["shards"][0].update(checksum="xyz"), "hex"),
         (lambda d: d["shards"].append(dict(d["shards"][0])), "twice"),
         (lambda d: d.update(shards={}), "'shards' list"),
@@ -149,3 +154,18 @@ def test_damaged_files_fail_at_open_naming_the_shard(dataset: Path, where: str) 
         load_index(dataset, info)
     assert e.value.shard == info.name and e.value.fix
     assert [p.shard for p in verify(dataset)] != []
+
+
+def test_a_manifest_naming_a_file_outside_the_dataset_is_refused_by_every_reader(dataset: Path, tmp_path: Path) -> None:
+    """A crafted manifest with a matching index once made ds[0] return /etc/passwd-like files."""
+    import feedline
+
+    secret = tmp_path / "secret.tar"
+    info = read_manifest(dataset).shards[0]
+    secret.write_bytes((dataset / info.name).read_bytes())  # a real shard, so only the path is wrong
+    doc = json.loads((dataset / MANIFEST_NAME).read_bytes())
+    doc["shards"][0]["name"] = os.path.relpath(secret, dataset)
+    (dataset / MANIFEST_NAME).write_text(json.dumps(doc))
+    for reader in (read_manifest, verify, feedline.open_dataset):
+        with pytest.raises(FormatError, match="outside the dataset folder"):
+            reader(dataset)

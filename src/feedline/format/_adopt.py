@@ -165,6 +165,29 @@ def index_tar(tar: str | os.PathLike[str], index_path: str | os.PathLike[str], *
     return index
 
 
+def _shard_name(root: Path, tar: Path) -> str:
+    """The tar's name in the manifest: its path below ``root``, or (a tar outside
+    ``root``) its file name, under which :func:`_link_into` links it into ``root``:
+    a manifest only names files inside its dataset folder."""
+    rel = os.path.relpath(tar, root).replace(os.sep, "/")
+    return tar.name if rel.split("/")[0] == ".." else rel
+
+
+def _link_into(root: Path, tar: Path, name: str) -> None:
+    """Make ``root/name`` a symbolic link to ``tar`` when ``tar`` lies outside ``root``."""
+    link = root / name
+    if os.path.lexists(link) and os.path.samefile(link, tar):
+        return
+    if os.path.relpath(tar, root).replace(os.sep, "/").split("/")[0] != "..":
+        return
+    if os.path.lexists(link):
+        raise ConfigError(
+            f"{str(link)!r} exists and is not {str(tar)!r}: the adopted tar is linked under that name",
+            path=str(link), fix="give another --out folder, or remove that file",
+        )
+    os.symlink(os.path.relpath(os.path.realpath(tar), os.path.realpath(root)), link)
+
+
 def _check_existing(root: Path, shard_names: list[str]) -> None:
     """Refuse to replace the manifest of a dataset already in ``root`` unless these
     tars are exactly its shards (re-indexing it, e.g. to upgrade its format)."""
@@ -233,9 +256,11 @@ def index_tars(
         dup = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"two tars are named {dup!r}: their indexes would collide", fix="rename one of them")
     root = Path(out_dir) if out_dir is not None else paths[0].parent
-    shard_names = [os.path.relpath(p, root).replace(os.sep, "/") for p in paths]
+    shard_names = [_shard_name(root, p) for p in paths]
     _check_existing(root, shard_names)
     root.mkdir(parents=True, exist_ok=True)
+    for p, shard_name in zip(paths, shard_names, strict=True):
+        _link_into(root, p, shard_name)
     remove_quietly(root / MANIFEST_NAME)  # the same dataset re-indexed: no manifest while its indexes change
     infos: list[ShardInfo] = []
     indexes: list[ShardIndex] = []

@@ -50,7 +50,9 @@ class Manifest:
     """A dataset: its shards in order and the schema of its fields.
 
     ``fields`` maps a field name (``"cam0.jpg"``) to ``{"extension", "count",
-    "total_bytes", "min_size", "max_size"}``.
+    "total_bytes", "min_size", "max_size"}``. ``classes`` are the class names of
+    a dataset packed with labels from its folders, in label order (label ``i``
+    is ``classes[i]``), else None.
     """
 
     version: int
@@ -59,10 +61,11 @@ class Manifest:
     shards: tuple[ShardInfo, ...]
     fields: dict[str, dict[str, Any]]
     num_samples: int
+    classes: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document written to ``manifest.json``."""
-        return {
+        doc: dict[str, Any] = {
             "format": "feedline",
             "version": self.version,
             "checksum_algo": self.checksum_algo,
@@ -71,6 +74,9 @@ class Manifest:
             "fields": self.fields,
             "shards": [vars(s) for s in self.shards],
         }
+        if self.classes is not None:
+            doc["classes"] = list(self.classes)
+        return doc
 
 
 def write_manifest(root: str | os.PathLike[str], manifest: Manifest, *, durable: bool = True) -> Path:
@@ -96,10 +102,24 @@ def _str(doc: dict[str, Any], name: str, path: Path) -> str:
 
 
 def _relative(doc: dict[str, Any], name: str, path: Path) -> str:
+    """A file name that stays inside the dataset folder: relative, no ``..`` part, no NUL."""
     value = _str(doc, name, path)
-    if os.path.isabs(value) or "\0" in value:
-        raise FormatError(f"manifest {name} {value!r} must be a path relative to the dataset", path=str(path), fix=_FIX)
+    parts = value.replace("\\", "/").split("/")
+    if os.path.isabs(value) or value.startswith(("/", "\\")) or "\0" in value or ".." in parts:
+        raise FormatError(
+            f"manifest {name} {value!r} points outside the dataset folder: only paths inside it are read",
+            path=str(path), fix="this manifest was edited or crafted; repack or re-index the dataset",
+        )
     return value
+
+
+def _classes(doc: dict[str, Any], path: Path) -> tuple[str, ...] | None:
+    value = doc.get("classes")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(c, str) and c for c in value) or len(set(value)) != len(value):
+        raise FormatError("manifest 'classes' must be a list of distinct non-empty names", path=str(path), fix=_FIX)
+    return tuple(value)
 
 
 _FIELD_INTS = ("count", "total_bytes", "min_size", "max_size")
@@ -200,6 +220,7 @@ def parse_manifest(data: bytes, path: str | os.PathLike[str] = MANIFEST_NAME) ->
         shards=shards,
         fields={name: _field(name, entry, path) for name, entry in fields.items()},
         num_samples=num_samples,
+        classes=_classes(doc, path),
     )
 
 

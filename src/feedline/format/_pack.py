@@ -1,14 +1,22 @@
 """pack(): turn folders of small files into tar shards, indexes and a manifest.
 
 The run is restartable: the manifest of a previous run is removed first, each
-shard appears under its final name only when complete, and a rerun with the
-same input reuses every complete shard whose index matches the plan. The
-manifest is written last; until then the output folder holds no dataset.
+shard appears under its final name only when complete, and a rerun reuses a
+complete shard only when its content is what the sources hold now: the same
+keys, fields and sizes, and the checksum of every source file (read again)
+equal to the one in the shard's index. Dates are never trusted (``cp -p``,
+``rsync -a`` and ``tar x`` give new bytes old mtimes). The manifest is written
+last; until then the output folder holds no dataset.
+
+Memory stays flat whatever the file sizes: files below 4 MiB are read whole
+(ahead, by the ``workers`` threads); larger ones are streamed into the shard
+in chunks, checksummed on the way.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +25,7 @@ from pathlib import Path
 
 from feedline.errors import ConfigError, FormatError
 from feedline.format._atomic import fsync_dir, remove_quietly, temp_name
-from feedline.format._checksum import check_algo, checksum, checksum_function, hexdigest
+from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import FORMAT_VERSION, ShardIndex
 from feedline.format._manifest import (
     MANIFEST_NAME,
@@ -26,10 +34,18 @@ from feedline.format._manifest import (
     field_stats,
     write_manifest,
 )
-from feedline.format._sources import PlannedSample, collect, plan_shards
-from feedline.format._writer import ShardWriter, check_align
+from feedline.format._sources import PlannedSample, SourceFile, SourceRules, collect, plan_shards
+from feedline.format._writer import FilePayload, Payload, ShardWriter, check_align
 
 SHARD_PATTERN = "shard-{:06d}.tar"
+STREAM_AT = 4 << 20
+"""Files of this many bytes or more are streamed into the shard, never held whole."""
+_HASH_CHUNK = 4 << 20
+
+
+class PackWarning(UserWarning):
+    """Something the user should hear about a pack that still succeeds
+    (skipped files, fields only some samples have, empty class folders)."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +62,8 @@ class PackProgress:
 
 
 ProgressFn = Callable[[PackProgress], None]
-_Loaded = tuple[PlannedSample, list[tuple[str, bytes]], list[int]]
+WarnFn = Callable[[str], None]
+_Loaded = tuple[PlannedSample, list[tuple[str, Payload]], list[int | None]]
 
 
 _MAX_READ = 0x7FFFF000  # Linux returns at most this much from one read()
@@ -72,15 +89,40 @@ def _read_file(path: str, size: int) -> bytes:
 
 
 def _read_sample(sample: PlannedSample, algo: str) -> _Loaded:
+    """The sample's payloads: small files read whole (and checksummed), large ones to stream."""
     fn = checksum_function(algo)
-    fields: list[tuple[str, bytes]] = []
+    fields: list[tuple[str, Payload]] = []
+    sums: list[int | None] = []
     for f in sample.files:
-        try:
-            data = _read_file(f.path, f.size)
-        except OSError as e:
-            raise ConfigError(f"cannot read {f.path!r}: {e.strerror}", key=sample.key, field=f.field) from None
+        if f.data is None and f.size >= STREAM_AT:
+            fields.append((f.field, FilePayload(f.path, f.size)))
+            sums.append(None)
+            continue
+        data = f.data if f.data is not None else _read_source(f, sample.key)
         fields.append((f.field, data))
-    return sample, fields, [fn(d) for _, d in fields]
+        sums.append(fn(data))
+    return sample, fields, sums
+
+
+def _read_source(f: SourceFile, key: str) -> bytes:
+    try:
+        return _read_file(f.path, f.size)
+    except OSError as e:
+        raise ConfigError(f"cannot read {f.path!r}: {e.strerror}", key=key, field=f.field, path=f.path) from None
+
+
+def _source_checksum(f: SourceFile, algo: str) -> int:
+    """Checksum of a source's bytes as they are now (read in chunks)."""
+    if f.data is not None:
+        return checksum(f.data, algo)
+    h = hasher(algo)
+    try:
+        with open(f.path, "rb", buffering=0) as src:
+            while chunk := src.read(_HASH_CHUNK):
+                h.update(chunk)
+    except OSError as e:
+        raise ConfigError(f"cannot read {f.path!r}: {e.strerror}", field=f.field, path=f.path) from None
+    return h.intdigest()
 
 
 def _loaded(samples: list[PlannedSample], algo: str, pool: ThreadPoolExecutor | None, window: int) -> Iterator[_Loaded]:
@@ -103,17 +145,15 @@ def _loaded(samples: list[PlannedSample], algo: str, pool: ThreadPoolExecutor | 
         yield done
 
 
-def _reusable(path: Path, planned: list[PlannedSample], align: int, algo: str) -> ShardIndex | None:
-    """The index of a complete shard from an earlier run, if it matches the plan.
+def _reusable(path: Path, planned: list[PlannedSample], align: int, algo: str,
+              pool: ThreadPoolExecutor | None) -> ShardIndex | None:
+    """The index of a complete shard from an earlier run, if it holds what the sources hold now.
 
-    It must list the same keys, fields and sizes, and no source file may have
-    been modified after the shard was written.
+    It must list the same keys, fields and sizes, and each member's checksum
+    must equal the checksum of its source file read now.
     """
     index_path = path.with_name(path.name + ".idx")
     if not (path.is_file() and index_path.is_file()):
-        return None
-    written = path.stat().st_mtime_ns
-    if any(f.mtime_ns >= written for s in planned for f in s.files):
         return None
     try:
         index = ShardIndex.load(index_path, shard_size=path.stat().st_size, shard=path.name)
@@ -123,7 +163,12 @@ def _reusable(path: Path, planned: list[PlannedSample], align: int, algo: str) -
         return None
     expected = [(f.field, f.size) for s in planned for f in s.files]
     actual = [(index.fields[int(r["field"])], int(r["size"])) for r in index.members]
-    return index if actual == expected else None
+    if actual != expected:
+        return None
+    files = [f for s in planned for f in s.files]
+    sums = pool.map(_source_checksum, files, [algo] * len(files)) if pool else (_source_checksum(f, algo) for f in files)
+    stored = index.members["checksum"].tolist()
+    return index if all(a == b for a, b in zip(sums, stored, strict=True)) else None
 
 
 def _reuse_info(path: Path, index: ShardIndex, algo: str) -> ShardInfo:
@@ -155,6 +200,19 @@ def _clean_stale(out: Path, keep: int) -> None:
         k += 1
 
 
+def _check_out(out: Path, sources: list[str | os.PathLike[str]]) -> None:
+    """The output folder may lie inside a source (it is left out of the walk) but may not be one."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a file, not a folder", path=str(out), fix="give a folder (it is created)")
+    real = os.path.realpath(out)
+    for src in sources:
+        if os.path.isdir(src) and os.path.realpath(src) == real:
+            raise ConfigError(
+                f"the output folder {str(out)!r} is the source folder: its shards would be packed on the next run",
+                path=str(out), fix="write to another folder, e.g. a sibling, or a sub-folder (left out of the sources)",
+            )
+
+
 def _check_args(shard_size: object, workers: object) -> None:
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size <= 0:
         raise ConfigError(f"shard_size: must be a positive number of bytes, got {shard_size!r}")
@@ -172,14 +230,17 @@ def pack(
     checksum_algo: str = "xxh3",
     progress: ProgressFn | None = None,
     durable: bool = True,
+    rules: SourceRules | None = None,
+    warn: WarnFn | None = None,
 ) -> Manifest:
     """Pack files into shards ``out_dir/shard-NNNNNN.tar`` (+ ``.idx``) and a manifest.
 
     Args:
         sources: folders and/or list files (see :mod:`feedline.format._sources`).
         out_dir: output folder (created). A manifest already there is removed
-            first; complete shards of an interrupted run with the same input
-            are reused.
+            first; complete shards of an earlier run whose content equals the
+            sources' are reused. It may lie inside a source folder (it is
+            left out of the walk), but may not be one.
         shard_size: target shard size in bytes; samples are never split.
         align: 0 or a multiple of 512 (4096 for O_DIRECT / GDS): each sample's
             first payload byte is padded to this boundary.
@@ -192,19 +253,35 @@ def pack(
             so a killed run still leaves no manifest naming a partial shard,
             but after a power loss or kernel crash `feedline verify` may find
             shards the manifest lists incomplete.
+        rules: how files become samples: the key rule, labels from class
+            folders, include/exclude patterns, symbolic links
+            (:class:`~feedline.format._sources.SourceRules`; default: the WebDataset rule).
+        warn: called with one line per thing to hear about (skipped files,
+            fields only some samples have, empty class folders); default:
+            :func:`warnings.warn` with a :class:`PackWarning`.
 
     Returns:
-        The manifest written last to ``out_dir/manifest.json``.
+        The manifest written last to ``out_dir/manifest.json`` (with the class
+        list when labels come from folders).
 
     Raises:
-        ConfigError: bad arguments or unusable sources.
+        ConfigError: bad arguments or unusable sources (a source that does not
+            exist, a symbolic-link loop, ``out_dir`` that is a file or a source).
+        OSError: a folder or file that cannot be read or written (named by the error).
     """
     _check_args(shard_size, workers)
     align = check_align(align)
     algo = check_algo(checksum_algo)
     srcs = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     out = Path(out_dir)
-    samples = collect(srcs, exclude=out)
+    _check_out(out, srcs)
+    found = collect(srcs, rules, skip=out)
+    for line in found.notes():
+        if warn is not None:
+            warn(line)
+        else:
+            warnings.warn(line, PackWarning, stacklevel=2)
+    samples = found.samples
     plan = plan_shards(samples, shard_size, align)
     out.mkdir(parents=True, exist_ok=True)
     if (out / MANIFEST_NAME).exists():
@@ -222,6 +299,7 @@ def pack(
         shards=tuple(infos),
         fields=field_stats(indexes),
         num_samples=sum(i.num_samples for i in infos),
+        classes=found.classes,
     )
     write_manifest(out, manifest, durable=durable)
     return manifest
@@ -238,7 +316,7 @@ def _write_shards(
     try:
         for k, planned in enumerate(plan):
             path = out / SHARD_PATTERN.format(k)
-            index = _reusable(path, planned, align, algo)
+            index = _reusable(path, planned, align, algo, pool)
             if index is not None:
                 infos.append(_reuse_info(path, index, algo))
                 state.shard_done(planned, reused=True)

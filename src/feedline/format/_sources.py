@@ -1,33 +1,78 @@
-"""Find the files to pack and plan which samples go to which shard.
+"""Find the files to pack, group them into samples, and plan which samples go to which shard.
 
 Sources are folders (walked recursively; hidden files and folders skipped) or
-list files (one path per line; blank lines and ``#`` comments skipped).
-Files are grouped into samples by the WebDataset rule: the member name is the
-path relative to the folder (or the list file's folder), the key is that name
-up to the first dot of its last part, the field is the rest.
+list files (one path per line; blank lines and ``#`` comments skipped). A
+file's *name* is its path relative to the folder (or the list file's folder).
+
+How names become samples (:class:`SourceRules`):
+
+``key="webdataset"`` (default)
+    The WebDataset rule: the key runs to the first dot of the name's last
+    part, the field is the rest, so ``000123.cam0.jpg`` and ``000123.json``
+    are fields ``cam0.jpg`` and ``json`` of one sample ``000123``.
+``key="file"``
+    Every file is its own sample: the key is the name minus its final
+    extension and the field is that extension, so ``IMG_2023.01.05_1234.jpg``
+    is one sample. Dots left in the key's last part are stored as ``%2E``
+    (and ``%`` as ``%25``) so that tar and WebDataset readers split the member
+    name back into the same key: ``cats/IMG_2023%2E01%2E05_1234.jpg``.
+
+``labels="from-folder"`` reads an ImageFolder tree (``root/<class>/.../<image>``):
+every sample gets an integer field ``cls``, the index of its top-level folder
+in the sorted list of class folders (Python's sort of the folder names,
+case-sensitive, exactly as torchvision's ``ImageFolder`` numbers them; hidden
+folders are skipped, which torchvision would count). It implies
+``key="file"`` unless a key rule is given, and packs only image files unless
+``include`` patterns are given.
+
+Image extensions are normalised to one field name each, whatever their case:
+``.jpg/.jpeg/.jpe/.JPEG`` -> ``jpg``, ``.tif/.tiff`` -> ``tiff``, ``.png``
+-> ``png`` (kept apart from ``jpg``: the bytes differ and so does the decoder).
+
+``include``/``exclude`` are glob patterns; one without ``/`` is matched
+against the file name, one with ``/`` against the whole name (``*`` crosses
+``/``). Files that fit no rule (no field extension, outside any class folder,
+not an image, a dangling or outside symbolic link, not a regular file) are
+skipped and reported, not fatal. Symbolic links are followed only while they
+stay inside the source folder, unless ``follow_symlinks``; a link loop is an error.
 """
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple
 
 from feedline.errors import ConfigError
 from feedline.format._tar import BLOCK, END_OF_ARCHIVE, header_upper_bound, round_up, split_name
 
+KEY_RULES = ("webdataset", "file")
+LABEL_MODES = ("from-folder",)
+LABEL_FIELD = "cls"
+IMAGE_FIELDS: dict[str, str] = {
+    "jpg": "jpg", "jpeg": "jpg", "jpe": "jpg", "png": "png", "ppm": "ppm", "pgm": "pgm",
+    "bmp": "bmp", "tif": "tiff", "tiff": "tiff", "webp": "webp",
+}
+"""Image file extensions (lower case) and the one field name each is stored under."""
+
 
 class SourceFile(NamedTuple):
-    """One file of a sample: field name, path on disk, size and mtime at planning time."""
+    """One member of a sample: field name, path on disk and size at planning time.
+
+    ``data`` holds the bytes of a member made by pack itself (the ``cls`` label);
+    its ``path`` is then empty.
+    """
 
     field: str
     path: str
     size: int
-    mtime_ns: int
+    data: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -51,23 +96,187 @@ class PlannedSample:
         return total
 
 
-_by_name = attrgetter("name")
+@dataclass(frozen=True)
+class SourceRules:
+    """How files become samples (see the module docstring).
 
-
-def _walk(root: Path, prefix: str = "", skip: Path | None = None) -> Iterable[tuple[str, str, os.stat_result]]:
-    """(relative name, path, stat) of every non-hidden file below ``root``, sorted.
-
-    The folder ``skip`` (the output folder, when it lies inside a source) is left out.
+    Args:
+        key: ``"webdataset"`` or ``"file"``; None: ``"file"`` with
+            ``labels="from-folder"``, else ``"webdataset"``.
+        labels: None, or ``"from-folder"`` (an integer ``cls`` per sample from its class folder).
+        include: glob patterns a file must match (any); empty: every file
+            (image files only with ``labels="from-folder"``).
+        exclude: glob patterns that leave a file out.
+        follow_symlinks: follow symbolic links that lead outside the source folder.
     """
-    with os.scandir(root) as it:
-        entries = sorted((e for e in it if not e.name.startswith(".")), key=_by_name)
-    for entry in entries:
-        if entry.is_dir():
-            if skip is not None and Path(entry.path).resolve() == skip:
+
+    key: str | None = None
+    labels: str | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    follow_symlinks: bool = False
+
+    def __post_init__(self) -> None:
+        if self.key is not None and self.key not in KEY_RULES:
+            raise ConfigError(f"key: must be one of {', '.join(KEY_RULES)}, got {self.key!r}")
+        if self.labels is not None and self.labels not in LABEL_MODES:
+            raise ConfigError(f"labels: must be one of {', '.join(LABEL_MODES)}, got {self.labels!r}")
+        for name in ("include", "exclude"):
+            patterns = getattr(self, name)
+            if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
+                raise ConfigError(f"{name}: must be a list of non-empty glob patterns, got {patterns!r}")
+            object.__setattr__(self, name, tuple(patterns))
+
+    @property
+    def key_rule(self) -> str:
+        """The key rule in force."""
+        if self.key is not None:
+            return self.key
+        return "file" if self.labels == "from-folder" else "webdataset"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file left out of the pack, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class Collection:
+    """What :func:`collect` found.
+
+    Attributes:
+        samples: the samples, sorted by key.
+        classes: the class folder names in label order (``labels="from-folder"``), else None.
+        skipped: files that fit no rule, in walk order.
+        excluded: files left out by ``exclude`` or by not matching ``include``.
+        field_counts: samples holding each field.
+        empty_classes: class folders that gave no sample.
+    """
+
+    samples: list[PlannedSample]
+    classes: tuple[str, ...] | None = None
+    skipped: list[Skipped] = field(default_factory=list)
+    excluded: int = 0
+    field_counts: dict[str, int] = field(default_factory=dict)
+    empty_classes: list[str] = field(default_factory=list)
+
+    def notes(self, limit: int = 5) -> list[str]:
+        """One line per thing the user should hear about: skipped files, fields
+        missing from some samples, empty class folders."""
+        lines: list[str] = []
+        if self.skipped:
+            shown = "; ".join(f"{s.name} ({s.reason})" for s in self.skipped[:limit])
+            more = f"; and {len(self.skipped) - limit} more" if len(self.skipped) > limit else ""
+            lines.append(f"skipped {len(self.skipped)} file(s) that fit no rule: {shown}{more}")
+        n = len(self.samples)
+        for name, count in sorted(self.field_counts.items()):
+            if count < n:
+                lines.append(
+                    f"field {name!r} is in {count} of {n} samples only: a batch reads it per sample "
+                    "(use --exclude to leave such files out, or convert them to one format)"
+                )
+        if self.empty_classes:
+            lines.append(
+                f"class folder(s) with no files packed: {', '.join(self.empty_classes[:limit])} "
+                "(they keep their label numbers, as torchvision's ImageFolder would)"
+            )
+        return lines
+
+
+def escape_key_part(name: str) -> str:
+    """A name's last part made safe as a WebDataset key: ``%`` -> ``%25``, ``.`` -> ``%2E``."""
+    return name.replace("%", "%25").replace(".", "%2E")
+
+
+def normalise_field(field_name: str) -> str:
+    """The field's final extension, if it names an image format, in its one spelling."""
+    head, dot, ext = field_name.rpartition(".")
+    norm = IMAGE_FIELDS.get(ext.lower())
+    return f"{head}{dot}{norm}" if norm is not None else field_name
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(name if "/" in p else base, p) for p in patterns)
+
+
+class _Walker:
+    """Walks one source folder, following links only inside it (or everywhere when asked)."""
+
+    def __init__(self, root: Path, skip: Path | None, follow: bool, skipped: list[Skipped]) -> None:
+        self.root = root
+        self.real_root = os.path.realpath(root)
+        self.skip = skip
+        self.follow = follow
+        self.skipped = skipped
+
+    def _inside(self, real: str) -> bool:
+        return real == self.real_root or real.startswith(self.real_root.rstrip(os.sep) + os.sep)
+
+    def top_folders(self) -> list[str]:
+        """Non-hidden sub-folders of the root (links included, as torchvision counts them)."""
+        names = []
+        for name, path, st in self._entries(str(self.root), ""):
+            if stat.S_ISDIR(st.st_mode) and not self._is_skip(path):
+                names.append(name)
+        return names
+
+    def _is_skip(self, path: str) -> bool:
+        return self.skip is not None and os.path.realpath(path) == str(self.skip)
+
+    def _entries(self, folder: str, prefix: str) -> Iterator[tuple[str, str, os.stat_result]]:
+        with os.scandir(folder) as it:
+            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+        for entry in entries:
+            name = prefix + entry.name
+            if not entry.is_symlink():
+                yield name, entry.path, entry.stat(follow_symlinks=False)
                 continue
-            yield from _walk(Path(entry.path), f"{prefix}{entry.name}/", skip)
-        elif entry.is_file():
-            yield prefix + entry.name, entry.path, entry.stat()
+            target = os.readlink(entry.path)
+            try:
+                st = os.stat(entry.path)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise ConfigError(
+                        f"symbolic-link loop at {entry.path!r} (-> {target!r})",
+                        path=entry.path, fix="remove the link or point it at a real file",
+                    ) from None
+                if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                    self.skipped.append(Skipped(name, f"dangling symbolic link -> {target}"))
+                    continue
+                raise
+            real = os.path.realpath(entry.path)
+            if not self.follow and not self._inside(real):
+                self.skipped.append(
+                    Skipped(name, f"symbolic link to {real}, outside the source folder; --follow-symlinks packs it")
+                )
+                continue
+            yield name, entry.path, st
+
+    def files(self) -> Iterator[tuple[str, str, os.stat_result]]:
+        """(name, path, stat) of every file, sorted by name within each folder."""
+        root_st = os.stat(self.root)
+        yield from self._walk(str(self.root), "", {(root_st.st_dev, root_st.st_ino): str(self.root)})
+
+    def _walk(self, folder: str, prefix: str, ancestors: dict[tuple[int, int], str]) -> Iterator[tuple[str, str, os.stat_result]]:
+        for name, path, st in self._entries(folder, prefix):
+            if stat.S_ISDIR(st.st_mode):
+                if self._is_skip(path):
+                    continue
+                ident = (st.st_dev, st.st_ino)
+                if ident in ancestors:
+                    raise ConfigError(
+                        f"symbolic-link loop: {path!r} leads back to {ancestors[ident]!r}",
+                        path=path, fix="remove the link, or --exclude the folder that holds it",
+                    )
+                yield from self._walk(path, name + "/", {**ancestors, ident: path})
+            elif stat.S_ISREG(st.st_mode):
+                yield name, path, st
+            else:
+                self.skipped.append(Skipped(name, "not a regular file"))
 
 
 def _listed(list_file: Path) -> Iterable[tuple[str, str, os.stat_result]]:
@@ -94,48 +303,106 @@ def _listed(list_file: Path) -> Iterable[tuple[str, str, os.stat_result]]:
         yield rel.replace(os.sep, "/"), str(path), st
 
 
-def collect(sources: Iterable[str | os.PathLike[str]], exclude: str | os.PathLike[str] | None = None) -> list[PlannedSample]:
+def _split(name: str, rule: str) -> tuple[str, str] | None:
+    if rule == "webdataset":
+        parts = split_name(name)
+        if parts is None:
+            return None
+        return parts[0], normalise_field(parts[1])
+    slash = name.rfind("/") + 1
+    dot = name.rfind(".")
+    if dot <= slash or dot == len(name) - 1 or "\n" in name or name[slash] == ".":
+        return None
+    return name[:slash] + escape_key_part(name[slash:dot]), normalise_field(name[dot + 1 :])
+
+
+def collect(
+    sources: Iterable[str | os.PathLike[str]],
+    rules: SourceRules | None = None,
+    *,
+    skip: str | os.PathLike[str] | None = None,
+) -> Collection:
     """All samples from ``sources``, sorted by key (fields sorted by name).
 
-    ``exclude`` is a folder to leave out of the walk (pack's output folder).
+    ``skip`` is a folder to leave out of the walk (pack's output folder).
 
     Raises:
-        ConfigError: a missing source, a file without a field extension, the
-            same key and field from two files, or no files at all.
+        ConfigError: a missing source, the same key and field from two files,
+            a symbolic-link loop, or no files at all.
+        OSError: a folder that cannot be read (named by the error).
     """
+    rules = rules or SourceRules()
+    rule = rules.key_rule
+    labelled = rules.labels == "from-folder"
+    images_only = labelled and not rules.include
     grouped: dict[str, dict[str, SourceFile]] = {}
-    skip = Path(exclude).resolve() if exclude is not None else None
+    labels: dict[str, str] = {}
+    skipped: list[Skipped] = []
+    excluded = 0
+    class_names: set[str] = set()
+    skip_real = Path(os.path.realpath(skip)) if skip is not None else None
     for source in sources:
         src = Path(source)
         if src.is_dir():
-            entries = _walk(src, skip=skip)
+            walker = _Walker(src, skip_real, rules.follow_symlinks, skipped)
+            if labelled:
+                class_names.update(walker.top_folders())
+            entries: Iterable[tuple[str, str, os.stat_result]] = walker.files()
         elif src.is_file():
             entries = _listed(src)
+        elif os.path.lexists(src):
+            raise ConfigError(f"source {str(src)!r} is neither a folder nor a list file", fix="pass a folder or a list file")
         else:
             raise ConfigError(f"source {str(src)!r} does not exist", fix="pass a folder or a list file")
-        for rel, path, st in entries:
-            parts = split_name(rel)
+        for name, path, st in entries:
+            if (rules.include and not _matches(name, rules.include)) or (rules.exclude and _matches(name, rules.exclude)):
+                excluded += 1
+                continue
+            if images_only and name.rpartition(".")[2].lower() not in IMAGE_FIELDS:
+                skipped.append(Skipped(name, "not an image; --include patterns choose what to pack"))
+                continue
+            parts = _split(name, rule)
             if parts is None:
-                raise ConfigError(
-                    f"file {path!r} has no field extension, so it cannot join a sample",
-                    fix="name files KEY.FIELD (e.g. 000123.cam0.jpg) or move it out of the source",
-                )
-            key, field = parts
+                skipped.append(Skipped(name, "no field extension"))
+                continue
+            key, field_name = parts
+            if labelled:
+                if "/" not in name:
+                    skipped.append(Skipped(name, "not inside a class folder"))
+                    continue
+                class_names.add(name.split("/", 1)[0])
+                labels[key] = name.split("/", 1)[0]
             sample = grouped.setdefault(key, {})
-            if field in sample:
+            if field_name in sample:
                 raise ConfigError(
-                    f"two files give key {key!r} field {field!r}: {sample[field].path!r} and {path!r}",
+                    f"two files give key {key!r} field {field_name!r}: {sample[field_name].path!r} and {path!r}",
                     key=key,
-                    field=field,
-                    fix="each key.field must come from one file",
+                    field=field_name,
+                    fix="each key.field must come from one file (rename one, or --exclude it)",
                 )
-            sample[field] = SourceFile(field, path, st.st_size, st.st_mtime_ns)
+            sample[field_name] = SourceFile(field_name, path, st.st_size)
     if not grouped:
-        raise ConfigError("no files found in the sources", fix="check the SRC paths")
-    return [
-        PlannedSample(key, tuple(files[f] for f in sorted(files)))
-        for key, files in sorted(grouped.items())
-    ]
+        detail = f" ({len(skipped)} skipped, {excluded} excluded by the patterns)" if skipped or excluded else ""
+        raise ConfigError(f"no files to pack in the sources{detail}", fix="check the SRC paths and the --include/--exclude patterns")
+    classes = tuple(sorted(class_names)) if labelled else None
+    if classes is not None:
+        number = {c: str(i).encode("ascii") for i, c in enumerate(classes)}
+        for key, sample in grouped.items():
+            if LABEL_FIELD in sample:
+                raise ConfigError(
+                    f"sample {key!r} already has a {LABEL_FIELD!r} field, and --labels from-folder adds one",
+                    key=key, fix="exclude the .cls files or drop --labels",
+                )
+            data = number[labels[key]]
+            sample[LABEL_FIELD] = SourceFile(LABEL_FIELD, "", len(data), data)
+    samples = [PlannedSample(key, tuple(files[f] for f in sorted(files))) for key, files in sorted(grouped.items())]
+    counts: dict[str, int] = {}
+    for s in samples:
+        for f in s.files:
+            counts[f.field] = counts.get(f.field, 0) + 1
+    used = set(labels.values())
+    empty = [c for c in classes if c not in used] if classes is not None else []
+    return Collection(samples, classes, skipped, excluded, counts, empty)
 
 
 def plan_shards(samples: list[PlannedSample], shard_size: int, align: int) -> list[list[PlannedSample]]:

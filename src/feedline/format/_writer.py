@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -31,6 +31,22 @@ _WRITEBACK_EVERY = 8 << 20  # start disk writeback of each 8 MiB written, so clo
 _ZEROS = bytes(BLOCK)
 _ZERO_VIEW = memoryview(_ZEROS)
 _MAX_FIELDS = 1 << 16  # field ids are '<u2' in the index
+_STREAM_CHUNK = 4 << 20  # bytes read and written at a time for a streamed file
+
+
+class FilePayload(NamedTuple):
+    """A member whose payload is copied from the file ``path`` while it is written:
+    read in 4 MiB chunks into one reused buffer and checksummed on the way, so
+    the writer's memory does not grow with the file. ``size`` is the size
+    planned (and written in the tar header); a file that changed size by the
+    time it is copied is an error that aborts the shard.
+    """
+
+    path: str
+    size: int
+
+
+Payload = bytes | memoryview | FilePayload
 
 
 def check_align(align: object) -> int:
@@ -79,6 +95,7 @@ class ShardWriter:
         self._field_ids: dict[str, int] = {}
         self._records: list[tuple[int, int, int, int, int]] = []
         self._schema = SchemaBuilder()
+        self._chunk: bytearray | None = None
         self.index: ShardIndex | None = None
         self.info: ShardInfo | None = None
 
@@ -113,36 +130,47 @@ class ShardWriter:
                 rest = memoryview(b"".join(batch))[written:]
                 while rest:
                     rest = rest[os.write(self._fd, rest) :]
-        self._flushed += self._pending_bytes
         self._pending.clear()
+        self._handed(self._pending_bytes)
         self._pending_bytes = 0
-        if self.durable and self._flushed - self._written_back >= _WRITEBACK_EVERY:
+
+    def _handed(self, nbytes: int) -> None:
+        """Count ``nbytes`` handed to the kernel; start disk writeback every 8 MiB."""
+        self._flushed += nbytes
+        if self.durable and self._fd is not None and self._flushed - self._written_back >= _WRITEBACK_EVERY:
             start_writeback(self._fd, self._written_back, self._flushed - self._written_back)
             self._written_back = self._flushed
 
     def write_sample(
         self,
         key: str,
-        fields: Mapping[str, bytes | memoryview] | Iterable[tuple[str, bytes | memoryview]],
-        checksums: Sequence[int] | None = None,
+        fields: Mapping[str, Payload] | Iterable[tuple[str, Payload]],
+        checksums: Sequence[int | None] | None = None,
     ) -> None:
         """Append one sample: its fields become members ``key.field`` in order.
 
         Args:
             key: the sample key (a relative path without dots in its last part).
-            fields: field name -> payload, or (name, payload) pairs.
-            checksums: the payload checksums if already computed (same order).
+            fields: field name -> payload, or (name, payload) pairs; a payload
+                is bytes-like or a :class:`FilePayload` streamed from its file.
+            checksums: the payload checksums if already computed (same order;
+                None entries, and streamed files, are computed here).
 
         Raises:
-            ConfigError: bad key or field name, or an empty sample.
+            ConfigError: bad key or field name, an empty sample, or a streamed
+                file that cannot be read or changed size (the shard is then
+                unusable: leave the ``with`` block with the error).
         """
         if self._fd is None:
             raise ValueError("write_sample on a closed ShardWriter")
         items = list(fields.items()) if isinstance(fields, Mapping) else list(fields)
         names = self._check_sample(key, [field for field, _ in items])
-        facts = [self._fact(key, field, data) for field, data in items]
         if checksums is not None and len(checksums) != len(items):
             raise ValueError(f"checksums: {len(checksums)} values for {len(items)} fields")
+        if any(isinstance(data, FilePayload) for _, data in items):
+            self._write_streamed(key, names, items)
+            return
+        facts = [self._fact(key, field, data) for field, data in items]  # type: ignore[arg-type]
         sample = len(self._keys)
         self._keys.append(key)
         self._key_set.add(key)
@@ -151,11 +179,13 @@ class ShardWriter:
         for n, (field, data) in enumerate(items):
             if isinstance(data, memoryview) and data.itemsize != 1:
                 data = data.cast("B")  # bytes, not elements (C-contiguous views only)
+            assert not isinstance(data, FilePayload)
             size = len(data)
             header = member_header(names[n], size, pos, self.align if n == 0 else 0)
             pad = _ZERO_VIEW[: -size % BLOCK]
             fid = field_ids.setdefault(field, len(field_ids))
-            value = checksums[n] if checksums is not None else self._checksum(data)
+            given = checksums[n] if checksums is not None else None
+            value = given if given is not None else self._checksum(data)
             records.append((sample, fid, pos + len(header), size, value))
             self._schema.commit(fid, field, facts[n])
             update(header)
@@ -168,9 +198,101 @@ class ShardWriter:
         if self._pending_bytes >= _WRITE_BUFFER or len(pending) >= _MAX_IOV:
             self._flush()
 
+    def _write_streamed(self, key: str, names: list[str], items: list[tuple[str, Payload]]) -> None:
+        """write_sample for a sample with streamed files: each file is opened and
+        its first bytes checked (schema fact) before any byte of the sample is written."""
+        fds: list[int | None] = []
+        try:
+            facts = []
+            for field, data in items:
+                if isinstance(data, FilePayload):
+                    opened = self._open_source(key, field, data.path)
+                    fds.append(opened)
+                    head = os.pread(opened, min(HEAD_BYTES, data.size), 0)
+                    facts.append(self._fact_of(key, field, memoryview(head), data.size))
+                else:
+                    fds.append(None)
+                    facts.append(self._fact(key, field, data))
+            self._keys.append(key)
+            self._key_set.add(key)
+            sample = len(self._keys) - 1
+            for n, (field, data) in enumerate(items):
+                fid = self._field_ids.setdefault(field, len(self._field_ids))
+                self._schema.commit(fid, field, facts[n])
+                fd = fds[n]
+                if fd is None:
+                    assert not isinstance(data, FilePayload)
+                    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+                    size, value = view.nbytes, self._checksum(view)
+                    self._write(member_header(names[n], size, self._pos, self.align if n == 0 else 0))
+                    start = self._pos
+                    self._write(view)
+                else:
+                    assert isinstance(data, FilePayload)
+                    size = data.size
+                    self._write(member_header(names[n], size, self._pos, self.align if n == 0 else 0))
+                    start = self._pos
+                    value = self._copy_file(key, field, data, fd)
+                self._write(_ZERO_VIEW[: -size % BLOCK])
+                self._records.append((sample, fid, start, size, value))
+        finally:
+            for each in fds:
+                if each is not None:
+                    os.close(each)
+
     @staticmethod
-    def _fact(key: str, field: str, data: bytes | memoryview) -> tuple[int, Any]:
-        """The schema fact of one member (npy header, label value); refuses bad ones.
+    def _open_source(key: str, field: str, path: str) -> int:
+        try:
+            return os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise ConfigError(f"cannot read {path!r}: {e.strerror}", key=key, field=field, path=path) from None
+
+    def _copy_file(self, key: str, field: str, src: FilePayload, fd: int) -> int:
+        """Copy ``src`` into the shard in chunks through one reused buffer; its checksum."""
+        self._flush()
+        if self._chunk is None:
+            self._chunk = bytearray(_STREAM_CHUNK)
+        buf = memoryview(self._chunk)
+        member = hasher(self.checksum_algo)
+        left = src.size
+        try:
+            while left > 0:
+                got = os.readv(fd, [buf[: min(left, _STREAM_CHUNK)]])
+                if got == 0:
+                    break
+                piece = buf[:got]
+                member.update(piece)
+                self._hasher.update(piece)
+                self._write_all(piece)
+                self._handed(got)
+                left -= got
+            extra = os.read(fd, 1) if left == 0 else b""
+        except OSError as e:
+            raise ConfigError(f"cannot read {src.path!r}: {e.strerror}", key=key, field=field, path=src.path) from None
+        if left or extra:
+            raise ConfigError(
+                f"{src.path!r} changed size while it was packed (planned {src.size} bytes)",
+                key=key, field=field, path=src.path, fix="pack files that are not being written, or rerun",
+            )
+        self._pos += src.size
+        return member.intdigest()
+
+    def _write_all(self, piece: memoryview) -> None:
+        if self._fd is None:
+            raise ValueError("write on a closed ShardWriter")
+        while piece:
+            piece = piece[os.write(self._fd, piece) :]
+
+    def _fact(self, key: str, field: str, data: bytes | memoryview) -> tuple[int, Any]:
+        view = memoryview(data)
+        if view.itemsize != 1:
+            view = view.cast("B")
+        return self._fact_of(key, field, view[:HEAD_BYTES], view.nbytes)
+
+    @staticmethod
+    def _fact_of(key: str, field: str, head: memoryview, size: int) -> tuple[int, Any]:
+        """The schema fact of one member (npy header, label value) from its first
+        bytes ``head`` and ``size``; refuses bad ones.
 
         Raises:
             ConfigError: an ``.npy`` needing pickle or unreadable, or a ``cls`` label
@@ -178,11 +300,8 @@ class ShardWriter:
         """
         if candidate_kind(field) == "var":
             return 0, None  # nothing to learn from the bytes (most fields: images, json...)
-        view = memoryview(data)
-        if view.itemsize != 1:
-            view = view.cast("B")
         try:
-            return SchemaBuilder.check(field, view[:HEAD_BYTES], view.nbytes)
+            return SchemaBuilder.check(field, head, size)
         except ConfigError as exc:
             raise ConfigError(f"{key}.{field}: {exc.message}", key=key, field=field, fix=exc.fix) from None
 

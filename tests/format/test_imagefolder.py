@@ -1,0 +1,183 @@
+"""Packing user trees: ImageFolder labels, key rules, include/exclude, skipped files, symbolic links."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import webdataset as wds
+
+from feedline.errors import ConfigError
+from feedline.format import pack, read_manifest, split_name
+from feedline.format._pack import PackWarning
+from feedline.format._sources import SourceRules, collect
+
+FOLDER = SourceRules(labels="from-folder")
+
+
+def _tree(root: Path, files: dict[str, bytes]) -> Path:
+    for name, data in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def _torchvision_classes(root: Path) -> list[str]:
+    """torchvision.datasets.folder.find_classes (torchvision is not installable here),
+    restricted to non-hidden folders as feedline documents."""
+    return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+
+
+def _phone_photos(root: Path) -> Path:
+    """A user's tree: dots in names, mixed extension spellings, stray files, class
+    names whose order depends on case."""
+    return _tree(root, {
+        "cats/IMG_2023.01.05_1234.jpg": b"c1",
+        "cats/IMG_2023.01.05_9999.jpg": b"c2",
+        "cats/IMG_2023.01.06_0001.JPEG": b"c3",
+        "cats/old/IMG_1.jpeg": b"c4",           # deeper folders belong to the top class
+        "Dogs/d.1.png": b"d1",
+        "Dogs/d.2.jpg": b"d2",
+        "Dogs/notes.txt": b"not an image",
+        "bee/b.JPG": b"b1",
+        "README": b"read me",
+        "loose.jpg": b"not in a class",
+        "empty_class/.keep": b"",
+    })
+
+
+def test_imagefolder_keys_keep_dotted_names_apart_and_labels_follow_torchvision(tmp_path: Path) -> None:
+    root = _phone_photos(tmp_path / "train")
+    found = collect([root], FOLDER)
+    assert found.classes == tuple(_torchvision_classes(root)) == ("Dogs", "bee", "cats", "empty_class")
+    got = {s.key: {f.field: (f.data if f.data is not None else Path(f.path).read_bytes()) for f in s.files}
+           for s in found.samples}
+    assert got == {
+        "Dogs/d%2E1": {"png": b"d1", "cls": b"0"},
+        "Dogs/d%2E2": {"jpg": b"d2", "cls": b"0"},
+        "bee/b": {"jpg": b"b1", "cls": b"1"},
+        "cats/IMG_2023%2E01%2E05_1234": {"jpg": b"c1", "cls": b"2"},
+        "cats/IMG_2023%2E01%2E05_9999": {"jpg": b"c2", "cls": b"2"},
+        "cats/IMG_2023%2E01%2E06_0001": {"jpg": b"c3", "cls": b"2"},
+        "cats/old/IMG_1": {"jpg": b"c4", "cls": b"2"},
+    }
+    assert sorted(s.name for s in found.skipped) == ["Dogs/notes.txt", "README", "loose.jpg"]
+    notes = "\n".join(found.notes())
+    assert "skipped 3 file(s)" in notes and "README (not an image" in notes and "loose.jpg (not inside a class folder)" in notes
+    assert "field 'png' is in 1 of 7 samples" in notes and "field 'jpg' is in 6 of 7" in notes
+    assert "empty_class" in notes
+
+
+def test_pack_imagefolder_writes_labels_and_classes_that_tar_and_webdataset_read(tmp_path: Path, read_all) -> None:  # type: ignore[no-untyped-def]
+    root = _phone_photos(tmp_path / "train")
+    out = tmp_path / "data"
+    with pytest.warns(PackWarning, match="skipped 3 file"):
+        manifest = pack(root, out, rules=FOLDER)
+    assert manifest.classes == ("Dogs", "bee", "cats", "empty_class") == read_manifest(out).classes
+    assert manifest.num_samples == 7
+    samples = read_all(out)
+    assert samples["cats/IMG_2023%2E01%2E05_9999"] == {"jpg": b"c2", "cls": b"2"}
+    with tarfile.open(out / manifest.shards[0].name) as tar:
+        names = tar.getnames()
+    assert all(split_name(n) is not None and "." not in split_name(n)[0].rsplit("/", 1)[-1] for n in names)  # type: ignore[index]
+    wds_keys = [s["__key__"] for s in wds.WebDataset(str(out / manifest.shards[0].name), shardshuffle=False)]
+    assert sorted(wds_keys) == sorted(samples)
+
+    import feedline
+
+    ds = feedline.open_dataset(out)
+    assert ds.schema["cls"].kind == "label"
+    labels = {"cls": np.zeros(len(ds), np.int64)}
+    ds.gather_labels(np.arange(len(labels["cls"])), labels)
+    assert labels["cls"].tolist() == [0, 0, 1, 2, 2, 2, 2]
+
+
+def test_multi_field_layouts_still_group_by_the_first_dot(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "log", {
+        "000123.cam0.jpg": b"a", "000123.cam1.JPEG": b"b", "000123.json": b"{}",
+        "000124.cam0.jpg": b"c", "000124.cam1.jpeg": b"d", "000124.json": b"{}",
+    })
+    found = collect([root])
+    assert [(s.key, [f.field for f in s.files]) for s in found.samples] == [
+        ("000123", ["cam0.jpg", "cam1.jpg", "json"]),
+        ("000124", ["cam0.jpg", "cam1.jpg", "json"]),
+    ]
+    assert found.notes() == []
+    # the file rule on the same tree: every file is its own sample
+    assert sorted(s.key for s in collect([root], SourceRules(key="file")).samples) == [
+        "000123", "000123%2Ecam0", "000123%2Ecam1", "000124", "000124%2Ecam0", "000124%2Ecam1",
+    ]
+
+
+def test_labels_with_the_webdataset_rule_label_multi_field_samples(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "t", {"a/1.jpg": b"1", "a/1.json": b"{}", "b/2.jpg": b"2", "b/2.json": b"{}"})
+    found = collect([root], SourceRules(key="webdataset", labels="from-folder", include=("*",)))
+    assert [(s.key, [(f.field, f.data) for f in s.files if f.data]) for s in found.samples] == [
+        ("a/1", [("cls", b"0")]), ("b/2", [("cls", b"1")]),
+    ]
+    assert [len(s.files) for s in found.samples] == [3, 3]
+
+
+def test_include_and_exclude_patterns(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "s", {"a.jpg": b"1", "b.png": b"2", "tmp/c.jpg": b"3", "d.txt": b"4"})
+    keys = lambda rules: [s.key for s in collect([root], rules).samples]  # noqa: E731
+    assert keys(SourceRules(include=("*.jpg",))) == ["a", "tmp/c"]
+    assert keys(SourceRules(exclude=("tmp/*", "*.txt"))) == ["a", "b"]
+    found = collect([root], SourceRules(include=("*.jpg",), exclude=("tmp/*",)))
+    assert [s.key for s in found.samples] == ["a"] and found.excluded == 3
+    with pytest.raises(ConfigError, match="no files to pack"):
+        collect([root], SourceRules(include=("*.gif",)))
+    with pytest.raises(ConfigError, match="include"):
+        SourceRules(include="*.jpg")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="key"):
+        SourceRules(key="last-dot")
+
+
+def test_a_cls_file_beside_folder_labels_is_refused(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "t", {"a/1.jpg": b"1", "a/1.cls": b"7"})
+    with pytest.raises(ConfigError, match="already has a 'cls'"):
+        collect([root], SourceRules(key="webdataset", labels="from-folder", include=("*",)))
+
+
+def test_symbolic_links_stay_inside_the_source_unless_asked(tmp_path: Path) -> None:
+    outside = _tree(tmp_path / "outside", {"secret.jpg": b"s", "dir/x.jpg": b"x"})
+    root = _tree(tmp_path / "src", {"a.jpg": b"a", "sub/b.jpg": b"b"})
+    os.symlink(outside / "secret.jpg", root / "passwd.jpg")
+    os.symlink(outside / "dir", root / "linked")
+    os.symlink(root / "sub" / "b.jpg", root / "inside.jpg")  # inside the tree: followed
+    os.symlink(tmp_path / "gone.jpg", root / "dangling.jpg")
+    found = collect([root])
+    assert [s.key for s in found.samples] == ["a", "inside", "sub/b"]
+    reasons = {s.name: s.reason for s in found.skipped}
+    assert set(reasons) == {"passwd.jpg", "linked", "dangling.jpg"}
+    assert "outside the source folder" in reasons["passwd.jpg"] and "--follow-symlinks" in reasons["linked"]
+    assert reasons["dangling.jpg"].startswith("dangling symbolic link")
+    assert "skipped 3 file(s)" in found.notes()[0]
+    followed = collect([root], SourceRules(follow_symlinks=True))
+    assert [s.key for s in followed.samples] == ["a", "inside", "linked/x", "passwd", "sub/b"]
+
+
+@pytest.mark.parametrize("kind", ["self", "ancestor"])
+def test_symbolic_link_loops_are_a_clear_error(tmp_path: Path, kind: str) -> None:
+    root = _tree(tmp_path / "src", {"a.jpg": b"a", "sub/b.jpg": b"b"})
+    if kind == "self":
+        os.symlink("loop.jpg", root / "loop.jpg")
+    else:
+        os.symlink("..", root / "sub" / "up")
+    with pytest.raises(ConfigError, match="symbolic-link loop") as e:
+        collect([root], SourceRules(follow_symlinks=True))
+    assert e.value.fix
+
+
+def test_output_folder_that_is_a_source_or_a_file_is_refused(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "src", {"a.jpg": b"a"})
+    with pytest.raises(ConfigError, match="is the source folder"):
+        pack(root, root)
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(ConfigError, match="is a file"):
+        pack(root, tmp_path / "file")
+    assert sorted(p.name for p in root.iterdir()) == ["a.jpg"]
