@@ -38,7 +38,7 @@ def test_pack_inspect_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFi
     assert "files/s" in text.err  # the progress bar shows files/s and MB/s
     assert len(read_manifest(out).shards) > 1
 
-    assert _run(["inspect", str(out), "--json"]) == 0
+    assert _run(["inspect", str(out), "--json", "-"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["num_samples"] == 20 and info["alignment"]["aligned_samples"] == 20
     assert set(info["fields"]) == {"cam0.jpg", "json"}
@@ -63,7 +63,7 @@ def test_verify_exits_1_naming_shard_key_and_field(tmp_path: Path, capsys: pytes
     assert _run(["verify", str(out)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert any("shard-000000.tar key='00005' field='cam0.jpg'" in line for line in lines)
-    assert _run(["verify", str(out), "--json"]) == 1
+    assert _run(["verify", str(out), "--json", "-"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is False
     assert {"shard": "shard-000000.tar", "key": "00005", "field": "cam0.jpg"}.items() <= doc["problems"][1].items()
@@ -81,9 +81,9 @@ def test_index_adopts_tars_made_by_tar(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
     exe = [sys.executable, "-m", "feedline"]
-    missing = subprocess.run([*exe, "verify", str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 1
-    assert missing.stderr.count("\n") == 1 and "no manifest" in missing.stderr
+    empty = subprocess.run([*exe, "verify", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 1
+    assert empty.stderr.count("\n") == 1 and "no manifest" in empty.stderr
     bad = subprocess.run(
         [*exe, "pack", str(tmp_path), "--out", str(tmp_path / "o"), "--shard-size", "lots"],
         capture_output=True, text=True, timeout=60,

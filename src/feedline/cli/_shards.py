@@ -8,13 +8,15 @@ checksum and exits 1 naming the shard, key and field of each mismatch.
 
 from __future__ import annotations
 
-import json
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from feedline.cli._output import JSON_HELP, check_json_dest, json_option, to_stdout, write_json
 from feedline.units import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
@@ -71,71 +73,146 @@ def _pack_progress(console: Console) -> Progress:
 def _summary(manifest: Manifest, out: str, seconds: float, nbytes: int, files: int) -> str:
     total = sum(s.size for s in manifest.shards)
     rate = f"{files / seconds:,.0f} files/s, {nbytes / seconds / 1e6:,.1f} MB/s" if seconds > 0 else ""
+    classes = f", {len(manifest.classes)} classes" if manifest.classes is not None else ""
     return (
-        f"packed {manifest.num_samples} samples ({files} files) into {len(manifest.shards)} "
+        f"packed {manifest.num_samples} samples ({files} files{classes}) into {len(manifest.shards)} "
         f"shard(s), {format_bytes(total)}, in {seconds:.2f} s ({rate}) -> {Path(out) / 'manifest.json'}"
     )
 
 
+_TINY_SHARD = 1 << 20
+
+
+def _shard_size(text: str, warn: Callable[[str], None]) -> int:
+    """``--shard-size``: a bare number below 1 MiB is refused (``10`` is 10 bytes, one
+    sample per shard); a tiny size with a unit is allowed with a warning."""
+    size = parse_bytes(text, name="--shard-size")
+    if size <= 0:
+        raise typer.BadParameter(f"{text!r}: must be a positive size", param_hint="--shard-size")
+    if size < _TINY_SHARD:
+        if text.strip().isdigit():
+            raise typer.BadParameter(
+                f"{text!r} is {size} bytes: every shard would hold about one sample. Give a unit, e.g. "
+                f"{text.strip()}MiB or {text.strip()}GiB (shards of 256MiB-2GiB suit most data)",
+                param_hint="--shard-size",
+            )
+        warn(f"--shard-size {text} is below 1 MiB: expect many small shards (256MiB-2GiB suit most data)")
+    return size
+
+
+def _missing(path: Path, what: str, hint: str) -> None:
+    """A bad-argument error when ``path`` does not exist (before any work)."""
+    if not os.path.lexists(path):
+        raise typer.BadParameter(f"{what} {str(path)!r} does not exist", param_hint=hint)
+
+
+class _LazyBar:
+    """The pack progress bar, drawn only once pack reports progress: argument and
+    source errors (found while planning) print before any bar."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar: Progress | None = None
+        self.task: Any = None
+        self.last = 0.0
+
+    def report(self, p: PackProgress) -> None:
+        now = time.perf_counter()
+        if self.bar is None:
+            self.bar = _pack_progress(self.console)
+            self.bar.start()
+            self.task = self.bar.add_task("packing", total=None, files=0, files_total=0, shards="")
+        elif now - self.last < 0.05 and p.files_done < p.files_total:
+            return  # a redraw per sample would cost more than packing it
+        self.last = now
+        self.bar.update(
+            self.task, total=p.bytes_total, completed=p.bytes_done, files=p.files_done,
+            files_total=p.files_total,
+            shards=f"shard {p.shards_done}/{p.shards_total}" + (f" ({p.shards_reused} reused)" if p.shards_reused else ""),
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def pack_cmd(
-    src: Annotated[list[Path], typer.Argument(help="folders of files grouped by key (KEY.FIELD names), or list files with one path per line")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards, indexes and manifest.json")],
-    shard_size: Annotated[str, typer.Option("--shard-size", help="target shard size (samples are never split), e.g. 512MiB, 1GiB")] = "1GiB",
+    src: Annotated[list[Path], typer.Argument(help="folders of files, or list files with one path per line")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards, indexes and manifest.json (may lie inside SRC: it is left out; may not be SRC)")],
+    labels: Annotated[str | None, typer.Option("--labels", metavar="from-folder", help="from-folder: an ImageFolder tree SRC/<class>/...: each image gets an integer 'cls' (its class folder's index in sorted order, as torchvision numbers them) and the class list goes into the manifest; implies --key file and packs image files only unless --include is given")] = None,
+    key: Annotated[str | None, typer.Option("--key", metavar="webdataset|file", help="how names become samples. webdataset (default): the key runs to the first dot of the file name, so 000123.cam0.jpg + 000123.json are one sample. file (default with --labels): each file is a sample keyed by its path minus the final extension, so IMG_2023.01.05.jpg is safe (dots kept in the key are stored as %2E)")] = None,
+    include: Annotated[list[str] | None, typer.Option("--include", metavar="GLOB", help="pack only files matching a glob (repeatable); a pattern without / matches the file name, with / the path below SRC")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", metavar="GLOB", help="leave out files matching a glob (repeatable), e.g. --exclude '*.txt' --exclude 'scratch/*'")] = None,
+    follow_symlinks: Annotated[bool, typer.Option("--follow-symlinks", help="follow symbolic links that lead outside SRC (by default they are skipped and listed)")] = False,
+    shard_size: Annotated[str, typer.Option("--shard-size", help="target shard size with a unit (samples are never split), e.g. 512MiB, 1GiB")] = "1GiB",
     align: Annotated[int, typer.Option("--align", help="pad so each sample's first byte is on this boundary (0 = off; 4096 for O_DIRECT/GDS)")] = 0,
     workers: Annotated[int, typer.Option("--workers", "-j", help="threads that read and checksum files (output order is preserved)")] = 1,
     checksum: Annotated[str, typer.Option("--checksum", help="checksum algorithm: xxh3 or crc32c (needs the crc32c package)")] = "xxh3",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
     no_fsync: Annotated[bool, typer.Option("--no-fsync", help="skip fsync (scratch copies): still atomic if the run is killed, but a power loss may leave shards incomplete")] = False,
+    json_dest: Annotated[str | None, json_option(JSON_HELP + ": the manifest written")] = None,
 ) -> None:
-    """Pack small files into tar shards with a binary index and an atomic manifest."""
-    from feedline.format import pack
+    """Pack small files into tar shards with a binary index and an atomic manifest.
 
-    size = parse_bytes(shard_size, name="--shard-size")
+    Files that fit no rule (no extension, not in a class folder, dangling or
+    outside links) are skipped and listed; a rerun reuses a shard only if every
+    source's checksum still matches it.
+    """
+    from feedline.format import SourceRules, pack
+
     console = _console()
+
+    def warn(line: str) -> None:
+        console.print(f"feedline: warning: {line}", markup=False, highlight=False)
+
+    check_json_dest(json_dest)
+    for path in src:
+        _missing(path, "source", "SRC")
+    size = _shard_size(shard_size, warn)
+    rules = SourceRules(key=key, labels=labels, include=tuple(include or ()), exclude=tuple(exclude or ()),
+                        follow_symlinks=follow_symlinks)
     start = time.perf_counter()
-    last = [0.0]
-    if quiet:
+    bar = _LazyBar(console)
+    try:
         manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum,
-                        durable=not no_fsync)
-    else:
-        with _pack_progress(console) as bar:
-            task = bar.add_task("packing", total=None, files=0, files_total=0, shards="")
-
-            def report(p: PackProgress) -> None:
-                now = time.perf_counter()
-                if now - last[0] < 0.05 and p.files_done < p.files_total:
-                    return  # a redraw per sample would cost more than packing it
-                last[0] = now
-                bar.update(
-                    task, total=p.bytes_total, completed=p.bytes_done, files=p.files_done,
-                    files_total=p.files_total,
-                    shards=f"shard {p.shards_done}/{p.shards_total}" + (f" ({p.shards_reused} reused)" if p.shards_reused else ""),
-                )
-
-            manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum,
-                            progress=report, durable=not no_fsync)
+                        progress=None if quiet or to_stdout(json_dest) else bar.report,
+                        durable=not no_fsync, rules=rules, warn=warn)
+    finally:
+        bar.close()
     seconds = time.perf_counter() - start
     files = sum(int(f["count"]) for f in manifest.fields.values())
     nbytes = sum(int(f["total_bytes"]) for f in manifest.fields.values())
-    print(_summary(manifest, str(out), seconds, nbytes, files))
+    write_json(manifest.to_json(), json_dest)
+    if not to_stdout(json_dest):
+        print(_summary(manifest, str(out), seconds, nbytes, files))
 
 
 def index_cmd(
     tars: Annotated[list[Path], typer.Argument(help="existing WebDataset .tar files, in dataset order (never modified)")],
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="dataset root for the .idx files and manifest.json (default: the first tar's folder)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="dataset root for the .idx files and manifest.json (default: the first tar's folder; tars outside it are linked into it)")] = None,
     checksum: Annotated[str, typer.Option("--checksum", help="checksum algorithm: xxh3 or crc32c")] = "xxh3",
+    json_dest: Annotated[str | None, json_option(JSON_HELP + ": the manifest written")] = None,
 ) -> None:
     """Adopt existing tar shards: build their indexes and a manifest without rewriting them."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from feedline.format import index_tars
 
+    check_json_dest(json_dest)
+    for tar in tars:
+        _missing(tar, "tar file", "TARS")
+    if out is not None and out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{str(out)!r} is a file, not a folder", param_hint="--out")
     columns = (TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=_console(), transient=True) as bar:
+    console = _console()
+    with Progress(*columns, console=console, transient=True,
+                  disable=to_stdout(json_dest) or not console.is_terminal) as bar:
         task = bar.add_task("index", total=len(tars))
         manifest = index_tars(tars, out, checksum_algo=checksum, progress=lambda done, _: bar.update(task, completed=done))
     root = out if out is not None else tars[0].parent
-    print(f"indexed {manifest.num_samples} samples in {len(manifest.shards)} tar(s) -> {root / 'manifest.json'}")
+    write_json(manifest.to_json(), json_dest)
+    if not to_stdout(json_dest):
+        print(f"indexed {manifest.num_samples} samples in {len(manifest.shards)} tar(s) -> {root / 'manifest.json'}")
 
 
 def _inspect_lines(info: dict[str, Any]) -> list[str]:
@@ -153,6 +230,10 @@ def _inspect_lines(info: dict[str, Any]) -> list[str]:
             f"  {name:<20} {f['count']:>9} x  {format_bytes(f['total_bytes']):>10} total, "
             f"{f['min_size']}..{f['max_size']} bytes each"
         )
+    if info.get("classes") is not None:
+        names = info["classes"]
+        shown = ", ".join(f"{i}={c}" for i, c in enumerate(names[:20]))
+        lines.append(f"classes   {len(names)} (cls label = index): {shown}{', ...' if len(names) > 20 else ''}")
     lines.append("shards:")
     for s in info["shards"]:
         lines.append(
@@ -162,37 +243,52 @@ def _inspect_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _dataset_root(root: Path) -> None:
+    _missing(root, "dataset folder", "DIR")
+    if not root.is_dir():
+        raise typer.BadParameter(f"{str(root)!r} is a file; give the dataset folder (it holds manifest.json)", param_hint="DIR")
+
+
 def inspect_cmd(
-    root: Annotated[Path, typer.Argument(help="dataset folder (holds manifest.json)")],
-    as_json: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
+    root: Annotated[Path, typer.Argument(metavar="DIR", help="dataset folder (holds manifest.json)")],
+    json_dest: Annotated[str | None, json_option()] = None,
 ) -> None:
-    """Show a dataset's shards, samples, fields, sizes and alignment."""
+    """Show a dataset's shards, samples, fields, classes, sizes and alignment."""
     from feedline.format import inspect
 
+    check_json_dest(json_dest)
+    _dataset_root(root)
     info = inspect(root)
-    print(json.dumps(info, indent=1) if as_json else "\n".join(_inspect_lines(info)))
+    write_json(info, json_dest)
+    if not to_stdout(json_dest):
+        print("\n".join(_inspect_lines(info)))
 
 
 def verify_cmd(
-    root: Annotated[Path, typer.Argument(help="dataset folder (holds manifest.json)")],
-    as_json: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
+    root: Annotated[Path, typer.Argument(metavar="DIR", help="dataset folder (holds manifest.json)")],
+    json_dest: Annotated[str | None, json_option(JSON_HELP + ": ok and each problem")] = None,
 ) -> None:
     """Check every checksum (shard files, index files, each member); exit 1 on any mismatch."""
     from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
     from feedline.format import read_manifest, verify_shard
 
+    check_json_dest(json_dest)
+    _dataset_root(root)
+    as_json = to_stdout(json_dest)
     manifest = read_manifest(root)
     problems = []
     columns = (TextColumn("[bold]verifying"), BarColumn(), TextColumn("{task.fields[shard]}"), TransferSpeedColumn())
-    with Progress(*columns, console=_console(), transient=True, disable=as_json) as bar:
+    console = _console()
+    with Progress(*columns, console=console, transient=True, disable=as_json or not console.is_terminal) as bar:
         task = bar.add_task("verify", total=sum(s.size for s in manifest.shards), shard="")
         for info in manifest.shards:
             bar.update(task, shard=info.name)
             problems.extend(verify_shard(root, info, manifest.checksum_algo))
             bar.advance(task, info.size)
+    write_json({"ok": not problems, "problems": [p.to_json() for p in problems]}, json_dest)
     if as_json:
-        print(json.dumps({"ok": not problems, "problems": [p.to_json() for p in problems]}, indent=1))
+        pass
     elif problems:
         for p in problems:
             print(f"MISMATCH {p}")

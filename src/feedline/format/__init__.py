@@ -36,11 +36,12 @@ from feedline.format._manifest import (
     read_manifest,
     write_manifest,
 )
-from feedline.format._pack import PackProgress, pack
+from feedline.format._pack import PackProgress, PackWarning, pack
 from feedline.format._schema import FieldSchema
+from feedline.format._sources import SourceRules
 from feedline.format._tar import split_name
 from feedline.format._verify import Problem, inspect, verify, verify_shard
-from feedline.format._writer import ShardWriter
+from feedline.format._writer import FilePayload, ShardWriter
 
 __all__ = [
     "ALGOS",
@@ -51,12 +52,15 @@ __all__ = [
     "MEMBER_DTYPE",
     "READABLE_VERSIONS",
     "FieldSchema",
+    "FilePayload",
     "Manifest",
     "PackProgress",
+    "PackWarning",
     "Problem",
     "ShardIndex",
     "ShardInfo",
     "ShardWriter",
+    "SourceRules",
     "check_index_count",
     "checksum",
     "checksum_function",

@@ -67,19 +67,32 @@ def publish(temp: str | os.PathLike[str], final: str | os.PathLike[str], *, dura
         fsync_dir(Path(final).parent)
 
 
+def named(error: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``error`` with ``path`` as its file name when it has none (a failed
+    ``write``/``fsync`` on a full disk names no file), for a one-line report."""
+    if error.filename is not None:
+        return error
+    return type(error)(error.errno, error.strerror, str(path))
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so readers see either the old file or all of the new one.
 
     ``durable=False`` skips the fsyncs: still atomic for readers and against a
-    killed process, but a power loss may lose the new file.
+    killed process, but a power loss may lose the new file. On an error the
+    temp file is removed and the error names ``path``.
     """
     temp = temp_name(path)
-    with open(temp, "wb") as f:
-        f.write(data)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    publish(temp, path, durable=durable)
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        publish(temp, path, durable=durable)
+    except OSError as e:
+        remove_quietly(temp)
+        raise named(e, path) from None
 
 
 def remove_quietly(path: str | os.PathLike[str]) -> None:

@@ -159,6 +159,11 @@ def _read_bytes(path: Path) -> bytes:
         with open(path, "rb") as f:
             return f.read(_MAX_MANIFEST + 1)
     except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise FormatError(
+                f"dataset folder {str(path.parent)!r} does not exist", path=str(path.parent),
+                fix="check the path",
+            ) from None
         raise FormatError(
             "no manifest: this folder holds no complete feedline dataset",
             path=str(path),

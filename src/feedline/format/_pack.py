@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feedline.errors import ConfigError, FormatError
-from feedline.format._atomic import fsync_dir, remove_quietly, temp_name
+from feedline.format._atomic import fsync_dir, named, remove_quietly, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import FORMAT_VERSION, ShardIndex
 from feedline.format._manifest import (
@@ -321,11 +321,14 @@ def _write_shards(
                 infos.append(_reuse_info(path, index, algo))
                 state.shard_done(planned, reused=True)
             else:
-                with ShardWriter(path, align=align, checksum_algo=algo, durable=durable) as writer:
-                    for sample, fields, sums in _loaded(planned, algo, pool, 4 * workers):
-                        writer.write_sample(sample.key, fields, sums)
-                        state.sample_done(sample)
-                    infos.append(writer.close())
+                try:
+                    with ShardWriter(path, align=align, checksum_algo=algo, durable=durable) as writer:
+                        for sample, fields, sums in _loaded(planned, algo, pool, 4 * workers):
+                            writer.write_sample(sample.key, fields, sums)
+                            state.sample_done(sample)
+                        infos.append(writer.close())
+                except OSError as e:  # a full disk, a read-only folder: name the shard
+                    raise named(e, path) from None
                 index = writer.index
                 state.shard_done([], reused=False)
             if index is not None:

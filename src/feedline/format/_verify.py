@@ -125,5 +125,6 @@ def inspect(root: str | os.PathLike[str], align: int = 4096) -> dict[str, Any]:
         "total_bytes": sum(s.size for s in manifest.shards),
         "alignment": {"boundary": align, "aligned_samples": aligned_total},
         "fields": manifest.fields,
+        "classes": list(manifest.classes) if manifest.classes is not None else None,
         "shards": shards,
     }
