@@ -68,6 +68,10 @@ class ReadError(FeedlineError):
     """Bytes could not be read from storage (I/O error, short read, backend failure)."""
 
 
+class WriteError(FeedlineError):
+    """Bytes could not be written to storage (disk full, file too large, I/O error)."""
+
+
 class AlignmentError(FeedlineError, ValueError):
     """A direct read (O_DIRECT / GDS) request violates the alignment rules."""
 
@@ -114,4 +118,5 @@ __all__ = [
     "StateError",
     "WorkerDied",
     "WorkerError",
+    "WriteError",
 ]

@@ -1,0 +1,225 @@
+"""``Checkpointer``: save returns once the state is staged; one background thread writes.
+
+The training loop is blocked only while the state is copied into the reused
+staging buffer (device -> pinned host on a side stream, or host -> host);
+checksumming, writing, fsync, the atomic commit and ``keep=K`` rotation run on
+the writer thread. That blocked time is reported as a ``checkpoint`` span, so
+``feedline watch``/``diagnose`` show it as its own stage.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from feedline import spans
+from feedline.checkpoint._layout import Layout, header_json, make_layout
+from feedline.checkpoint._load import load as _load
+from feedline.checkpoint._staging import StagingArena, stage_into
+from feedline.checkpoint._store import commit, committed_steps, new_data_name, rotate
+from feedline.checkpoint._writers import IO_CHOICES, WriterChoice, choose_writer, make_writer
+from feedline.errors import ConfigError, FeedlineError, WriteError
+from feedline.format._atomic import remove_quietly
+from feedline.units import parse_bytes
+
+IF_BUSY = ("wait", "skip")
+
+
+@dataclass
+class CheckpointStats:
+    """Counters and the last save's timings (seconds)."""
+
+    saves: int = 0
+    skipped: int = 0
+    committed: int = 0
+    last_blocked_s: float = 0.0
+    last_durable_s: float = 0.0
+    blocked_s: list[float] = field(default_factory=list)
+
+
+class Checkpointer:
+    """Save nested states of tensors, arrays and plain values without stopping training.
+
+    Args:
+        directory: where checkpoints go (created if missing). One checkpointer
+            per directory at a time.
+        pinned_budget: most bytes of staging memory (``"2GiB"`` or an int);
+            ``None`` sizes it by the first save. A state larger than the budget
+            fails ``save()`` with :class:`~feedline.errors.ResourceError`.
+        io: ``"auto"`` (``gds`` for GPU states where GDS is engaged, else
+            ``direct`` where the directory takes O_DIRECT, else ``buffered``;
+            :attr:`writer_choice` says why), ``"buffered"``, ``"direct"`` or ``"gds"``.
+        keep: how many committed checkpoints to keep (``None``: all). Older
+            ones are removed only after a newer one is committed.
+        if_busy: when ``save()`` is called while the previous save is still
+            being written: ``"wait"`` for it, or ``"skip"`` this save (counted
+            in :attr:`stats`). Either way no checkpoint is ever corrupted.
+        durable: fsync data, header and directory (default). ``False`` keeps
+            the atomic rename but a power loss may lose the newest checkpoint.
+
+    Raises:
+        ConfigError: an invalid argument.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, pinned_budget: int | str | None = None,
+                 io: str = "auto", keep: int | None = None, if_busy: str = "wait", durable: bool = True) -> None:
+        if if_busy not in IF_BUSY:
+            raise ConfigError(f"if_busy must be one of {IF_BUSY}, got {if_busy!r}", fix="use 'wait' or 'skip'")
+        if io not in IO_CHOICES:
+            raise ConfigError(f"io must be one of {IO_CHOICES}, got {io!r}", fix="pass io='auto'")
+        if keep is not None and (not isinstance(keep, int) or keep < 1):
+            raise ConfigError(f"keep must be a positive int or None, got {keep!r}", fix="e.g. keep=3")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.budget = None if pinned_budget is None else parse_bytes(pinned_budget, name="pinned_budget")
+        self.io, self.keep, self.if_busy, self.durable = io, keep, if_busy, durable
+        self.writer_choice: WriterChoice | None = None
+        self._writer: Any = None
+        self._arena: StagingArena | None = None
+        self._stream: Any = None
+        self._pending: Future[None] | None = None
+        self._error: BaseException | None = None
+        self.stats = CheckpointStats()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feedline-checkpoint")
+        self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=True)
+
+    # -- the loop side -----------------------------------------------------------------
+
+    def save(self, step: int, state: Any) -> bool:
+        """Stage ``state`` for step ``step`` and return; the write continues in the background.
+
+        Returns False when the save was skipped (``if_busy="skip"`` and the
+        previous save still writing). After return the caller may change the
+        state freely.
+
+        Raises:
+            ConfigError: a value in ``state`` cannot be stored without pickle (names it).
+            ResourceError: the state is larger than ``pinned_budget``.
+            WriteError: the previous save failed in the background (disk full...).
+        """
+        if not isinstance(step, int) or step < 0:
+            raise ConfigError(f"step must be a non-negative int, got {step!r}")
+        t0 = time.perf_counter()
+        if self._busy() and self.if_busy == "skip":
+            self.stats.skipped += 1
+            return False
+        self._drain()
+        layout = make_layout(state)
+        self._setup(layout)
+        assert self._arena is not None
+        buf = self._arena.buffer(layout.data_bytes)
+        stage_into(layout, buf, stream=self._stream)
+        t1 = time.perf_counter()
+        self.stats.saves += 1
+        self.stats.last_blocked_s = t1 - t0
+        self.stats.blocked_s.append(t1 - t0)
+        spans.emit("checkpoint", t0, t1, step=step, nbytes=layout.data_bytes)
+        self._pending = self._pool.submit(self._write, step, layout, buf, t0)
+        return True
+
+    def wait(self) -> None:
+        """Block until the last save is committed (durable); re-raise its error if it failed."""
+        self._drain()
+
+    def latest(self) -> int | None:
+        """The newest committed step in the directory, or None."""
+        steps = committed_steps(self.directory)
+        return steps[-1] if steps else None
+
+    def steps(self) -> list[int]:
+        """Every committed step, oldest first."""
+        return committed_steps(self.directory)
+
+    def load(self, step: int | None = None, *, into: Any = None, verify: bool = True) -> Any:
+        """Load a committed checkpoint (default: the latest); see :func:`feedline.checkpoint.load`.
+
+        Waits for a save in flight first, so ``save(); load()`` sees that save.
+        """
+        self._drain()
+        return _load(self.directory, step, into=into, verify=verify)
+
+    def close(self) -> None:
+        """Finish the save in flight, stop the writer thread and free the staging memory."""
+        try:
+            self._drain()
+        finally:
+            self._finalizer()
+            if self._arena is not None:
+                self._arena.release()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _busy(self) -> bool:
+        return self._pending is not None and not self._pending.done()
+
+    def _drain(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()  # _write never raises; errors land in _error
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def _setup(self, layout: Layout) -> None:
+        """Pick the writer and staging memory on the first save (they depend on where the state lives)."""
+        if self._arena is not None:
+            return
+        on_gpu = "cuda" in layout.devices()
+        self.writer_choice = choose_writer(self.io, str(self.directory), on_gpu=on_gpu)
+        self._writer = make_writer(self.writer_choice.name)
+        if self.writer_choice.name == "gds":
+            device = next(str(leaf.device) for leaf in layout.leaves if getattr(leaf, "is_cuda", False))
+            self._arena = StagingArena(self.budget, device=device)
+        else:
+            self._arena = StagingArena(self.budget, pinned=on_gpu)
+            if on_gpu:
+                import torch
+
+                self._stream = torch.cuda.Stream()
+
+    @property
+    def staging_allocations(self) -> int:
+        """How many times staging memory was allocated (1 after any number of same-size saves)."""
+        return 0 if self._arena is None else self._arena.allocations
+
+    def _write(self, step: int, layout: Layout, buf: Any, t0: float) -> None:
+        name = new_data_name(step)
+        path = self.directory / name
+        try:
+            host = buf if not hasattr(buf, "is_cuda") else None
+            checksums = [_checksum(buf, e.offset, e.nbytes, host is not None) for e in layout.entries]
+            self._writer.write(str(path), buf, layout.data_bytes)
+            commit(self.directory, step, header_json(layout, checksums, step=step, data_name=name),
+                   durable=self.durable)
+            rotate(self.directory, self.keep, protect=name)
+            self.stats.committed += 1
+            self.stats.last_durable_s = time.perf_counter() - t0
+        except FeedlineError as e:
+            remove_quietly(path)
+            self._error = e
+        except OSError as e:
+            remove_quietly(path)
+            self._error = WriteError(f"committing step {step} failed: {e.strerror or e}", path=str(self.directory),
+                                     fix="free space on that file system or check its permissions")
+        except BaseException as e:  # surfaced to the caller at the next save()/wait()
+            remove_quietly(path)
+            self._error = e
+
+
+def _checksum(buf: Any, offset: int, nbytes: int, host: bool) -> int:
+    if host:
+        return int(xxhash.xxh3_64_intdigest(buf[offset : offset + nbytes]))
+    return int(xxhash.xxh3_64_intdigest(buf[offset : offset + nbytes].cpu().numpy()))

@@ -1,0 +1,224 @@
+"""The checkpoint format: a JSON header and one flat binary file of aligned payloads.
+
+A state (any nested dict/list/tuple of tensors, numpy arrays and plain values)
+is split once into a JSON *skeleton* and a list of *leaves* (the tensors and
+arrays). Each leaf gets a :class:`TensorEntry`: its path name, kind (``torch``
+or ``numpy``), dtype, shape, byte offset (a multiple of 4096) and size in the
+data file, and, once written, its xxh3-64 checksum. Nothing is pickled:
+loading parses JSON and views raw bytes.
+
+Skeleton encoding (plain JSON where it can be): a leaf is ``{"__tensor__": i}``;
+a dict whose keys are all strings not starting with ``__`` is a JSON object,
+any other dict is ``{"__dict__": [[key, value], ...]}`` (optimizer states have
+integer keys); a tuple is ``{"__tuple__": [...]}``; bytes are
+``{"__bytes__": base64}``; a numpy scalar is ``{"__scalar__": dtype, "value": x}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import ConfigError, FormatError
+from feedline.io._buffers import PAGE
+
+FORMAT = "feedline-checkpoint"
+VERSION = 1
+_MARKERS = ("__tensor__", "__dict__", "__tuple__", "__bytes__", "__scalar__")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorEntry:
+    """Where one tensor's bytes live in the data file, and what they are."""
+
+    name: str
+    kind: str  # "torch" or "numpy"
+    dtype: str  # "float32", "bfloat16" (torch names) or a numpy dtype.str ("<f4")
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    checksum: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The header record of this tensor (checksum as 16 hex digits)."""
+        return {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": list(self.shape),
+                "offset": self.offset, "nbytes": self.nbytes, "xxh3": f"{self.checksum:016x}"}
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A state split into skeleton, leaves and their places: made once per save."""
+
+    skeleton: Any
+    leaves: tuple[Any, ...]
+    entries: tuple[TensorEntry, ...]
+    data_bytes: int  # end of the last payload (not padded: the tail may be unaligned)
+
+    def devices(self) -> set[str]:
+        """Device types of the torch leaves (``{"cpu"}``, ``{"cuda"}``...)."""
+        return {leaf.device.type for leaf in self.leaves if not isinstance(leaf, np.ndarray)}
+
+
+def align_up(n: int, align: int = PAGE) -> int:
+    """``n`` rounded up to a multiple of ``align``."""
+    return -(-n // align) * align
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    mod = type(value).__module__
+    return mod.startswith("torch") and hasattr(value, "untyped_storage") and hasattr(value, "dtype")
+
+
+def _leaf_meta(value: Any, name: str) -> tuple[str, str, tuple[int, ...], int]:
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject or value.dtype.fields is not None:
+            raise ConfigError(f"array {name!r} has dtype {value.dtype}, which cannot be stored without pickle",
+                              fix="store a plain numeric array", tensor=name)
+        return "numpy", value.dtype.str, tuple(int(d) for d in value.shape), int(value.nbytes)
+    if type(value).__name__ in ("DTensor", "ShardedTensor"):
+        raise ConfigError(f"{name!r} is a {type(value).__name__}; Checkpointer stores local tensors",
+                          fix="use dcp.save with feedline's CheckpointStager for sharded state", tensor=name)
+    return "torch", str(value.dtype).removeprefix("torch."), tuple(int(d) for d in value.shape), \
+        int(value.numel()) * int(value.element_size())
+
+
+def make_layout(state: Any) -> Layout:
+    """Split ``state`` into skeleton and leaves and place each leaf on a 4096 boundary.
+
+    Raises:
+        ConfigError: a value is neither a tensor, an array nor a plain value
+            (the message names its path).
+    """
+    leaves: list[Any] = []
+    entries: list[TensorEntry] = []
+    offset = 0
+
+    def leaf(value: Any, name: str) -> dict[str, int]:
+        nonlocal offset
+        kind, dtype, shape, nbytes = _leaf_meta(value, name)
+        start = align_up(offset)
+        entries.append(TensorEntry(name, kind, dtype, shape, start, nbytes))
+        leaves.append(value)
+        offset = start + nbytes
+        return {"__tensor__": len(leaves) - 1}
+
+    def enc(value: Any, path: str) -> Any:
+        if value is None or isinstance(value, (bool, int, str)):
+            return value
+        if isinstance(value, float):
+            return value if math.isfinite(value) else {"__scalar__": "float", "value": repr(value)}
+        if isinstance(value, np.ndarray) or _is_torch_tensor(value):
+            return leaf(value, path or "<root>")
+        if isinstance(value, np.generic):
+            return {"__scalar__": value.dtype.str, "value": enc(value.item(), path)}
+        if isinstance(value, dict):
+            if all(isinstance(k, str) and not k.startswith("__") for k in value):
+                return {k: enc(v, f"{path}/{k}" if path else k) for k, v in value.items()}
+            return {"__dict__": [[enc(k, path), enc(v, f"{path}/{k}" if path else str(k))] for k, v in value.items()]}
+        if isinstance(value, tuple):
+            return {"__tuple__": [enc(v, f"{path}/{i}") for i, v in enumerate(value)]}
+        if isinstance(value, list):
+            return [enc(v, f"{path}/{i}") for i, v in enumerate(value)]
+        if isinstance(value, (bytes, bytearray)):
+            return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
+        raise ConfigError(f"cannot store {type(value).__name__} at {path or '<root>'!r} without pickle",
+                          fix="convert it to a tensor, a numpy array or plain values (numbers, strings, lists, dicts)",
+                          tensor=path or "<root>")
+
+    skeleton = enc(state, "")
+    return Layout(skeleton, tuple(leaves), tuple(entries), offset)
+
+
+def rebuild(skeleton: Any, leaves: list[Any]) -> Any:
+    """The state a skeleton describes, with ``leaves[i]`` where ``{"__tensor__": i}`` was."""
+    if isinstance(skeleton, list):
+        return [rebuild(v, leaves) for v in skeleton]
+    if not isinstance(skeleton, dict):
+        return skeleton
+    if "__tensor__" in skeleton:
+        return leaves[skeleton["__tensor__"]]
+    if "__dict__" in skeleton:
+        return {rebuild(k, leaves): rebuild(v, leaves) for k, v in skeleton["__dict__"]}
+    if "__tuple__" in skeleton:
+        return tuple(rebuild(v, leaves) for v in skeleton["__tuple__"])
+    if "__bytes__" in skeleton:
+        return base64.b64decode(skeleton["__bytes__"])
+    if "__scalar__" in skeleton:
+        if skeleton["__scalar__"] == "float":
+            return float(skeleton["value"])
+        return np.dtype(skeleton["__scalar__"]).type(rebuild(skeleton["value"], leaves))
+    return {k: rebuild(v, leaves) for k, v in skeleton.items()}
+
+
+def iter_leaf_paths(skeleton: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], int]]:
+    """``(key path, leaf index)`` of every tensor in a skeleton, keys as in the rebuilt state."""
+    if isinstance(skeleton, list):
+        for i, v in enumerate(skeleton):
+            yield from iter_leaf_paths(v, (*path, i))
+    elif isinstance(skeleton, dict):
+        if "__tensor__" in skeleton:
+            yield path, int(skeleton["__tensor__"])
+        elif "__dict__" in skeleton:
+            for k, v in skeleton["__dict__"]:
+                yield from iter_leaf_paths(v, (*path, rebuild(k, [])))
+        elif "__tuple__" in skeleton:
+            for i, v in enumerate(skeleton["__tuple__"]):
+                yield from iter_leaf_paths(v, (*path, i))
+        elif not any(m in skeleton for m in _MARKERS):
+            for k, v in skeleton.items():
+                yield from iter_leaf_paths(v, (*path, k))
+
+
+def header_json(layout: Layout, checksums: list[int], *, step: int, data_name: str) -> dict[str, Any]:
+    """The header (manifest) of a written checkpoint."""
+    entries = [replace(e, checksum=c).to_json() for e, c in zip(layout.entries, checksums, strict=True)]
+    return {"format": FORMAT, "version": VERSION, "step": step, "data": data_name,
+            "data_bytes": layout.data_bytes, "checksum": "xxh3", "tensors": entries, "state": layout.skeleton}
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A parsed, validated header."""
+
+    step: int
+    data: str
+    data_bytes: int
+    entries: tuple[TensorEntry, ...]
+    skeleton: Any
+
+
+def parse_header(doc: Any, *, path: str) -> Header:
+    """Validate a header document; any inconsistency is a :class:`FormatError` naming ``path``."""
+    fix = "this checkpoint is damaged; load an older step"
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise FormatError("not a feedline checkpoint header", path=path, fix=fix)
+    if doc.get("version") != VERSION:
+        raise FormatError(f"checkpoint format version {doc.get('version')!r} is not {VERSION}", path=path,
+                          fix="load it with the feedline version that wrote it")
+    try:
+        entries = tuple(
+            TensorEntry(str(t["name"]), str(t["kind"]), str(t["dtype"]), tuple(int(d) for d in t["shape"]),
+                        int(t["offset"]), int(t["nbytes"]), int(t["xxh3"], 16))
+            for t in doc["tensors"])
+        header = Header(int(doc["step"]), str(doc["data"]), int(doc["data_bytes"]), entries, doc["state"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise FormatError(f"checkpoint header is malformed ({type(e).__name__}: {e})", path=path, fix=fix) from e
+    for t in entries:
+        if t.kind not in ("torch", "numpy") or t.offset % PAGE or t.nbytes < 0 \
+                or t.offset + t.nbytes > header.data_bytes or min(t.shape, default=0) < 0:
+            raise FormatError(f"tensor {t.name!r} has an impossible place in the header", path=path,
+                              tensor=t.name, fix=fix)
+    if "/" in header.data or header.data.startswith("."):
+        raise FormatError(f"data file name {header.data!r} is not a plain file name", path=path, fix=fix)
+    return header

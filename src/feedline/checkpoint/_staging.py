@@ -1,0 +1,172 @@
+"""Staging: one reused, budgeted, 4096-aligned buffer per checkpointer, and copies into it.
+
+``save()`` copies every tensor into the staging buffer at its layout offset
+and returns; the writer then writes straight from that buffer. The buffer is
+kept between saves and only grows when a state does not fit, so saving every
+N steps allocates nothing after the first save (:attr:`StagingArena.allocations`
+counts). Host staging memory is page-locked (pinned) when the state has CUDA
+tensors, so the device-to-host copies run at full bandwidth on a side stream;
+for the ``gds`` writer the staging buffer is device memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from feedline.checkpoint._layout import Layout, TensorEntry
+from feedline.errors import ResourceError
+from feedline.io._buffers import PAGE, aligned_empty
+
+
+def bytes_view(buf: Any, entry: TensorEntry) -> Any:
+    """``entry``'s bytes in ``buf`` (a numpy or torch ``uint8`` buffer), shaped as its tensor.
+
+    A numpy buffer gives a numpy array for ``numpy`` entries and a CPU tensor
+    sharing the memory for ``torch`` entries; a torch buffer gives a tensor.
+    """
+    raw = buf[entry.offset : entry.offset + entry.nbytes]
+    if entry.kind == "numpy":
+        if not isinstance(raw, np.ndarray):
+            raw = raw.cpu().numpy()
+        return raw.view(np.dtype(entry.dtype)).reshape(entry.shape)
+    import torch
+
+    t = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else raw
+    dtype = getattr(torch, entry.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown torch dtype {entry.dtype!r}")
+    if entry.nbytes == 0:
+        return torch.empty(entry.shape, dtype=dtype, device=t.device)
+    return t.view(dtype).view(entry.shape)
+
+
+class StagingArena:
+    """A budgeted staging buffer that is reused across saves.
+
+    Args:
+        budget: most bytes the buffer may hold (``None``: as large as a state needs).
+        pinned: page-lock host memory (for CUDA states); needs torch.
+        device: ``"cpu"`` for host staging, or a CUDA device for GDS writes.
+
+    Raises:
+        ResourceError: from :meth:`buffer`, when a state is larger than the budget.
+    """
+
+    def __init__(self, budget: int | None, *, pinned: bool = False, device: str = "cpu") -> None:
+        self.budget = budget
+        self.pinned = pinned
+        self.device = device
+        self.allocations = 0
+        self._owner: Any = None
+        self._buf: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def capacity(self) -> int:
+        """Bytes the current buffer holds (0 before the first save)."""
+        return 0 if self._buf is None else int(self._buf.shape[0])
+
+    def buffer(self, nbytes: int) -> Any:
+        """The staging buffer, at least ``nbytes`` long (grown, with 1/8 headroom, only when needed)."""
+        if self.budget is not None and nbytes > self.budget:
+            raise ResourceError(
+                f"the state needs {nbytes} bytes of staging but pinned_budget is {self.budget}",
+                fix=f"pass pinned_budget >= {nbytes} (e.g. '{-(-nbytes // 2**20)}MiB') to Checkpointer",
+                stage="checkpoint")
+        with self._lock:
+            if self._buf is None or self.capacity < nbytes:
+                want = nbytes + nbytes // 8
+                if self.budget is not None:
+                    want = min(want, self.budget)
+                self._buf = None
+                self._owner = None
+                self._allocate(max(want, PAGE))
+                self.allocations += 1
+            return self._buf
+
+    def _allocate(self, nbytes: int) -> None:
+        if self.device != "cpu":
+            import torch
+
+            raw = torch.empty(nbytes + PAGE, dtype=torch.uint8, device=self.device)
+            pad = (-raw.data_ptr()) % PAGE
+            self._owner, self._buf = raw, raw[pad : pad + nbytes]
+        elif self.pinned:
+            import torch
+
+            raw = torch.empty(nbytes + PAGE, dtype=torch.uint8, pin_memory=True)
+            pad = (-raw.data_ptr()) % PAGE
+            self._owner = raw
+            self._buf = raw.numpy()[pad : pad + nbytes]
+        else:
+            self._buf = aligned_empty(nbytes)
+
+    def release(self) -> None:
+        """Drop the buffer (the next save allocates again)."""
+        with self._lock:
+            self._buf = None
+            self._owner = None
+
+
+def stage_into(layout: Layout, buf: Any, *, stream: Any = None) -> None:
+    """Copy every leaf of ``layout`` into ``buf`` at its offset; returns when the copies are done.
+
+    CUDA leaves are copied on ``stream`` (made to wait for the current stream
+    first, so pending kernels that write the tensors finish before the copy);
+    the call synchronises that stream before returning, so the caller may
+    change the tensors as soon as it returns.
+    """
+    cuda = False
+    for leaf, entry in zip(layout.leaves, layout.entries, strict=True):
+        if entry.nbytes == 0:
+            continue
+        if isinstance(leaf, np.ndarray):
+            if isinstance(buf, np.ndarray):
+                np.copyto(bytes_view(buf, entry), leaf)
+            else:  # a device buffer (gds): copy the array's raw bytes
+                raw = np.ascontiguousarray(leaf).reshape(-1).view(np.uint8)
+                buf[entry.offset : entry.offset + entry.nbytes].copy_(_torch_from(raw))
+            continue
+        dst = bytes_view(buf, entry)
+        if leaf.device.type == "cuda":
+            cuda = True
+            with _on(stream, leaf):
+                dst.copy_(leaf, non_blocking=True)
+        else:
+            dst.copy_(leaf)
+    if cuda and stream is not None:
+        stream.synchronize()
+    elif cuda:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _torch_from(arr: np.ndarray) -> Any:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+class _on:
+    """``with torch.cuda.stream(stream)`` after making it wait for the current stream."""
+
+    def __init__(self, stream: Any, leaf: Any) -> None:
+        self.stream, self.leaf = stream, leaf
+        self.ctx: Any = None
+
+    def __enter__(self) -> None:
+        if self.stream is None:
+            return
+        import torch
+
+        self.stream.wait_stream(torch.cuda.current_stream(self.leaf.device))
+        self.ctx = torch.cuda.stream(self.stream)
+        self.ctx.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)

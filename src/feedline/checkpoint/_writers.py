@@ -1,0 +1,216 @@
+"""Writer backends: put a staged buffer into a file and make it durable.
+
+Every writer implements ``write(path, buf, nbytes)``: create ``path``, write
+the first ``nbytes`` of ``buf`` (a 4096-aligned staging buffer), fsync, close.
+
+* ``buffered``: ``pwritev`` through the page cache in 64 MiB pieces, each
+  handed to the kernel's writeback at once so the final fsync only waits for
+  the tail.
+* ``direct``: O_DIRECT ``pwritev`` of the aligned body in 8 MiB pieces
+  (bypasses the page cache, like ``dd oflag=direct``); the unaligned tail
+  (``nbytes % 4096``) is written through a second, buffered descriptor. Where
+  the file system refuses O_DIRECT the writer says why and writes buffered.
+* ``gds``: KvikIO ``CuFile.pwrite`` from device memory (GPUDirect Storage).
+
+:func:`choose_writer` resolves ``io="auto"``: ``gds`` when GDS is engaged and
+the state is on a GPU, else ``direct`` when the directory accepts O_DIRECT,
+else ``buffered``, with the reason.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from feedline.errors import ConfigError, WriteError
+from feedline.format._atomic import start_writeback
+from feedline.io._buffers import PAGE
+from feedline.io._gds import gds_status
+from feedline.io._posix import probe_direct
+
+IO_CHOICES = ("auto", "buffered", "direct", "gds")
+_BUFFERED_PIECE = 64 << 20
+_DIRECT_PIECE = 8 << 20
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+
+
+class Writer(Protocol):
+    """What every writer backend does."""
+
+    name: str
+
+    def write(self, path: str, buf: Any, nbytes: int) -> None:
+        """Write ``buf[:nbytes]`` to a new file at ``path`` and fsync it."""
+        ...
+
+
+def _write_error(path: str, e: OSError) -> WriteError:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free space on that file system (or lower keep=), or save to a larger one"
+    else:
+        fix = "check the directory is writable and the device healthy"
+    return WriteError(f"writing checkpoint data failed: {e.strerror or e}", path=path, fix=fix)
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(view):
+        try:
+            n = os.pwritev(fd, [view[done:]], offset + done)
+        except InterruptedError:
+            continue
+        if n == 0:
+            raise OSError(errno.ENOSPC, "no space left (write returned 0)")
+        done += n
+
+
+def _bytes(buf: Any, nbytes: int) -> memoryview:
+    return memoryview(buf).cast("B")[:nbytes]
+
+
+class BufferedWriter:
+    """``pwritev`` through the page cache, writeback started per 64 MiB piece, one fsync."""
+
+    name = "buffered"
+
+    def write(self, path: str, buf: Any, nbytes: int) -> None:
+        """Write ``buf[:nbytes]`` to ``path`` and fsync it (raises :class:`WriteError`)."""
+        view = _bytes(buf, nbytes)
+        try:
+            fd = os.open(path, _CREATE, 0o644)
+        except OSError as e:
+            raise _write_error(path, e) from e
+        try:
+            for start in range(0, nbytes, _BUFFERED_PIECE):
+                piece = view[start : start + _BUFFERED_PIECE]
+                _pwrite_all(fd, piece, start)
+                start_writeback(fd, start, len(piece))
+            os.fsync(fd)
+        except OSError as e:
+            raise _write_error(path, e) from e
+        finally:
+            os.close(fd)
+
+
+class DirectWriter:
+    """O_DIRECT writes of the aligned body, the unaligned tail written buffered, one fsync.
+
+    ``fallback_reason`` is set (and writes go buffered) when the file system
+    refuses O_DIRECT.
+    """
+
+    name = "direct"
+
+    def __init__(self) -> None:
+        self.fallback_reason: str | None = None if _O_DIRECT else "this platform has no O_DIRECT"
+
+    def write(self, path: str, buf: Any, nbytes: int) -> None:
+        """Write ``buf[:nbytes]`` (``buf`` 4096-aligned) to ``path`` and fsync it."""
+        if self.fallback_reason is not None:
+            return BufferedWriter().write(path, buf, nbytes)
+        view = _bytes(buf, nbytes)
+        body = nbytes - nbytes % PAGE
+        try:
+            fd = os.open(path, _CREATE | _O_DIRECT, 0o644)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise _write_error(path, e) from e
+            self.fallback_reason = f"the file system of {os.path.dirname(path)} refuses O_DIRECT (EINVAL)"
+            return BufferedWriter().write(path, buf, nbytes)
+        try:
+            for start in range(0, body, _DIRECT_PIECE):
+                _pwrite_all(fd, view[start : min(start + _DIRECT_PIECE, body)], start)
+            if nbytes > body:
+                tail_fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    _pwrite_all(tail_fd, view[body:], body)
+                finally:
+                    os.close(tail_fd)
+            os.fsync(fd)
+        except OSError as e:
+            raise _write_error(path, e) from e
+        finally:
+            os.close(fd)
+
+
+class GdsWriter:
+    """KvikIO ``CuFile.pwrite`` from a 4096-aligned device buffer, then fsync.
+
+    Raises:
+        DeviceError: at construction, when kvikio or CUDA is missing.
+    """
+
+    name = "gds"
+
+    def __init__(self) -> None:
+        from feedline.io._gds import _import_kvikio, _import_torch_cuda
+
+        self._kvikio = _import_kvikio()
+        _import_torch_cuda()
+
+    def write(self, path: str, buf: Any, nbytes: int) -> None:
+        """Write the device bytes ``buf[:nbytes]`` to ``path`` and fsync it."""
+        try:
+            f = self._kvikio.CuFile(path, "w")
+            try:
+                done = f.pwrite(buf[:nbytes], nbytes, 0).get() if nbytes else 0
+            finally:
+                f.close()
+            if done != nbytes:
+                raise OSError(errno.ENOSPC, f"short GDS write ({done} of {nbytes} bytes)")
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise _write_error(path, e) from e
+        except RuntimeError as e:
+            raise WriteError(f"GDS write failed: {e}", path=path, fix="use io='direct'") from e
+
+
+@dataclass(frozen=True)
+class WriterChoice:
+    """The writer a checkpointer uses, and why."""
+
+    requested: str
+    name: str
+    reason: str
+
+
+def choose_writer(io: str, directory: str, *, on_gpu: bool) -> WriterChoice:
+    """Resolve ``io`` for a checkpoint directory; ``on_gpu``: the state has CUDA tensors.
+
+    Raises:
+        ConfigError: ``io`` is not one of :data:`IO_CHOICES`.
+    """
+    if io not in IO_CHOICES:
+        raise ConfigError(f"io must be one of {IO_CHOICES}, got {io!r}", fix="pass io='auto'")
+    if io != "auto":
+        return WriterChoice(io, io, f"io={io!r} requested")
+    reasons = []
+    if on_gpu:
+        engaged, why = gds_status()
+        if engaged:
+            return WriterChoice(io, "gds", why)
+        reasons.append(why)
+    else:
+        reasons.append("gds not considered: the state is in host memory")
+    ok, why = probe_direct(directory)
+    if ok:
+        return WriterChoice(io, "direct", "; ".join([*reasons, why]))
+    return WriterChoice(io, "buffered", "; ".join([*reasons, why, "buffered writes"]))
+
+
+def make_writer(name: str) -> BufferedWriter | DirectWriter | GdsWriter:
+    """A writer for a resolved backend name (not ``auto``)."""
+    if name == "buffered":
+        return BufferedWriter()
+    if name == "direct":
+        return DirectWriter()
+    if name == "gds":
+        return GdsWriter()
+    raise ConfigError(f"unknown writer {name!r}", fix="use buffered, direct or gds")

@@ -1,0 +1,215 @@
+"""Checkpointer round trips, reuse of staging memory, rotation, busy saves and the checkpoint span."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from ckstate import assert_same, make_state
+
+from feedline import spans
+from feedline.checkpoint import Checkpointer, load
+from feedline.errors import ConfigError, ReadError, ResourceError
+
+
+@pytest.mark.parametrize("io", ["buffered", "direct", "auto"])
+def test_round_trip_every_leaf_kind(tmp_path: Path, io: str) -> None:
+    state = make_state(3)
+    with Checkpointer(tmp_path, io=io) as ck:
+        assert ck.save(7, state)
+        ck.wait()
+        assert ck.latest() == 7
+        assert_same(state, ck.load())
+        assert ck.writer_choice is not None and ck.writer_choice.reason
+    assert_same(state, load(tmp_path, 7))
+
+
+def test_save_returns_before_the_write_and_later_changes_do_not_leak(tmp_path: Path) -> None:
+    x = torch.arange(1 << 20, dtype=torch.float32)
+    with Checkpointer(tmp_path, io="buffered") as ck:
+        ck.save(1, {"x": x})
+        x.add_(1)  # the loop keeps training right after save() returned
+        ck.wait()
+        assert torch.equal(ck.load()["x"], torch.arange(1 << 20, dtype=torch.float32))
+
+
+def test_unaligned_and_zero_size_tensors_round_trip(tmp_path: Path) -> None:
+    sizes = [0, 1, 7, 4095, 4096, 4097, 8191, 12289, 0]
+    state = {f"t{i}": np.arange(n, dtype=np.uint8) for i, n in enumerate(sizes)}
+    state["last_unaligned"] = torch.arange(1001, dtype=torch.int16)  # file ends off a 4096 boundary
+    with Checkpointer(tmp_path, io="direct") as ck:
+        ck.save(0, state)
+        ck.wait()
+        data = next(p for p in tmp_path.iterdir() if p.suffix == ".bin")
+        assert data.stat().st_size % 4096 != 0
+        assert_same(state, ck.load())
+
+
+def test_saving_every_n_steps_allocates_staging_once(tmp_path: Path) -> None:
+    model = torch.nn.Linear(64, 64)
+    with Checkpointer(tmp_path, io="buffered", keep=2) as ck:
+        for step in range(0, 60, 10):
+            with torch.no_grad():
+                model.weight.add_(1)
+            ck.save(step, {"model": model.state_dict(), "step": step})
+        ck.wait()
+        assert ck.staging_allocations == 1
+        assert ck.stats.saves == 6 and ck.stats.committed == 6
+        assert torch.equal(ck.load()["model"]["weight"], model.weight.detach())
+
+
+def test_keep_rotates_after_commit_and_removes_leftovers(tmp_path: Path) -> None:
+    (tmp_path / "step-0000000099.deadbeef.bin").write_bytes(b"crash leftover")
+    with Checkpointer(tmp_path, keep=2, io="buffered") as ck:
+        for step in (1, 2, 3, 4):
+            ck.save(step, {"v": np.full(10, step)})
+            ck.wait()
+            assert ck.steps() == [max(1, step - 1), step][-min(step, 2):]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert [n for n in names if n.endswith(".json")] == ["step-0000000003.json", "step-0000000004.json"]
+    assert len([n for n in names if n.endswith(".bin")]) == 2
+    assert load(tmp_path, 3)["v"][0] == 3
+
+
+def test_resaving_a_step_replaces_it_atomically(tmp_path: Path) -> None:
+    with Checkpointer(tmp_path, io="buffered") as ck:
+        ck.save(5, {"v": np.zeros(3)})
+        ck.save(5, {"v": np.ones(3)})
+        ck.wait()
+        np.testing.assert_array_equal(ck.load(5)["v"], np.ones(3))
+    assert len(list(tmp_path.glob("*.bin"))) == 1
+
+
+class _SlowWriter:
+    """A real buffered writer that holds each write until the test releases it."""
+
+    name = "buffered"
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.entered, self.release = inner, threading.Event(), threading.Event()
+
+    def write(self, path: str, buf: Any, nbytes: int) -> None:
+        self.entered.set()
+        assert self.release.wait(30)
+        self.inner.write(path, buf, nbytes)
+
+
+@pytest.mark.parametrize("if_busy", ["wait", "skip"])
+def test_a_second_save_while_writing_waits_or_is_skipped(tmp_path: Path, if_busy: str) -> None:
+    ck = Checkpointer(tmp_path, io="buffered", if_busy=if_busy)
+    ck.save(1, {"v": np.full(1000, 1)})  # first save picks the writer
+    ck.wait()
+    gate = _SlowWriter(ck._writer)
+    ck._writer = gate
+    ck.save(2, {"v": np.full(1000, 2)})
+    assert gate.entered.wait(30)
+    if if_busy == "skip":
+        assert ck.save(3, {"v": np.full(1000, 3)}) is False
+        assert ck.stats.skipped == 1
+        gate.release.set()
+        ck.wait()
+        assert ck.steps() == [1, 2]
+    else:
+        t = threading.Thread(target=ck.save, args=(3, {"v": np.full(1000, 3)}))
+        t.start()
+        t.join(0.2)
+        assert t.is_alive()  # blocked behind save 2's write
+        gate.release.set()
+        t.join(30)
+        ck.wait()
+        assert ck.steps() == [1, 2, 3] and ck.stats.skipped == 0
+    for s in ck.steps():
+        assert int(ck.load(s)["v"][0]) == s
+    ck.close()
+
+
+def test_blocked_time_is_a_checkpoint_span(tmp_path: Path) -> None:
+    got: list[tuple[str, float, float, dict[str, Any]]] = []
+
+    class Sink:
+        def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
+            got.append((stage, start, end, attrs))
+
+    sink = Sink()
+    spans.install(sink)
+    try:
+        with Checkpointer(tmp_path, io="buffered") as ck:
+            ck.save(4, {"w": torch.ones(1000)})
+    finally:
+        spans.uninstall(sink)
+    [(_stage, start, end, attrs)] = [g for g in got if g[0] == "checkpoint"]
+    assert end >= start and attrs["step"] == 4 and attrs["nbytes"] == 4000
+    assert ck.stats.last_blocked_s == pytest.approx(end - start)
+
+
+def test_unstorable_values_name_their_path(tmp_path: Path) -> None:
+    with Checkpointer(tmp_path) as ck:
+        with pytest.raises(ConfigError, match="model/fn") as e:
+            ck.save(1, {"model": {"fn": lambda: 0}})
+        assert e.value.tensor == "model/fn"
+        with pytest.raises(ConfigError, match="object"):
+            ck.save(1, {"a": np.array([None, 1], dtype=object)})
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
+    for kwargs in ({"io": "fast"}, {"if_busy": "drop"}, {"keep": 0}, {"pinned_budget": "lots"}):
+        with pytest.raises(ConfigError):
+            Checkpointer(tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_state_over_the_pinned_budget_fails_with_the_size_needed(tmp_path: Path) -> None:
+    with Checkpointer(tmp_path, pinned_budget="64KiB") as ck:
+        ck.save(1, {"a": np.zeros(1000)})
+        with pytest.raises(ResourceError, match="pinned_budget"):
+            ck.save(2, {"a": np.zeros(100_000)})
+        ck.wait()
+        assert ck.latest() == 1
+
+
+def test_loading_from_an_empty_directory_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ReadError, match="no committed checkpoint"):
+        load(tmp_path)
+    with Checkpointer(tmp_path) as ck:
+        assert ck.latest() is None
+        ck.save(2, {"x": 1})
+        with pytest.raises(ReadError, match=r"\[2\]"):
+            ck.load(3)
+
+
+def test_resume_a_real_training_loop(tmp_path: Path) -> None:
+    """Train, save every 5 steps, restart from the checkpoint into fresh objects: same trajectory."""
+
+    def run(resume: bool, steps: int) -> list[float]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        data = torch.Generator().manual_seed(1)
+        start = 0
+        with Checkpointer(tmp_path / "ck", keep=2, io="auto") as ck:
+            if resume:
+                got = ck.load(into={"model": model.state_dict()})
+                opt.load_state_dict(got["optim"])
+                data.set_state(got["data_rng"])
+                start = got["step"] + 1
+            losses = []
+            for step in range(start, steps):
+                x = torch.randn(32, 8, generator=data)
+                loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+                if step % 5 == 4:
+                    ck.save(step, {"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
+                                   "data_rng": data.get_state()})
+            return losses
+
+    full = run(False, 20)
+    os.unlink(tmp_path / "ck" / "step-0000000019.json")  # pretend the run died after step 14's save
+    assert run(True, 20) == full[15:]

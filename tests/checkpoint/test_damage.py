@@ -1,0 +1,116 @@
+"""Damaged checkpoints: flipped bytes, truncated data, broken headers, wrong shapes; each names the tensor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from ckstate import make_state
+
+from feedline.checkpoint import Checkpointer, load
+from feedline.errors import ChecksumError, FormatError, StateError
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[Path, dict]:
+    with Checkpointer(tmp_path, io="buffered") as ck:
+        ck.save(1, make_state(1))
+        ck.wait()
+    return tmp_path, json.loads((tmp_path / "step-0000000001.json").read_text())
+
+
+def _data(d: Path, header: dict) -> Path:
+    return d / header["data"]
+
+
+@pytest.mark.parametrize("pick", [0, 3, -1])
+def test_a_flipped_byte_names_the_tensor(saved: tuple[Path, dict], pick: int) -> None:
+    d, header = saved
+    victims = [t for t in header["tensors"] if t["nbytes"]]
+    victim = victims[pick]
+    path = _data(d, header)
+    raw = bytearray(path.read_bytes())
+    raw[victim["offset"] + victim["nbytes"] // 2] ^= 0x40
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ChecksumError, match=victim["name"]) as e:
+        load(d)
+    assert e.value.tensor == victim["name"] and "older step" in str(e.value)
+
+
+def test_a_flip_in_alignment_padding_is_harmless(saved: tuple[Path, dict]) -> None:
+    d, header = saved
+    t = header["tensors"][0]
+    gap = t["offset"] + t["nbytes"]
+    assert gap % 4096, "the first tensor should leave padding before the next"
+    path = _data(d, header)
+    raw = bytearray(path.read_bytes())
+    raw[gap] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    load(d)
+
+
+@pytest.mark.parametrize("keep_fraction", [0.0, 0.5, 0.999])
+def test_a_truncated_data_file_names_the_cut_tensor(saved: tuple[Path, dict], keep_fraction: float) -> None:
+    d, header = saved
+    path = _data(d, header)
+    size = int(header["data_bytes"] * keep_fraction)
+    with open(path, "r+b") as f:
+        f.truncate(size)
+    cut = next(t for t in header["tensors"] if t["offset"] + t["nbytes"] > size)
+    with pytest.raises(FormatError, match="truncated") as e:
+        load(d)
+    assert e.value.tensor == cut["name"]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "half", "offset", "version"])
+def test_a_broken_header_is_a_format_error(saved: tuple[Path, dict], damage: str) -> None:
+    d, header = saved
+    hp = d / "step-0000000001.json"
+    text = hp.read_text()
+    if damage == "garbage":
+        hp.write_bytes(b"\x00\xff{{")
+    elif damage == "empty":
+        hp.write_text("")
+    elif damage == "half":
+        hp.write_text(text[: len(text) // 2])
+    elif damage == "offset":
+        header["tensors"][1]["offset"] += 1
+        hp.write_text(json.dumps(header))
+    else:
+        header["version"] = 99
+        hp.write_text(json.dumps(header))
+    with pytest.raises(FormatError):
+        load(d)
+
+
+def test_a_missing_data_file_is_a_clear_error(saved: tuple[Path, dict]) -> None:
+    d, header = saved
+    _data(d, header).unlink()
+    with pytest.raises(Exception, match="cannot open checkpoint data") as e:
+        load(d)
+    assert "older step" in str(e.value)
+
+
+def test_loading_into_a_model_of_another_shape_names_the_tensor(tmp_path: Path) -> None:
+    with Checkpointer(tmp_path) as ck:
+        ck.save(1, {"model": torch.nn.Linear(4, 3).state_dict()})
+        other = torch.nn.Linear(4, 5)
+        with pytest.raises(StateError, match="model/weight") as e:
+            ck.load(into={"model": other.state_dict()})
+        assert e.value.tensor == "model/weight"
+        with pytest.raises(StateError, match="float64"):
+            ck.load(into={"model": torch.nn.Linear(4, 3).double().state_dict()})
+
+
+def test_load_into_updates_arrays_and_tensors_in_place(tmp_path: Path) -> None:
+    src = {"a": np.arange(10.0), "m": torch.nn.Linear(3, 2).state_dict()}
+    dst = {"a": np.zeros(10), "m": torch.nn.Linear(3, 2).state_dict()}
+    with Checkpointer(tmp_path) as ck:
+        ck.save(1, src)
+        out = ck.load(into=dst)
+    assert out["a"] is dst["a"] and out["m"]["weight"] is dst["m"]["weight"]
+    np.testing.assert_array_equal(dst["a"], src["a"])
+    assert torch.equal(dst["m"]["weight"], src["m"]["weight"])
