@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -141,25 +142,40 @@ def _resize_stack(images: list[torch.Tensor], size: tuple[int, int] | None) -> l
 
 
 class CpuJpegDecoder:
-    """simplejpeg on the host: the CPU path of the interface (what CI tests)."""
+    """simplejpeg on the host: the CPU path of the interface (what CI tests).
+
+    ``threads > 1`` decodes a batch's images in a thread pool (simplejpeg
+    releases the GIL); the pool is created on first use.
+    """
 
     name = "simplejpeg"
     device = "cpu"
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, threads: int = 1) -> None:
         self.limits = limits or Limits()
+        self.threads = max(1, int(threads))
+        self._pool: ThreadPoolExecutor | None = None
 
-    def decode(self, batch: CompressedBatch, *, size: tuple[int, int] | None = None) -> Any:
+    def _one(self, batch: CompressedBatch, i: int) -> Any:
         import torch
 
+        try:
+            return torch.from_numpy(decode_jpeg(batch.item(i), self.limits))
+        except DecodeError as e:
+            raise DecodeError(e.message, key=batch.key(i), field="jpg") from e
+
+    def decode(self, batch: CompressedBatch, *, size: tuple[int, int] | None = None) -> Any:
         check_headers(batch, self.limits)
-        images = []
-        for i in range(len(batch)):
-            try:
-                images.append(torch.from_numpy(decode_jpeg(batch.item(i), self.limits)))
-            except DecodeError as e:
-                raise DecodeError(e.message, key=batch.key(i), field="jpg") from e
+        if self.threads > 1 and len(batch) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="feedline-jpeg")
+            images = list(self._pool.map(lambda i: self._one(batch, i), range(len(batch))))
+        else:
+            images = [self._one(batch, i) for i in range(len(batch))]
         return _resize_stack(images, size)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pool": None}
 
 
 class TorchvisionJpegDecoder:

@@ -78,6 +78,9 @@ class Pass:
         self._fill()
         if not self._inflight:
             raise StopIteration
+        after = self._rt.opts.after_delivery
+        if after is not None:
+            after.before_next()
         t0 = time.perf_counter()
         ready_now = sum(f.done() for _, f in self._inflight)
         job, ready = self._take()
@@ -87,6 +90,10 @@ class Pass:
         if spans.active():
             spans.emit("wait", t0, t1, batch=job.batch_id, ready=ready_now,
                        window=self._window)
+        if after is not None:  # decode on the device: its own span, not a wait
+            batch = after(batch)
+            if spans.active():
+                spans.emit(after.name, t1, time.perf_counter(), batch=job.batch_id)
         self._delivered(ready)
         self._fill()  # keep the window full while the user computes
         return batch

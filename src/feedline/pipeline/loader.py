@@ -23,8 +23,10 @@ from typing import Any
 
 from feedline.cores import usable_cores
 from feedline.decode import Decoders, Limits, as_decoders
+from feedline.decode.jpeg_batch import JpegBatchDecoder
 from feedline.errors import ConfigError
 from feedline.pipeline import sampler, state
+from feedline.pipeline.device_decode import make_device_decode
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
 from feedline.pipeline.runtime import Options, Ready, Runtime
@@ -115,6 +117,16 @@ class Loader:
             (e.g. from ``plan_placement(gpu_address=...)``) is used as given. What was
             chosen and why:
             ``stats["placement"]`` (see :mod:`feedline.placement`).
+        decode_on: where JPEG fields decode. ``"cpu"`` (default): in the workers, into the
+            slot rows. ``"gpu"``: the workers keep them compressed, and each delivered
+            batch's images are decoded on the device (nvJPEG via torchvision, or
+            nvImageCodec): only compressed bytes cross PCIe; a ``transform=`` sees those
+            fields as ``bytes``. ``"auto"``: the GPU when CUDA and a GPU JPEG library are
+            present and the CPU decode measured on the first batch would bind, else the
+            CPU. A :class:`~feedline.decode.jpeg_batch.JpegBatchDecoder` is used as given.
+            ``stats["decode_on"]`` says which and why (:mod:`feedline.pipeline.device_decode`).
+        decode_size: ``(h, w)``: images decoded after delivery are resized to it on their
+            device so the field is one dense ``(N, h, w, 3)`` tensor (default: a list).
 
     Raises:
         ValueError / TypeError: a bad argument (named in the message).
@@ -132,6 +144,7 @@ class Loader:
         *, rank: int | None = None, world_size: int | None = None,
         shm_dir: str = "/dev/shm", start_method: str = "spawn", limits: Limits | None = None,
         placement: str | Placement = "auto",
+        decode_on: str | JpegBatchDecoder = "cpu", decode_size: tuple[int, int] | None = None,
     ) -> None:
         if isinstance(dataset, (str, os.PathLike)):
             from feedline.io import open_dataset
@@ -161,11 +174,19 @@ class Loader:
         self.device = engine.device
         self.placement = (placement if isinstance(placement, Placement)
                           else plan_placement(self.device, placement))
+        self._device_decode, self.decode_on = make_device_decode(
+            decode_on, list(getattr(dataset, "fields", None) or ()), device=str(self.device),
+            workers=self.workers, size=decode_size, limits=decoders.limits)
+        if self._device_decode is not None:  # the workers keep JPEG fields compressed
+            decoders = Decoders({**dict(decoders.overrides),
+                                 **dict.fromkeys(self._device_decode.fields, bytes)},
+                                decoders.limits)
         budget = parse_bytes(pinned_budget, name="pinned_budget")
         ctx = Context(self._source, decoders, transform, self.on_error)
         opts = Options(self.batch_size, self.workers, self.worker_type,
                        self.workers + self.prefetch, shm_dir, start_method, collate,
-                       self.timeout, self.placement if self.placement.active else None)
+                       self.timeout, self.placement if self.placement.active else None,
+                       self._device_decode)
         allocate = placed_allocator(self.placement) if self.placement.active else None
         self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned,
                                                         reuse=engine.reuse_slots, allocate=allocate),
@@ -260,6 +281,8 @@ class Loader:
                 "recipes": rt.plan.describe() if rt.plan is not None else {},
                 "list_fallbacks": dict(rt.fallbacks), "worker_type": rt.kind,
                 "placement": self.placement.to_dict(),
+                "decode_on": (self._device_decode.report() if self._device_decode is not None
+                              else {"where": self.decode_on}),
                 **({"auto": rt.auto.report()} if rt.auto is not None else {})}
 
     # -- iteration ------------------------------------------------------------------------

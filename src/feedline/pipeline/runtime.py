@@ -30,6 +30,7 @@ from feedline import spans
 from feedline.cores import usable_cores
 from feedline.pipeline import collate, nested, shm
 from feedline.pipeline.auto import AutoChoice, thread_clock
+from feedline.pipeline.device_decode import DeviceDecode
 from feedline.pipeline.gauges import Gauges
 from feedline.pipeline.jobs import Context, Job, prepare
 from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_batch
@@ -79,6 +80,8 @@ class Options:
     """The loader's per-batch timeout; also bounds how long close() waits for thread workers."""
     placement: Placement | None = None
     """Where workers run (:mod:`feedline.placement`); ``None`` or inactive: left alone."""
+    after_delivery: DeviceDecode | None = None
+    """A stage applied to each batch as it is delivered (decode on the device)."""
 
 
 class Runtime:

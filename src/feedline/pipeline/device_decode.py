@@ -1,0 +1,185 @@
+"""Decode JPEG fields after delivery, from compressed bytes: ``Loader(decode_on=...)``.
+
+With ``decode_on="gpu"`` (or ``"auto"`` deciding so) the workers do not decode
+JPEG fields: they read the compressed bytes (a few percent of the pixels'
+size). :class:`DeviceDecode` then packs a batch's images into one contiguous
+(pinned) buffer plus offsets and hands it to a
+:class:`~feedline.decode.jpeg_batch.JpegBatchDecoder`, which decodes them in
+device memory: only compressed bytes cross PCIe. Packing buffers form a small
+ring; on CUDA a buffer is refilled only after the event recorded behind the
+decode that read it has completed. Any decoder of the same interface fits
+(``decode_on=CpuJpegDecoder(threads=4)`` runs the same plumbing on the CPU:
+what the CPU tests exercise).
+
+``"auto"`` starts on the compressed plumbing, decodes the first batch once on
+one CPU core to measure it, takes the consumer's time per batch from the next
+delivery, and then keeps the GPU decoder if the CPU decode would bind (CPU time
+per batch / workers > step time), or decodes on the CPU otherwise; the choice
+and the measurements are in ``loader.stats["decode_on"]``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from feedline.decode import Limits
+from feedline.decode.jpeg_batch import (
+    DECODE_ON,
+    CompressedBatch,
+    CpuJpegDecoder,
+    JpegBatchDecoder,
+    choose_jpeg_decoder,
+)
+from feedline.errors import ConfigError
+
+JPEG_EXTENSIONS = ("jpg", "jpeg")
+
+
+def jpeg_fields(fields: Sequence[str]) -> list[str]:
+    """The dataset's fields that hold JPEGs (by extension, as the CPU decoders pick them)."""
+    return [f for f in fields if f.rsplit(".", 1)[-1].lower() in JPEG_EXTENSIONS]
+
+
+class _Ring:
+    """Reusable packing buffers; a CUDA event guards each until the decode that read it ran."""
+
+    def __init__(self, pinned: bool, size: int = 3) -> None:
+        self.pinned = pinned
+        self._bufs: list[Any] = [None] * size
+        self._events: list[Any] = [None] * size
+        self._i = 0
+
+    def take(self, nbytes: int) -> tuple[int, np.ndarray]:
+        i = self._i
+        self._i = (i + 1) % len(self._bufs)
+        if self._events[i] is not None:
+            self._events[i].synchronize()
+            self._events[i] = None
+        buf = self._bufs[i]
+        if buf is None or buf.numel() < nbytes:
+            import torch
+
+            grown = max(nbytes, 2 * buf.numel() if buf is not None else 0, 1 << 16)
+            buf = self._bufs[i] = torch.empty(grown, dtype=torch.uint8, pin_memory=self.pinned)
+        return i, buf.numpy()
+
+    def guard(self, i: int) -> None:
+        if self.pinned:
+            import torch
+
+            event = torch.cuda.Event()
+            event.record()
+            self._events[i] = event
+
+
+class DeviceDecode:
+    """The after-delivery stage: JPEG fields as lists of compressed bytes -> decoded tensors."""
+
+    name = "device_decode"
+
+    def __init__(self, fields: Sequence[str], decoder: JpegBatchDecoder | None, reason: str, *,
+                 device: str, workers: int, size: tuple[int, int] | None = None,
+                 limits: Limits | None = None) -> None:
+        """``decoder=None``: ``auto``, decided from the first batches (see the module doc)."""
+        self.fields = list(fields)
+        self.decoder = decoder
+        self.reason = reason
+        self.size = size
+        self.device = device
+        self.workers = workers
+        self.limits = limits or Limits()
+        self._ring = _Ring(pinned=str(device).startswith("cuda"))
+        self.compressed_bytes = 0
+        self.decoded_bytes = 0
+        self.batches = 0
+        self._cpu_s: float | None = None
+        self._returned_at: float | None = None
+        self._pending = False  # auto: first batch measured, the decision comes at the next step
+
+    def __call__(self, batch: Any) -> Any:
+        if not isinstance(batch, dict):
+            return batch
+        if self.decoder is None:
+            self._decide(batch)
+        keys = batch.get("__key__")
+        for f in self.fields:
+            blobs = batch.get(f)
+            if not isinstance(blobs, list):
+                continue
+            i, buf = self._ring.take(sum(len(b) for b in blobs))
+            packed = CompressedBatch.pack(blobs, out=buf, keys=keys if isinstance(keys, list) else ())
+            assert self.decoder is not None
+            out = self.decoder.decode(packed, size=self.size)
+            self._ring.guard(i)
+            batch[f] = out
+            self.compressed_bytes += packed.nbytes
+            self.decoded_bytes += sum(int(t.numel()) for t in (out if isinstance(out, list) else [out]))
+        self.batches += 1
+        self._returned_at = time.perf_counter()
+        return batch
+
+    def _decide(self, batch: dict[str, Any]) -> None:
+        """``auto``: time one CPU decode of the first batch (one core); decide at the next step."""
+        blobs = [b for f in self.fields if isinstance(batch.get(f), list) for b in batch[f]]
+        t0 = time.thread_time()
+        CpuJpegDecoder(self.limits).decode(CompressedBatch.pack(blobs))
+        self._cpu_s = time.thread_time() - t0
+        self.decoder = CpuJpegDecoder(self.limits, threads=self.workers)
+        self.reason = "auto: deciding (measured the first batch's CPU decode)"
+        self._pending = True
+
+    def before_next(self) -> None:
+        """Called at each ``next()``: with ``auto``, the one after the first batch decides."""
+        if self._pending and self._returned_at is not None:
+            step_s = time.perf_counter() - self._returned_at
+            self._pending = False
+            self.decoder, self.reason = choose_jpeg_decoder(
+                "auto", self.device, limits=self.limits, cpu_decode_s=self._cpu_s,
+                workers=self.workers, step_s=step_s)
+            if self.decoder.device == "cpu":
+                self.decoder = CpuJpegDecoder(self.limits, threads=self.workers)
+
+    def report(self) -> dict[str, Any]:
+        dec = self.decoder
+        return {"fields": self.fields, "decoder": dec.name if dec else None,
+                "device": dec.device if dec else None, "reason": self.reason,
+                "batches": self.batches, "compressed_bytes": self.compressed_bytes,
+                "decoded_bytes": self.decoded_bytes,
+                "cpu_decode_s_first_batch": self._cpu_s}
+
+
+def make_device_decode(decode_on: Any, fields: Sequence[str], *, device: str, workers: int,
+                       size: tuple[int, int] | None, limits: Limits | None
+                       ) -> tuple[DeviceDecode | None, str]:
+    """The stage for ``decode_on`` (``None`` when JPEGs decode in the workers) and why.
+
+    Raises:
+        ConfigError: ``decode_on="gpu"`` without CUDA or a GPU JPEG library, or a bad value.
+    """
+    jpegs = jpeg_fields(fields)
+    if isinstance(decode_on, str) and decode_on not in DECODE_ON:
+        raise ConfigError(f"decode_on must be one of {DECODE_ON} or a JpegBatchDecoder, "
+                          f"got {decode_on!r}", field="decode_on")
+    if not jpegs:
+        return None, "no JPEG fields"
+    if not isinstance(decode_on, str):  # a JpegBatchDecoder, used as given
+        why = f"decoder given: {decode_on.name} on {decode_on.device}"
+        return DeviceDecode(jpegs, decode_on, why, device=device, workers=workers, size=size,
+                            limits=limits), why
+    if decode_on == "cpu":
+        return None, "in the workers (decode_on='cpu')"
+    dec: JpegBatchDecoder | None
+    dec, why = choose_jpeg_decoder(decode_on, device, limits=limits)
+    if decode_on == "auto":
+        if dec.device == "cpu" and "no measurement" not in why:
+            return None, f"in the workers ({why})"
+        dec, why = None, "auto: deciding from the first batches"
+    return DeviceDecode(jpegs, dec, why, device=device, workers=workers, size=size,
+                        limits=limits), why
+
+
+__all__ = ["DeviceDecode", "jpeg_fields", "make_device_decode"]

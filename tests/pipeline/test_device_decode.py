@@ -1,0 +1,99 @@
+"""decode_on: JPEG fields kept compressed by the workers and decoded after delivery.
+
+The CPU path of the interface (a CpuJpegDecoder given as decode_on) runs the same
+plumbing a GPU decode does; tests/gpu/decode_jpeg_batch_test.py covers the device.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simplejpeg
+import torch
+
+import feedline
+from feedline.decode.jpeg_batch import CpuJpegDecoder
+from feedline.errors import ConfigError, DecodeError, WorkerError
+from feedline.format import pack
+from feedline.pipeline.device_decode import DeviceDecode
+
+
+def _dataset(tmp: Path, n: int = 24, portrait_every: int = 0, bad: int | None = None) -> str:
+    src = tmp / "src"
+    src.mkdir()
+    for i in range(n):
+        h, w = (32, 24) if portrait_every and i % portrait_every == 0 else (24, 32)
+        img = np.random.default_rng(i).integers(0, 255, (h, w, 3), dtype=np.uint8)
+        data = b"\xff\xd8 broken" if i == bad else simplejpeg.encode_jpeg(img, quality=90)
+        (src / f"s{i:03d}.jpg").write_bytes(data)
+        (src / f"s{i:03d}.cls").write_text(str(i))
+    pack([os.fspath(src)], os.fspath(tmp / "ds"))
+    return os.fspath(tmp / "ds")
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_compressed_plumbing_gives_the_same_images(tmp_path, worker_type):
+    ds = _dataset(tmp_path)
+    kw = {"batch_size": 8, "workers": 2, "seed": 3, "worker_type": worker_type}
+    with feedline.Loader(ds, **kw) as ref:
+        want = {}
+        for epoch in range(2):
+            ref.set_epoch(epoch)
+            for b in ref:
+                want.update({int(c): img.clone() for c, img in zip(b["cls"], b["jpg"], strict=True)})
+    with feedline.Loader(ds, decode_on=CpuJpegDecoder(threads=2), **kw) as loader:
+        got = {}
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for b in loader:
+                assert isinstance(b["jpg"], list)
+                got.update({int(c): img for c, img in zip(b["cls"], b["jpg"], strict=True)})
+        info = loader.stats["decode_on"]
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert info["decoder"] == "simplejpeg" and info["batches"] == 6
+    assert 0 < info["compressed_bytes"] < info["decoded_bytes"]
+
+
+def test_decode_size_makes_mixed_orientations_dense(tmp_path):
+    ds = _dataset(tmp_path, portrait_every=5)
+    with feedline.Loader(ds, batch_size=8, workers=2, decode_on=CpuJpegDecoder(),
+                         decode_size=(24, 32)) as loader:
+        shapes = {tuple(b["jpg"].shape) for b in loader}
+    assert shapes == {(8, 24, 32, 3)}
+
+
+def test_a_bad_jpeg_names_its_sample(tmp_path):
+    ds = _dataset(tmp_path, bad=5)
+    with feedline.Loader(ds, batch_size=8, workers=1, shuffle=False,
+                         decode_on=CpuJpegDecoder()) as loader, \
+            pytest.raises((DecodeError, WorkerError)) as e:
+        list(loader)
+    assert "s005" in str(e.value)
+
+
+def test_choices_and_reasons(tmp_path):
+    ds = _dataset(tmp_path, n=8)
+    with feedline.Loader(ds, batch_size=4, workers=1, decode_on="auto") as loader:
+        assert "device is cpu" in loader.stats["decode_on"]["where"]
+        assert loader.stats["recipes"] == {} or loader.stats["recipes"]["jpg"] != "sample"
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="decode_on='gpu'"):
+            feedline.Loader(ds, batch_size=4, decode_on="gpu", device="cpu")
+    with pytest.raises(ConfigError, match="decode_on must be"):
+        feedline.Loader(ds, batch_size=4, decode_on="fpga")
+
+
+def test_auto_measures_the_first_batch_then_decides():
+    blobs = [simplejpeg.encode_jpeg(np.full((64, 64, 3), i, np.uint8)) for i in range(4)]
+    stage = DeviceDecode(["jpg"], None, "auto", device="cpu", workers=2)
+    first = stage({"jpg": list(blobs), "__key__": list("abcd")})
+    assert len(first["jpg"]) == 4 and stage.report()["cpu_decode_s_first_batch"] > 0
+    stage.before_next()  # the consumer came back: its step time is known, auto decides
+    rep = stage.report()
+    assert rep["device"] == "cpu" and "device is cpu" in rep["reason"]
+    second = stage({"jpg": list(blobs), "__key__": list("abcd")})
+    assert torch.equal(second["jpg"][2], first["jpg"][2])
