@@ -70,7 +70,9 @@ def test_loader_small(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_loader_jpeg(tmp_path: Path) -> None:
     doc = _run("loader_jpeg.py", tmp_path, "--samples", "70")
-    assert len(doc["comparisons"]) == 3
+    assert len(doc["comparisons"]) == 4
+    plumbing = doc["comparisons"][-1]
+    assert plumbing["baseline"] == "feedline Loader" and "decode_on" in plumbing["ours"]
 
 
 @pytest.mark.timeout(300)
