@@ -56,6 +56,11 @@ class ConfigError(FeedlineError, ValueError):
     """An argument or option is invalid. Also a ``ValueError``."""
 
 
+class ArgumentError(ConfigError, TypeError):
+    """An argument of the wrong type or name (a DataLoader name, ``shuffle="yes"``).
+    Also a ``TypeError`` (and a ``ValueError``, as a ConfigError)."""
+
+
 class FormatError(FeedlineError):
     """A shard, index or manifest is malformed, truncated or inconsistent."""
 
@@ -106,6 +111,7 @@ class DeviceError(FeedlineError):
 
 __all__ = [
     "AlignmentError",
+    "ArgumentError",
     "ChecksumError",
     "ConfigError",
     "DecodeError",

@@ -25,7 +25,7 @@ from feedline.cores import usable_cores
 from feedline.decode import Decoders, Limits, as_decoders
 from feedline.decode.jpeg_batch import JpegBatchDecoder
 from feedline.errors import ConfigError
-from feedline.pipeline import sampler, state
+from feedline.pipeline import options, sampler, state
 from feedline.pipeline.device_decode import make_device_decode
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
@@ -84,7 +84,10 @@ class Loader:
         batch_size: samples per batch.
         device: ``"cpu"`` or ``"cuda:N"`` (explicit index).
         shuffle, seed: the global order is a permutation from ``(seed, epoch)``.
-        drop_last: see :mod:`feedline.pipeline.sampler`.
+            Default ``shuffle=True`` (DataLoader's is False). Call :meth:`set_epoch`
+            before each epoch: iterating again without it repeats the order (warned once).
+        drop_last: default ``True`` (DataLoader's is False): every rank gets the same
+            number of full batches; see :mod:`feedline.pipeline.sampler` for ``False``.
         workers: worker threads or processes (each prepares one batch at a time); default
             the cores this process may use (affinity, capped by a cgroup quota), at most 8
             (more workers than cores only adds memory in flight and contention).
@@ -128,8 +131,14 @@ class Loader:
         decode_size: ``(h, w)``: images decoded after delivery are resized to it on their
             device so the field is one dense ``(N, h, w, 3)`` tensor (default: a list).
 
+    DataLoader argument names (``num_workers``, ``pin_memory``, ``prefetch_factor``...)
+    are refused with the feedline argument to use (:mod:`feedline.pipeline.options`).
+
     Raises:
-        ValueError / TypeError: a bad argument (named in the message).
+        ValueError / TypeError: a bad argument (named in the message); ConfigError /
+            ArgumentError (both typed, from :mod:`feedline.errors`) for flags that are
+            not booleans, DataLoader names, ``decode=`` keys that match no field.
+        ResourceError: process workers with an ``shm_dir`` that is not a writable folder.
         DeviceError: a CUDA device without CUDA.
     """
 
@@ -145,7 +154,11 @@ class Loader:
         shm_dir: str = "/dev/shm", start_method: str = "spawn", limits: Limits | None = None,
         placement: str | Placement = "auto",
         decode_on: str | JpegBatchDecoder = "cpu", decode_size: tuple[int, int] | None = None,
+        **unknown: Any,
     ) -> None:
+        options.check_unknown(unknown, Loader.__init__)
+        shuffle, drop_last, in_order = (options.check_flag(n, v) for n, v in (
+            ("shuffle", shuffle), ("drop_last", drop_last), ("in_order", in_order)))
         if isinstance(dataset, (str, os.PathLike)):
             from feedline.io import open_dataset
 
@@ -155,6 +168,7 @@ class Loader:
         self.prefetch = _positive_int("prefetch", prefetch)
         self.worker_type = _choice("worker_type", worker_type, ("thread", "process", "auto"))
         self.on_error = _choice("on_error", on_error, ("raise", "skip"))
+        options.check_processes(self.worker_type, start_method, shm_dir)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         for name, fn in (("transform", transform), ("collate", collate)):
@@ -167,6 +181,8 @@ class Loader:
         if limits is not None:
             decoders = Decoders(decoders.overrides, limits)
         self._source = Source(dataset)
+        options.check_decode_fields(decoders.overrides,
+                                    dataset.fields if self._source.packed else None)
         self._n = len(self._source)
         sampler.rank_plan(self._n, seed=seed, epoch=0, shuffle=shuffle, batch_size=self.batch_size,
                           drop_last=drop_last, rank=self.rank, world=self.world_size)
@@ -199,6 +215,7 @@ class Loader:
         self._skipped_keys: set[tuple[int, str]] = set()
         self._plans: dict[int, sampler.Plan] = {}  # this epoch's and the next one's
         self._epochs_set = False  # set_epoch called since the last iter()
+        self._warned_repeat = False
 
     # -- order and position ---------------------------------------------------------------
     def _plan(self, epoch: int) -> sampler.Plan:
@@ -247,9 +264,12 @@ class Loader:
 
         Raises:
             StateError: ``saved`` comes from a different dataset, seed, batch size,
-                world size, rank, shuffle or drop_last (the field is named).
+                world size, rank, shuffle or drop_last, or is malformed (a missing key,
+                a counter that is not a plain integer, a position beyond the epoch...);
+                the key is named (:func:`feedline.pipeline.state.from_dict`).
         """
-        pos, counters = state.from_dict(dict(saved), self._identity())
+        pos, counters = state.from_dict(saved, self._identity(),
+                                        lambda e: self._plan(e).num_batches)
         self._rt.sched.abandon()
         self._rt.sched.drop_ahead()
         self._pos, self._restored = pos, True
@@ -293,6 +313,9 @@ class Loader:
         plan = self._plan(epoch)
         if self._pos.done(plan.num_batches) and not self._restored:
             self._pos = state.Position(epoch)  # a new pass over the same epoch
+            if not self._warned_repeat:
+                self._warned_repeat = True
+                options.warn_repeated_epoch(epoch)
         self._restored = False
         todo = self._pos.remaining(plan.num_batches)
         run, adopted, todo = self._rt.sched.begin(epoch, todo)

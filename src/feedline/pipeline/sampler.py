@@ -4,15 +4,17 @@ The order of an epoch is a function of ``(seed, epoch)`` only: a numpy PCG64
 permutation of ``range(n)`` seeded with ``[seed, epoch]`` (or ``range(n)``
 when not shuffling). It does not depend on the number of ranks or workers.
 
-Each rank gets an equal-length, disjoint part (``order[rank::world]``) so a
-collective never waits on a short rank:
+Each rank gets an equal-length part (``order[rank::world]``) so a collective
+never waits on a short rank; the parts are disjoint except for the wrap-around
+below:
 
 * ``drop_last=True``: the order is cut to a multiple of ``world *
   batch_size``; every rank gets the same number of full batches and the tail
   samples are not seen this epoch (they are, in another order, next epoch).
 * ``drop_last=False``: the order is padded by wrapping around to a multiple of
   ``world``; each rank's last batch may be short (same length on every rank).
-  The wrapped samples are seen twice this epoch.
+  The first ``(-n) % world`` samples of the order (at most ``world - 1``) are
+  seen twice this epoch, on different ranks; no other sample is.
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@ by the prefetch window) batch ids delivered beyond it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from feedline.errors import StateError
 
@@ -56,35 +59,97 @@ def to_dict(identity: dict[str, Any], pos: Position, counters: dict[str, int]) -
     }
 
 
-def from_dict(state: Any, identity: dict[str, Any]) -> tuple[Position, dict[str, int]]:
-    """Validate ``state`` against this loader's identity and return its position.
+MAX_EPOCH = 2**31 - 1
+"""Epochs beyond this are taken as a corrupt state (set_epoch has no use for them)."""
+COUNTERS = ("batches", "skipped")
+
+
+def _fail(message: str, key: str, fix: str = "pass the dict returned by Loader.state_dict() "
+          "of the run to resume, unchanged") -> StateError:
+    return StateError(message, field=key, fix=fix)
+
+
+def _strict_int(state: Mapping[str, Any], key: str, low: int, high: int,
+                label: str | None = None) -> int:
+    """``state[key]`` as an int in ``[low, high]``; bools, floats and strings are refused.
+    Errors name ``label`` (default ``key``)."""
+    label = label or key
+    if key not in state:
+        raise _fail(f"loader state has no {label!r}", label)
+    value = state[key]
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise _fail(f"loader state's {label} must be an integer, got {value!r}", label)
+    if not low <= value <= high:
+        raise _fail(f"loader state's {label}={value} is outside [{low}, {high}]", label)
+    return int(value)
+
+
+def _same(saved: Any, mine: Any) -> bool:
+    """Equal and of the same kind (``True`` is not ``1``, ``"1"`` is not ``1``)."""
+    if isinstance(mine, bool) or isinstance(saved, bool):
+        return isinstance(mine, bool) and isinstance(saved, bool) and saved == mine
+    if isinstance(mine, int):
+        return isinstance(saved, (int, np.integer)) and saved == mine
+    return type(saved) is type(mine) and saved == mine
+
+
+def from_dict(state: Any, identity: dict[str, Any], num_batches: Callable[[int], int]
+              ) -> tuple[Position, dict[str, int]]:
+    """Validate ``state`` against this loader and return its position and counters.
+
+    Args:
+        state: what ``Loader.state_dict()`` returned (after a JSON or pickle round trip).
+        identity: this loader's identity fields (:data:`IDENTITY`).
+        num_batches: batches of this rank in an epoch, for the position's bounds.
 
     Raises:
-        StateError: not a loader state, a different version, or an identity field
-            (dataset fingerprint, seed, batch size, world size...) that differs;
-            the error names the field.
+        StateError: naming the key: not a mapping, another version, a missing key, an
+            identity field that differs (another dataset, seed, batch size, world size...),
+            a counter or position that is not a plain integer in range (``"5"``, ``5.5``,
+            ``True``, negative, beyond the epoch), duplicate or out-of-range
+            ``extra_done`` entries. Never another exception type.
     """
-    if not isinstance(state, dict) or state.get("version") != VERSION:
-        raise StateError(
-            "not a feedline loader state (or an unsupported version)",
-            field="version", fix="pass the dict returned by Loader.state_dict()",
-        )
+    if not isinstance(state, Mapping):
+        raise _fail(f"a loader state is a dict, got {type(state).__name__}", "state")
+    version = state.get("version")
+    if isinstance(version, bool) or version != VERSION:
+        raise _fail(f"not a feedline loader state, or an unsupported version ({version!r}, "
+                    f"this feedline reads version {VERSION})", "version")
     for name in IDENTITY:
-        if state.get(name) != identity[name]:
-            raise StateError(
-                f"state was saved with {name}={state.get(name)!r}, this loader has "
-                f"{name}={identity[name]!r}",
-                field=name, fix=f"build the loader with the same {name} as the run that saved it",
-            )
-    try:
-        pos = Position(
-            epoch=int(state["epoch"]),
-            prefix=int(state["batches_done"]),
-            extra={int(b) for b in state["extra_done"]},
-        )
-        counters = {str(k): int(v) for k, v in state.get("counters", {}).items()}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"loader state is malformed: {exc}", field="position") from exc
-    if pos.epoch < 0 or pos.prefix < 0 or any(b < pos.prefix for b in pos.extra):
-        raise StateError("loader state has a negative or inconsistent position", field="position")
-    return pos, counters
+        if name not in state:
+            raise _fail(f"loader state has no {name!r}", name)
+        if not _same(state[name], identity[name]):
+            raise _fail(f"state was saved with {name}={state[name]!r}, this loader has "
+                        f"{name}={identity[name]!r}", name,
+                        fix=f"build the loader with the same {name} as the run that saved it")
+    epoch = _strict_int(state, "epoch", 0, MAX_EPOCH)
+    total = num_batches(epoch)
+    prefix = _strict_int(state, "batches_done", 0, total)
+    extra_list = state.get("extra_done")
+    if not isinstance(extra_list, (list, tuple)):
+        raise _fail(f"loader state's extra_done must be a list of batch ids, got "
+                    f"{extra_list!r}", "extra_done")
+    if len(extra_list) > max(total - prefix - 1, 0):
+        raise _fail(f"loader state's extra_done has {len(extra_list)} entries, at most "
+                    f"{max(total - prefix - 1, 0)} batches can follow batches_done={prefix}",
+                    "extra_done")
+    extra: set[int] = set()
+    for b in extra_list:
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
+            raise _fail(f"loader state's extra_done holds {b!r}, not a batch id", "extra_done")
+        if not prefix < b < total:
+            raise _fail(f"loader state's extra_done holds batch {b}, outside "
+                        f"(batches_done={prefix}, {total})", "extra_done")
+        if int(b) in extra:
+            raise _fail(f"loader state's extra_done holds batch {b} twice", "extra_done")
+        extra.add(int(b))
+    saved_counters = state.get("counters", {})
+    if not isinstance(saved_counters, Mapping):
+        raise _fail(f"loader state's counters must be a dict, got {saved_counters!r}",
+                    "counters")
+    counters: dict[str, int] = {}
+    for name in saved_counters:
+        if name not in COUNTERS:
+            raise _fail(f"loader state has an unknown counter {name!r}", "counters")
+        counters[name] = _strict_int(saved_counters, name, 0, 2**63 - 1, f"counters.{name}")
+    return Position(epoch=epoch, prefix=prefix, extra=extra), counters

@@ -22,7 +22,6 @@ from __future__ import annotations
 import gc
 import itertools
 import multiprocessing as mp
-import os
 import pickle
 import signal
 import threading
@@ -282,7 +281,7 @@ class ProcessWorkers:
                 conn.send(("plan", spec, plan, 0))
             self._wait_for("mapped")
         finally:
-            os.unlink(spec.path)  # every worker has it mapped (or one failed)
+            shm.release(spec)  # every worker has it mapped (or one failed)
         with self._cond:
             self._free = list(range(1 if probe else 0, spec.count))
         self._dispatch()

@@ -1,0 +1,142 @@
+"""Checks of :class:`feedline.Loader`'s arguments that go beyond one value's range.
+
+A user coming from ``torch.utils.data.DataLoader`` types its argument names
+(``num_workers=``, ``pin_memory=``...); each gets an :class:`ArgumentError`
+that names the feedline argument to use instead. Flags must be real booleans
+(``shuffle="yes"`` is an error, not "truthy"), process-worker options are checked
+before anything starts, and ``decode=`` may only name fields (or extensions of
+fields) the dataset has.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import ArgumentError, ConfigError
+
+# DataLoader argument -> what to do with feedline.Loader instead.
+DATALOADER_NAMES: dict[str, str] = {
+    "num_workers": "use workers= (worker threads or processes; default: the usable cores, "
+                   "at most 8)",
+    "pin_memory": "remove it: batches are pinned whenever device= is a CUDA device",
+    "pin_memory_device": "use device= (the batches arrive there)",
+    "persistent_workers": "remove it: feedline workers always persist across epochs",
+    "prefetch_factor": "use prefetch= (finished batches allowed to wait ahead, in total, "
+                       "not per worker)",
+    "collate_fn": "use collate=",
+    "worker_init_fn": "use transform= (runs in the workers) or set up state lazily in "
+                      "the dataset",
+    "multiprocessing_context": 'use worker_type="process" with start_method="spawn" or '
+                               '"forkserver"',
+    "sampler": "remove it: the order comes from shuffle= and seed=; sharding from "
+               "process_group= or rank=/world_size=",
+    "batch_sampler": "remove it: use batch_size=, shuffle=, seed= and drop_last=",
+    "generator": "use seed= (the order is a function of seed and epoch)",
+}
+
+
+def check_unknown(unknown: Mapping[str, Any], accepted: Callable[..., Any]) -> None:
+    """Refuse keyword arguments ``accepted`` does not take, with the name to use.
+
+    Raises:
+        ArgumentError: the first unknown name (a DataLoader name gets its feedline
+            equivalent, any other the closest accepted names).
+    """
+    if not unknown:
+        return
+    name = sorted(unknown)[0]
+    if name in DATALOADER_NAMES:
+        raise ArgumentError(
+            f"Loader has no argument {name}= (that is DataLoader's)",
+            field=name, fix=DATALOADER_NAMES[name],
+        )
+    params = [p for p in inspect.signature(accepted).parameters
+              if p not in ("self", "unknown")]
+    close = difflib.get_close_matches(name, params, n=3)
+    fix = f"did you mean {', '.join(c + '=' for c in close)}?" if close else (
+        f"the arguments are {', '.join(params)}")
+    raise ArgumentError(f"Loader got an unexpected keyword argument {name}=", field=name,
+                        fix=fix)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool; only ``True``/``False`` (numpy's included) are accepted.
+
+    Raises:
+        ArgumentError: anything else (``"yes"``, ``1``, ``None``...).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ArgumentError(f"{name} must be True or False, got {value!r}", field=name,
+                        fix=f"pass {name}=True or {name}=False")
+
+
+def check_processes(worker_type: str, start_method: Any, shm_dir: Any) -> None:
+    """Options of process workers, checked before any process or arena exists.
+
+    With ``worker_type="auto"`` only the start method is checked (threads may be chosen,
+    and they need no ``shm_dir``).
+
+    Raises:
+        ConfigError: a start method other than spawn/forkserver.
+        ResourceError: ``shm_dir`` is not a writable directory.
+    """
+    if worker_type == "thread":
+        return
+    if start_method not in ("spawn", "forkserver"):
+        raise ConfigError(
+            f'start_method must be "spawn" or "forkserver", got {start_method!r}',
+            field="start_method",
+            fix='use "spawn" (the default): fork would copy the training process\'s threads, '
+                "CUDA context and locks into every worker",
+        )
+    if worker_type != "process":
+        return
+    if not isinstance(shm_dir, str):
+        raise ArgumentError(f"shm_dir must be a str path, got {shm_dir!r}", field="shm_dir")
+    from feedline.pipeline import shm
+
+    shm.check_dir(shm_dir)
+
+
+def check_decode_fields(overrides: Iterable[str], fields: Iterable[str] | None) -> None:
+    """Every ``decode=`` name must be a field of the dataset or the extension of one.
+
+    ``fields`` is ``None`` when the dataset does not say (a map-style dataset).
+
+    Raises:
+        ConfigError: a name that matches no field; the fields that exist are listed.
+    """
+    if fields is None:
+        return
+    from feedline.decode.registry import extension
+
+    names = list(fields)
+    known = set(names) | {extension(f) for f in names}
+    for name in overrides:
+        if name not in known:
+            raise ConfigError(
+                f"decode= names {name!r}, but the dataset has no field or extension "
+                f"{name!r}; its fields are {', '.join(names)}",
+                field=name, fix="use one of the dataset's field names or extensions as key",
+            )
+
+
+class RepeatedOrderWarning(UserWarning):
+    """A loader was iterated again over the same epoch: the order repeats."""
+
+
+def warn_repeated_epoch(epoch: int) -> None:
+    """Say (once per loader: the caller keeps track) that the order repeats."""
+    warnings.warn(
+        f"iterating the loader again without set_epoch(): epoch {epoch} and its order "
+        "repeat. Call loader.set_epoch(epoch) before each pass (set_epoch with the same "
+        "epoch repeats it on purpose, without this warning)",
+        RepeatedOrderWarning, stacklevel=3,
+    )

@@ -1,0 +1,122 @@
+"""Loader arguments a user gets wrong: DataLoader names, non-boolean flags, decode keys
+for fields that do not exist, a transform returning None, a forgotten set_epoch; and
+what ranks get with drop_last=False when the size does not divide."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from faults_helpers import Numbers, ids
+
+import feedline
+from feedline.errors import ArgumentError, ConfigError, DecodeError, WorkerError
+from feedline.pipeline.options import RepeatedOrderWarning
+
+
+@pytest.mark.parametrize(("name", "value", "hint"), [
+    ("num_workers", 4, "workers="), ("pin_memory", True, "pinned"),
+    ("persistent_workers", True, "persist"), ("prefetch_factor", 2, "prefetch="),
+    ("collate_fn", list, "collate="), ("sampler", None, "seed="),
+    ("worker_init_fn", print, "transform="), ("generator", None, "seed=")])
+def test_dataloader_argument_names_point_to_feedlines(name: str, value: Any, hint: str) -> None:
+    with pytest.raises(ArgumentError) as info:
+        feedline.Loader(Numbers(16), batch_size=4, **{name: value})
+    err = info.value
+    assert isinstance(err, TypeError) and err.field == name and hint in err.fix
+    assert "unexpected keyword" not in str(err)
+
+
+def test_a_misspelt_argument_gets_the_close_names() -> None:
+    with pytest.raises(ArgumentError, match="batch_size=") as info:
+        feedline.Loader(Numbers(16), batchsize=4)
+    assert info.value.field == "batchsize"
+
+
+@pytest.mark.parametrize("name", ["shuffle", "drop_last", "in_order"])
+@pytest.mark.parametrize("value", ["yes", 1, None, "False"])
+def test_flags_must_be_booleans(name: str, value: Any) -> None:
+    with pytest.raises(TypeError) as info:
+        feedline.Loader(Numbers(16), batch_size=4, **{name: value})
+    assert isinstance(info.value, ArgumentError) and info.value.field == name
+
+
+def test_numpy_booleans_are_booleans() -> None:
+    with feedline.Loader(Numbers(16), batch_size=4, workers=1, shuffle=np.bool_(False)) as ld:
+        assert ids(next(iter(ld))) == [0, 1, 2, 3]
+
+
+def _pack(root: Path) -> Path:
+    from feedline.format import pack
+
+    src = root / "src"
+    src.mkdir()
+    for i in range(8):
+        (src / f"s{i}.cls").write_text(str(i))
+        (src / f"s{i}.txt").write_text(f"sample {i}")
+    out = root / "data"
+    pack(src, out)
+    return out
+
+
+def test_decode_for_a_field_that_does_not_exist_names_the_fields(tmp_path: Path) -> None:
+    data = _pack(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        feedline.Loader(data, batch_size=4, decode={"jpeg": bytes})
+    assert info.value.field == "jpeg" and "cls" in str(info.value) and "txt" in str(info.value)
+    # a field name or an extension of one is fine
+    for key in ("txt", "cls"):
+        feedline.Loader(data, batch_size=4, workers=1, decode={key: bytes}).close()
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_a_transform_returning_none_names_the_key(worker_type: str) -> None:
+    loader = feedline.Loader(Numbers(16), batch_size=4, workers=1, worker_type=worker_type,
+                             shuffle=False, transform=_forgets_return)
+    with pytest.raises((WorkerError, DecodeError)) as info:
+        list(loader)
+    assert info.value.key == "0" and "None" in str(info.value)
+    loader.close()
+
+
+def _forgets_return(sample: dict[str, Any]) -> None:
+    sample["x"] = sample["x"] * 2
+
+
+def test_a_second_pass_without_set_epoch_warns_once() -> None:
+    with feedline.Loader(Numbers(16), batch_size=4, workers=1, seed=5) as loader:
+        first = [ids(b) for b in loader]
+        with pytest.warns(RepeatedOrderWarning, match="set_epoch"):
+            assert [ids(b) for b in loader] == first  # the order repeats
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            list(loader)  # once per loader
+            loader.set_epoch(1)
+            list(loader)
+            loader.set_epoch(1)  # the same epoch again, on purpose: no warning
+            list(loader)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("n", [37, 41, 50])
+def test_drop_last_false_shares_as_documented(world: int, n: int) -> None:
+    """Every rank gets the same number of samples; when ``world`` does not divide ``n``
+    the first ``(-n) % world`` samples of the epoch's order are repeated on other ranks
+    (the documented wrap-around), nothing else is seen twice and nothing is lost."""
+    shares = []
+    for rank in range(world):
+        with feedline.Loader(Numbers(n), batch_size=4, workers=1, seed=7, drop_last=False,
+                             rank=rank, world_size=world) as loader:
+            shares.append([i for b in loader for i in ids(b)])
+    assert len({len(s) for s in shares}) == 1
+    seen = Counter(i for s in shares for i in s)
+    assert set(seen) == set(range(n))
+    twice = sorted(i for i, c in seen.items() if c == 2)
+    assert max(seen.values()) <= 2 and len(twice) == (-n) % world
+    from feedline.pipeline.sampler import global_order
+
+    assert sorted(twice) == sorted(global_order(n, 7, 0, True)[: (-n) % world].tolist())
