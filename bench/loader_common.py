@@ -76,6 +76,27 @@ class Report:
         print(f"  {ours} vs {baseline}: {ratio:.2f}x (goal >= {goal}x)")
         return ratio
 
+    def per_round(self, ours: str, baseline: str, goal: float) -> dict[str, Any]:
+        """Ours vs ``baseline`` round by round (a round's runs share the machine's load).
+
+        The ratio is the median of the per-round ratios (robust to load that changes
+        during the run); the ratio of the medians is kept next to it. Needs rows with
+        ``runs_s`` from interleaved rounds.
+        """
+        rows = {r["name"]: r for r in self.doc["rows"]}
+        a, b = rows[ours], rows[baseline]
+        ratios = [(a["samples"] / ta) / (b["samples"] / tb)
+                  for ta, tb in zip(a["runs_s"], b["runs_s"], strict=True)]
+        ratio = statistics.median(ratios)
+        medians = a["samples_per_s"] / b["samples_per_s"]
+        comparison = {"ours": ours, "baseline": baseline, "ratio": ratio, "goal": goal,
+                      "meets_goal": ratio >= goal, "key": "samples_per_s", "per_round": ratios,
+                      "ratio_of_medians": medians}
+        self.doc["comparisons"].append(comparison)
+        print(f"  {ours} vs {baseline}: {ratio:.2f}x median per round (goal >= {goal}x); rounds "
+              + " ".join(f"{x:.2f}" for x in ratios) + f"; ratio of medians {medians:.2f}x")
+        return comparison
+
     def finish(self) -> int:
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.doc, indent=2))

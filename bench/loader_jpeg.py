@@ -123,24 +123,9 @@ def interleaved(report: Report, contenders: dict[str, Callable[[], int]], rounds
 
 
 def compare_per_round(report: Report) -> None:
-    """Ours vs each baseline, round by round (a round's runs share the machine's load).
-
-    The headline ratio is the median of the per-round ratios (robust to load that
-    changes during the run); the ratio of the medians is kept next to it.
-    """
-    rows = {r["name"]: r for r in report.doc["rows"]}
+    """Ours vs each baseline, round by round (see :meth:`Report.per_round`)."""
     for baseline, goal in GOALS:
-        a, b = rows[OURS], rows[baseline]
-        ratios = [(a["samples"] / ta) / (b["samples"] / tb)
-                  for ta, tb in zip(a["runs_s"], b["runs_s"], strict=True)]
-        ratio = statistics.median(ratios)
-        report.doc["comparisons"].append({
-            "ours": OURS, "baseline": baseline, "ratio": ratio, "goal": goal,
-            "meets_goal": ratio >= goal, "key": "samples_per_s", "per_round": ratios,
-            "ratio_of_medians": a["samples_per_s"] / b["samples_per_s"]})
-        print(f"  {OURS} vs {baseline}: {ratio:.2f}x median per round (goal >= {goal}x); "
-              f"rounds " + " ".join(f"{x:.2f}" for x in ratios)
-              + f"; ratio of medians {a['samples_per_s'] / b['samples_per_s']:.2f}x")
+        report.per_round(OURS, baseline, goal)
 
 
 def _decode_into(data: Any, out: Any) -> Any:
@@ -166,17 +151,8 @@ def compressed_pass(loader: Any) -> int:
 
 
 def plumbing_cost(report: Report) -> None:
-    """Rate of the compressed-bytes plumbing relative to decoding in the workers, per round."""
-    rows = {r["name"]: r for r in report.doc["rows"]}
-    a, b = rows[COMPRESSED], rows[OURS]
-    ratios = [(a["samples"] / ta) / (b["samples"] / tb)
-              for ta, tb in zip(a["runs_s"], b["runs_s"], strict=True)]
-    ratio = statistics.median(ratios)
-    report.doc["comparisons"].append({"ours": COMPRESSED, "baseline": OURS, "ratio": ratio,
-                                      "goal": 0.95, "meets_goal": ratio >= 0.95,
-                                      "key": "samples_per_s", "per_round": ratios})
-    print(f"  compressed plumbing (decode_on) vs decode in the workers: {ratio:.2f}x "
-          f"(goal >= 0.95, i.e. < 5% cost); rounds " + " ".join(f"{x:.2f}" for x in ratios))
+    """The compressed-bytes plumbing against decoding in the workers: goal < 5% cost."""
+    report.per_round(COMPRESSED, OURS, 0.95)
 
 
 def ceiling(report: Report, cores: int) -> None:
