@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 
 from feedline.errors import ConfigError
-from feedline.format import FilePayload, ShardIndex, ShardWriter, load_index, pack, read_manifest, verify
+from feedline.format import (
+    FilePayload,
+    ShardIndex,
+    ShardWriter,
+    load_index,
+    pack,
+    read_manifest,
+    verify,
+)
 from feedline.format._pack import STREAM_AT
 
 _PEAK = """
@@ -47,7 +55,7 @@ def _check_member(out: Path, key: str, field: str, path: Path) -> None:
     info = read_manifest(out).shards[0]
     index = load_index(out, info)
     i = index.keys.index(key)
-    rec = [r for r in index.sample_members(i) if index.fields[int(r["field"])] == field][0]
+    rec = next(r for r in index.sample_members(i) if index.fields[int(r["field"])] == field)
     size = int(rec["size"])
     assert size == path.stat().st_size
     with open(out / info.name, "rb") as shard, open(path, "rb") as src:
@@ -109,9 +117,9 @@ def test_streamed_members_equal_in_memory_ones_byte_for_byte(tmp_path: Path, ali
 @pytest.mark.parametrize("planned", [-1, +1])
 def test_a_file_that_changes_size_while_streamed_aborts_the_shard(tmp_path: Path, planned: int) -> None:
     (tmp_path / "big").write_bytes(b"x" * (1 << 20))
-    with pytest.raises(ConfigError, match="changed size while it was packed") as e:
-        with ShardWriter(tmp_path / "s.tar") as w:
-            w.write_sample("k", {"bin": FilePayload(str(tmp_path / "big"), (1 << 20) + planned)})
+    with pytest.raises(ConfigError, match="changed size while it was packed") as e, \
+            ShardWriter(tmp_path / "s.tar") as w:
+        w.write_sample("k", {"bin": FilePayload(str(tmp_path / "big"), (1 << 20) + planned)})
     assert e.value.key == "k" and e.value.field == "bin"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big"]
 
