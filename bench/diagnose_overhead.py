@@ -1,7 +1,8 @@
-"""What does measuring cost? Step time with vs without ``feedline.watch``.
+"""What does measuring cost? Step time with vs without ``feedline.watch`` and ``feedline diagnose``.
 
-Question: how much does ``feedline.watch`` (the same engine ``feedline
-diagnose`` installs) add to a training step? The step is fixed-time work
+Question: how much does ``feedline.watch``, and ``feedline diagnose`` around a
+whole training script (its hooks, host sampler, partial reports), add to a
+training step? The step is fixed-time work
 (on CPU a sleep, which releases the GIL like a host waiting on its GPU, or
 with ``--step busy`` a Python spin; on CUDA a fixed chain of matmuls), the loader a
 ``DataLoader`` over in-memory tensors (so the hooks on fetch and collate run).
@@ -11,6 +12,12 @@ Baseline: the same loop without watch, measured in the same run, alternating
 drift of the machine cancels); the medians of each variant are printed too.
 Goal < 2 %.
 
+Under diagnose: a generated training script (the same DataLoader and step, 200
+steps) times its own steps after a warm-up and prints ms/step; it runs as
+``python script.py`` (baseline) and as ``feedline diagnose --quiet -- python
+script.py``, alternating, ``--diagnose-repeat`` pairs; the overhead is again
+the median of the paired ratios.
+
     .venv/bin/python bench/diagnose_overhead.py [--quick] [--repeat N] [--json PATH] [--device cuda]
 """
 
@@ -18,9 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,6 +88,57 @@ def one_run(loader: DataLoader, step: Any, device: str, watched: bool) -> float:
     return elapsed / max(n, 1)
 
 
+SCRIPT = """
+import json, sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+torch.set_num_threads(1)
+steps, warm, step_s, workers = {steps}, {warm}, {step_s}, {workers}
+data = TensorDataset(torch.randn(steps * 32, 64), torch.arange(steps * 32))
+loader = DataLoader(data, batch_size=32, num_workers=workers)
+t0, n = None, 0
+for batch in loader:
+    time.sleep(step_s)
+    n += 1
+    if n == warm:
+        t0 = time.perf_counter()
+print(json.dumps({{"step_s": (time.perf_counter() - t0) / (n - warm)}}), flush=True)
+"""
+
+
+def script_run(script: Path, diagnosed: bool) -> float:
+    """Seconds per step the generated script measured, plain or under ``feedline diagnose``."""
+    cmd = [sys.executable, str(script)]
+    if diagnosed:
+        cmd = [sys.executable, "-m", "feedline", "diagnose", "--quiet", "--", *cmd]
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=True)
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["step_s"])
+
+
+def under_diagnose(repeat: int, steps: int, step_s: float, workers: int) -> dict[str, Any]:
+    """Plain script vs the same script under ``feedline diagnose``, alternating pairs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "train.py"
+        script.write_text(SCRIPT.format(steps=steps, warm=min(20, steps // 4), step_s=step_s,
+                                        workers=workers), encoding="utf-8")
+        base: list[float] = []
+        diag: list[float] = []
+        for _ in range(repeat):
+            base.append(script_run(script, False))
+            diag.append(script_run(script, True))
+    b, d = statistics.median(base), statistics.median(diag)
+    paired = statistics.median(x / y for x, y in zip(diag, base, strict=True))
+    return {"repeat": repeat, "steps_per_run": steps,
+            "baseline": {"name": "python train.py", "median_step_s": b, "runs": base},
+            "diagnosed": {"name": "feedline diagnose -- python train.py", "median_step_s": d,
+                          "runs": diag},
+            "ratio": paired, "overhead_pct": (paired - 1) * 100, "goal_pct": 2.0,
+            "overhead_us_per_step": (d - b) * 1e6}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small size for smoke tests")
@@ -88,6 +150,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="DataLoader worker processes (0: fetch and collate on the training thread)")
     p.add_argument("--step", choices=("sleep", "busy"), default="sleep",
                    help="CPU step: sleep (GIL released, like waiting on a device) or busy (spin)")
+    p.add_argument("--diagnose-repeat", type=int, default=None,
+                   help="script pairs run plain and under feedline diagnose (0: skip)")
     args = p.parse_args(argv)
     repeat = args.repeat or (3 if args.quick else 15)
     steps = 20 if args.quick else 100
@@ -124,6 +188,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"  feedline.watch   median {w * 1e3:8.3f} ms/step")
     print(f"  ratio {paired:.4f}, median of {repeat} back-to-back pairs "
           f"(overhead {result['overhead_pct']:+.2f} %, {(w - b) * 1e6:+.0f} us/step; goal < 2 %)")
+    d_repeat = args.diagnose_repeat if args.diagnose_repeat is not None else (1 if args.quick else 7)
+    if d_repeat > 0 and device == "cpu":
+        diag = under_diagnose(d_repeat, 40 if args.quick else 300, step_s, args.workers)
+        result["diagnose"] = diag
+        print(f"  python train.py             median {diag['baseline']['median_step_s'] * 1e3:8.3f} ms/step")
+        print(f"  feedline diagnose -- ...    median {diag['diagnosed']['median_step_s'] * 1e3:8.3f} ms/step")
+        print(f"  ratio {diag['ratio']:.4f}, median of {d_repeat} back-to-back script pairs "
+              f"(overhead {diag['overhead_pct']:+.2f} %, {diag['overhead_us_per_step']:+.0f} us/step; "
+              "goal < 2 %)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1)

@@ -12,11 +12,11 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "diagnose_overhead.py"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_quick_run_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "o.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--repeat", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=110, check=False)
+                          capture_output=True, text=True, timeout=230, check=False)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["repeat"] == 2 and len(data["baseline"]["runs"]) == 2
@@ -25,3 +25,7 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert data["ratio"] == pytest.approx(sum(pairs) / 2)  # the median of two pairs
     assert data["ratio_of_medians"] == data["watched"]["median_step_s"] / data["baseline"]["median_step_s"]
     assert "overhead" in proc.stdout
+    diag = data["diagnose"]  # the same step as a script, plain and under feedline diagnose
+    assert diag["repeat"] == 1 and len(diag["diagnosed"]["runs"]) == 1
+    assert diag["baseline"]["median_step_s"] >= 0.004  # the 5 ms step, timed by the script
+    assert "feedline diagnose" in proc.stdout

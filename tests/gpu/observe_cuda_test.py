@@ -113,3 +113,31 @@ def test_synthetic_batch_replay_keeps_the_batch_in_device_memory() -> None:
     assert rep.ab is not None and rep.ab["steps"] == 5
     assert len(set(seen[11:])) == 1  # replayed steps reuse one device copy: no new H2D
     assert rep.copies["count"] == 2 * 10  # only the measured steps copied
+
+
+@pytest.mark.timeout(240)
+def test_loader_h2d_time_comes_from_its_copy_stream_events(tmp_path: Path) -> None:
+    """The Loader's h2d spans carry the copy stream's CUDA events; the report uses their
+    device time (``host_s`` keeps the host time around the asynchronous send)."""
+    _need_cuda()
+
+    class Big:
+        def __len__(self) -> int:
+            return 64 * 12
+
+        def __getitem__(self, i: int) -> dict:
+            return {"x": torch.full((256, 1024), float(i))}  # 1 MiB per sample
+
+    loader = feedline.Loader(Big(), batch_size=64, device="cuda:0", workers=2, shuffle=False)
+    w = feedline.watch(loader, device="cuda:0")
+    for batch in w:
+        (batch["x"] * 2).sum()
+    rep = w.report()
+    loader.close()
+    h2d = [s for s in rep.spans if s.stage == "h2d"]
+    assert len(h2d) >= 11 and all("events" not in s.attrs for s in h2d)
+    timed = [s for s in h2d if "host_s" in s.attrs]
+    assert len(timed) == len(h2d)
+    # 64 MiB per batch over PCIe takes milliseconds on the device; the async send returns sooner
+    assert sorted(s.duration for s in timed)[len(timed) // 2] > 1e-3
+    assert rep.stages["h2d"].count == len(h2d)

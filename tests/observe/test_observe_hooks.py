@@ -1,26 +1,40 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
+from typing import Any
 
 import pytest
 import torch
+from obsdata import Slow, worker_flag
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import fetch as fetch_mod
+from torch.utils.data._utils import pin_memory as pin_mod
 
-from feedline import spans
+from feedline.observe import _clock, _replay, _session, _torch_hooks
 from feedline.observe._stats import Recorder
 from feedline.observe._torch_hooks import (
     CopyLog,
+    HookTargets,
+    TorchHooks,
+    WorkerInit,
     copy_target,
-    install_copy_hook,
-    install_fetch_hooks,
     read_worker_spans,
     sched_times,
-    uninstall_copy_hook,
-    uninstall_fetch_hooks,
 )
+
+
+def hooks(worker_dir: Any = None, label: str = "L") -> tuple[TorchHooks, Recorder, list[str]]:
+    rec, seen = Recorder(), []
+
+    def on_next(owner: Any, fetch: Any) -> Any:
+        seen.append("next")
+        return fetch()
+
+    h = TorchHooks(HookTargets(rec, CopyLog(), on_next, lambda *a: seen.append("iter"),
+                               lambda loader: label, lambda: label,
+                               None if worker_dir is None else str(worker_dir)))
+    return h, rec, seen
 
 
 @pytest.mark.parametrize(("args", "kwargs", "expected"), [
@@ -36,71 +50,73 @@ def test_copy_target_parses_every_to_form(args: tuple, kwargs: dict, expected: t
     assert copy_target(args, kwargs) == expected
 
 
-def test_copy_hook_passes_cpu_calls_through_and_restores_torch() -> None:
-    orig = torch.Tensor.to
-    log = CopyLog()
-    install_copy_hook(log)
-    try:
-        assert torch.Tensor.to is not orig
+def test_hooks_are_one_object_that_restores_torch() -> None:
+    before = (torch.Tensor.to, fetch_mod._MapDatasetFetcher.fetch, pin_mod.pin_memory,
+              DataLoader.__iter__)
+    h, _, _ = hooks()
+    with h.installed():
+        assert torch.Tensor.to is not before[0]
         x = torch.arange(4)
         assert x.to(torch.float32).dtype == torch.float32
         assert x.to("cpu", non_blocking=True) is x
-    finally:
-        uninstall_copy_hook(log)
-    assert torch.Tensor.to is orig
-    assert log.summary()["count"] == 0  # no CPU->CUDA copy happened
+    assert (torch.Tensor.to, fetch_mod._MapDatasetFetcher.fetch, pin_mod.pin_memory,
+            DataLoader.__iter__) == before
+    assert "to" not in vars(torch.Tensor)  # the inherited method is back, not a copy of it
+    assert h.t.copies.summary()["count"] == 0  # no CPU->CUDA copy happened
 
 
-class Slow(torch.utils.data.Dataset):
-    def __init__(self, sleep: float = 0.0, spin: float = 0.0) -> None:
-        self.sleep, self.spin = sleep, spin
-
-    def __len__(self) -> int:
-        return 32
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        time.sleep(self.sleep)
-        end = time.thread_time() + self.spin
-        while time.thread_time() < end:
-            pass
-        return torch.full((4,), float(i))
+def test_stacked_hooks_removed_out_of_order_pass_through_and_restore() -> None:
+    before = fetch_mod._MapDatasetFetcher.fetch
+    a, rec_a, _ = hooks()
+    b, rec_b, _ = hooks()
+    a.install()
+    b.install()
+    a.uninstall()  # out of order: a's patches stay under b's, as pass-throughs
+    list(DataLoader(Slow(), batch_size=4))
+    assert rec_a.spans("fetch") == [] and len(rec_b.spans("fetch")) == 8
+    b.uninstall()
+    list(DataLoader(Slow(), batch_size=4))
+    assert len(rec_b.spans("fetch")) == 8
+    assert _torch_hooks._root(fetch_mod._MapDatasetFetcher.fetch) is before
 
 
 def test_fetch_hook_times_fetch_and_collate_in_process() -> None:
-    from torch.utils.data._utils import pin_memory as pin_mod
-
-    pin_before = pin_mod.pin_memory
-    rec = Recorder()
-    spans.install(rec)
-    install_fetch_hooks(None)
-    try:
+    h, rec, seen = hooks()
+    with h.installed():
         batches = list(DataLoader(Slow(spin=0.002), batch_size=4, num_workers=0))
-    finally:
-        uninstall_fetch_hooks()
-        spans.uninstall(rec)
     assert len(batches) == 8
     fetches = rec.spans("fetch")
     assert len(fetches) == 8 and len(rec.spans("collate")) == 8
-    # 4 samples x 2 ms of CPU each
-    assert all(f.attrs["cpu"] >= 0.007 for f in fetches)
-    # on the training thread one fetch in RUNQ_EVERY (8) also reads the run-queue delay
+    assert all(f.attrs["cpu"] >= 0.007 and f.attrs["loader"] == "L" for f in fetches)
+    # on the consumer thread one fetch in RUNQ_EVERY (8) also reads the run-queue delay
     assert sum("runq" in f.attrs for f in fetches) == 1
-    assert not hasattr(fetch_mod._MapDatasetFetcher.fetch, "_feedline_orig")
-    assert pin_mod.pin_memory is pin_before
+    assert seen.count("iter") == 1 and seen.count("next") == 9  # 8 batches + StopIteration
 
 
-def test_fetch_hook_ships_worker_spans_through_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    install_fetch_hooks(tmp_path)
-    try:
-        batches = list(DataLoader(Slow(sleep=0.001), batch_size=4, num_workers=2))
-    finally:
-        uninstall_fetch_hooks()
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_worker_fetches_are_timed_under_every_start_method(tmp_path, method: str) -> None:  # type: ignore[no-untyped-def]
+    h, _, _ = hooks(tmp_path, label="train")
+    loader = DataLoader(Slow(sleep=0.001), batch_size=4, num_workers=2,
+                        multiprocessing_context=method, worker_init_fn=worker_flag)
+    with h.installed():
+        batches = list(loader)
     assert len(batches) == 8
+    assert loader.worker_init_fn is worker_flag  # the user's loader is left as it was
     got = read_worker_spans(tmp_path)
     fetches = [s for s in got if s.stage == "fetch"]
-    assert len(fetches) == 8
+    assert len(fetches) == 8 and len([s for s in got if s.stage == "collate"]) == 8
     assert {s.attrs["worker"] for s in fetches} == {0, 1}
+    assert {s.attrs["loader"] for s in fetches} == {"train"}
     assert all(s.duration >= 0.004 and s.attrs["cpu"] < s.duration for s in fetches)
+    assert all(s.pid != os.getpid() for s in fetches)
+
+
+def test_worker_init_is_picklable_and_calls_the_users_function(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pickle
+
+    w = pickle.loads(pickle.dumps(WorkerInit(worker_flag, str(tmp_path), "x")))
+    assert w.inner is worker_flag and w.loader == "x"
 
 
 def test_read_worker_spans_skips_a_torn_last_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -108,42 +124,22 @@ def test_read_worker_spans_skips_a_torn_last_line(tmp_path) -> None:  # type: ig
     assert [s.start for s in read_worker_spans(tmp_path)] == [1.0]
 
 
-def test_sched_times_counts_this_threads_cpu() -> None:
+def test_sched_times_counts_this_threads_cpu_and_keeps_no_file_open() -> None:
+    fds = len(os.listdir("/proc/self/fd"))
     cpu0, q0 = sched_times()
     end = time.thread_time() + 0.02
     while time.thread_time() < end:
         pass
     cpu1, q1 = sched_times()
     assert 0.015 <= cpu1 - cpu0 <= 0.5 and q1 >= q0 >= 0.0
+    assert len(os.listdir("/proc/self/fd")) == fds
 
 
-def test_sched_times_closes_each_threads_file_when_the_thread_ends() -> None:
-    def fds() -> int:
-        return len(os.listdir("/proc/self/fd"))
-
-    sched_times()  # this thread's file stays open
-    before = fds()
-    for _ in range(20):
-        t = threading.Thread(target=sched_times)
-        t.start()
-        t.join()
-    assert fds() <= before + 1
-
-
-def test_sched_times_in_a_forked_child_reads_the_childs_thread() -> None:
-    end = time.thread_time() + 0.05
-    while time.thread_time() < end:
-        pass
-    parent_cpu, _ = sched_times()
-    assert parent_cpu >= 0.05
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its own thread has used almost no CPU yet
-        os.close(r)
-        os.write(w, repr(sched_times()[0]).encode())
-        os._exit(0)
-    os.close(w)
-    got = float(os.read(r, 100).decode())
-    os.close(r)
-    os.waitpid(pid, 0)
-    assert got < parent_cpu / 2
+@pytest.mark.parametrize("module", [_torch_hooks, _session, _clock, _replay])
+def test_observe_keeps_no_mutable_module_state(module: Any) -> None:
+    """Hooks, clocks and the replay live on objects a Session owns, not in module globals."""
+    mutable = {k: type(v).__name__ for k, v in vars(module).items()
+               if isinstance(v, (list, dict, set)) and not k.startswith("__")}
+    assert mutable == {}
+    assert not any(hasattr(v, "__del__") and isinstance(v, type) and "__del__" in vars(v)
+                   for v in vars(module).values())

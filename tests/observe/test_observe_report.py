@@ -52,7 +52,9 @@ def test_synthetic_batch_check_decides_an_unclear_run() -> None:
 def test_empty_run_does_not_crash() -> None:
     rep = build_report(Measurements(name="e", device_type="cpu", wait=[], body=[], gpu=[], spans=[]))
     assert rep.steps == 0 and rep.stall_fraction == 0.0
-    assert rep.to_dict()["verdict"] in ("data-bound", "compute-bound", "balanced")
+    d = rep.to_dict()
+    assert d["verdict"] == "unknown" and d["binding"] == "unknown"  # never a default verdict
+    assert "step" in d["reason"] and "--steps" in d["fix"]
 
 
 def test_cpu_queueing_inside_the_wait_is_not_a_data_stall() -> None:

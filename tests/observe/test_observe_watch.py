@@ -97,6 +97,8 @@ def test_watch_rejects_bad_arguments() -> None:
         feedline.watch([1], steps=0)
     with pytest.raises(ValueError, match="replay"):
         feedline.watch([1], replay=1)
+    with pytest.raises(ValueError, match="ab=True needs steps"):
+        feedline.watch([1], ab=True)
     with pytest.raises(TypeError, match="device"):
         feedline.watch([1], device=1.5)
 

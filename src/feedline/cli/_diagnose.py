@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import typer
 
+from feedline.cli._output import JSON_HELP, check_json_dest, to_stdout, write_json
+
 HELP = (
     "Run a training command unchanged and report where each step's time goes.\n\n"
     "Put the command after --, e.g. feedline diagnose --steps 50 --html report.html -- "
     "python train.py --lr 0.1\n\n"
-    "DataLoader / feedline.Loader iteration, host-to-device copies and step boundaries are "
-    "hooked in the child process; GPU time comes from CUDA events. Prints per-stage "
-    "p50/p95/p99/max, the data-stall fraction, the verdict (data-bound, compute-bound, "
-    "balanced), the model's prediction and the findings with their fixes. Exits with the "
-    "training command's exit status."
+    "Every DataLoader / feedline.Loader next() on any thread, worker fetch and collate "
+    "(fork, spawn and forkserver workers) and host-to-device copies are timed in the child "
+    "process; GPU time comes from CUDA events. Each loader is reported separately; the "
+    "verdict (data-bound, compute-bound, balanced, or unknown with the reason) is about the "
+    "training loader, the one with the most steps. The run is the user's run: nothing is "
+    "replayed unless --ab is given with --steps. Exits with the training command's exit "
+    "status (128+N when it was killed by signal N); SIGTERM and SIGINT are passed on to it."
 )
 
 
@@ -30,40 +33,48 @@ def register(app: typer.Typer) -> None:
     )
     def diagnose(
         ctx: typer.Context,
-        steps: int | None = typer.Option(None, "--steps", help="Stop the run after N steps."),
-        json_path: Path | None = typer.Option(None, "--json", help="Write the report as JSON."),
+        steps: int | None = typer.Option(
+            None, "--steps", help="End the run after N steps of a loader."),
+        json_path: str | None = typer.Option(None, "--json", metavar="PATH", help=JSON_HELP),
         trace: Path | None = typer.Option(
             None, "--trace", help="Write a Chrome/Perfetto trace of every stage span."),
         html: Path | None = typer.Option(
             None, "--html", help="Write an HTML report (timeline, histograms, tables)."),
         ab: bool = typer.Option(
-            False, "--ab", help="Always run the synthetic-batch check (else only when unclear)."),
+            False, "--ab", help="After the --steps measured steps, replay the last batch "
+            "(the synthetic-batch check: the step without the data path). Needs --steps."),
         replay: int = typer.Option(10, "--replay", help="Steps of the synthetic-batch check."),
         device: str = typer.Option(
             "auto", "--device", help="Where the step runs: auto, cpu, cuda:N."),
         name: str | None = typer.Option(None, "--name", help="Label of the run in reports."),
         quiet: bool = typer.Option(False, "--quiet", help="Do not print the report."),
+        partial_every: float = typer.Option(
+            5.0, "--partial-every", help="Seconds between partial reports kept in case the "
+            "command is killed (0: none)."),
     ) -> None:
         from feedline.observe import render_text, write_trace
         from feedline.observe.diagnose import run_diagnose
 
-        code, rep = run_diagnose(list(ctx.args), steps=steps, ab=True if ab else None,
-                                 replay=replay, device=device, name=name)
+        check_json_dest(json_path)
+        code, rep = run_diagnose(list(ctx.args), steps=steps, ab=ab, replay=replay,
+                                 device=device, name=name, partial_every=partial_every)
         if rep is None:
             print("feedline diagnose: the command wrote no report (it ended before "
-                  "start-up finished, or was killed)", file=sys.stderr)
+                  "start-up finished, or was killed before its first partial report)",
+                  file=sys.stderr)
             raise typer.Exit(code or 1)
-        if rep.steps == 0:
-            print("feedline diagnose: no training steps measured: the command never iterated "
-                  "a torch DataLoader or feedline.Loader", file=sys.stderr)
-        if json_path is not None:
-            json_path.write_text(json.dumps(rep.to_dict(), indent=1), encoding="utf-8")
+        if rep.host.get("partial"):
+            print(f"feedline diagnose: the command ended with status {code} before writing its "
+                  "report; this is its last partial report", file=sys.stderr)
+        if rep.steps == 0 and rep.verdict == "unknown":
+            print(f"feedline diagnose: no training steps measured: {rep.reason}", file=sys.stderr)
+        write_json(rep.to_dict(), json_path)
         if trace is not None:
             write_trace(rep, trace)
         if html is not None:
             from feedline.observe.report_html import write_html
 
             write_html([rep], html)
-        if not quiet:
+        if not quiet and not to_stdout(json_path):
             print(render_text(rep), file=sys.stderr)
         raise typer.Exit(code)

@@ -1,16 +1,26 @@
-"""Inside the process ``feedline diagnose`` runs: hooks that measure the user's script.
+"""Inside the process ``feedline diagnose`` runs: measure the user's script, change nothing.
 
 The parent puts a generated ``sitecustomize.py`` first on ``PYTHONPATH``; it
 calls :func:`bootstrap` in the training process only (the process claims
-itself through ``FEEDLINE_DIAGNOSE_PID``, so its subprocesses stay untouched).
-:func:`bootstrap` starts a :class:`~feedline.observe._session.Session`, hooks
-iteration of ``torch.utils.data.DataLoader`` and of ``feedline.Loader``, and
-writes the report as JSON at interpreter exit (also after ``--steps`` ends
-the run with ``SystemExit(0)``).
+itself through ``FEEDLINE_DIAGNOSE_PID``, so its subprocesses, DataLoader
+workers included, stay untouched). :func:`bootstrap` starts a
+:class:`~feedline.observe._session.Session` (whose hooks see every DataLoader
+and feedline.Loader ``next()`` on any thread) and a :class:`Child` that writes
+the report:
 
-Step boundaries are consecutive ``next()`` calls on the *outermost* loader of
-the main thread: the first loader stepped there becomes the step source;
-loaders iterated inside it (nested) or other loaders are timed as stages only.
+* at interpreter exit (also after ``--steps`` ends the run);
+* on SIGTERM, when the script has no handler of its own: the report is
+  written, then the signal is delivered again with its default action, so the
+  exit status stays "killed by SIGTERM";
+* as a partial report when a loader reaches 8, 16, 32... steps and every few
+  seconds (on a background thread; the timed ones take at most about 1% of the
+  run's time), so a script killed by SIGKILL, the OOM killer, a segfault or
+  ``os._exit`` still leaves the steps it ran.
+
+At the ``--steps`` limit on the main thread the run ends with ``SystemExit(0)``;
+on another thread (a producer thread feeding a queue) the report is written
+and the process exits with status 0 at once, since a thread cannot end the
+process by raising.
 """
 
 from __future__ import annotations
@@ -18,107 +28,104 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import sys
 import threading
+import time
 import traceback
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from feedline.observe._session import Session, loader_config
+from feedline.observe._session import Session
 
 CONFIG_ENV = "FEEDLINE_DIAGNOSE"
 PID_ENV = "FEEDLINE_DIAGNOSE_PID"
 MAX_RESULT_SPANS = 200_000
+PARTIAL_DUTY = 0.01
+"""Largest share of the run's time the partial-report thread may take."""
 
 
-class LoaderHooks:
-    """Patches DataLoader / feedline Loader iteration to drive ``session``."""
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.source: int | None = None
-        self.configs: dict[int, dict[str, Any]] = {}
-        self._depth = threading.local()
 
-    def _nested(self, fn: Callable[[], Any]) -> Any:
-        self._depth.n = getattr(self._depth, "n", 0) + 1
-        try:
-            return fn()
-        finally:
-            self._depth.n -= 1
+class Child:
+    """Writes the report of ``session`` to ``result`` (and partial ones to ``partial``)."""
 
-    def _on_limit(self) -> None:
+    def __init__(self, session: Session, result: Path, partial: Path, partial_every: float) -> None:
+        self.session, self.result, self.partial = session, result, partial
+        self.partial_every = partial_every
+        self._lock = threading.Lock()
+        self._done = False
+        self._stop = threading.Event()
+        self._due = threading.Event()
+
+    def start(self) -> None:
+        atexit.register(self.finish)
+        if threading.current_thread() is threading.main_thread() and (
+                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.partial_every > 0:
+            threading.Thread(target=self._partials, name="feedline-partial", daemon=True).start()
+
+    def on_limit(self) -> NoReturn:
+        """The ``--steps`` limit: end the run (from any thread)."""
         self.session.notes.append(f"run stopped by diagnose after {self.session.steps} steps")
-        raise SystemExit(0)
+        if threading.current_thread() is threading.main_thread():
+            raise SystemExit(0)
+        self.finish()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
-    def step(self, owner: int, fetch: Callable[[], Any]) -> Any:
-        """One ``next()`` of a hooked loader identified by ``owner``."""
-        if getattr(self._depth, "n", 0) or threading.current_thread() is not threading.main_thread():
-            return self._nested(fetch)
-        if self.source is None:
-            self.source = owner
-            self.session.loader = self.configs.get(owner, {})
-        if owner != self.source:
-            return self._nested(fetch)
-        return self.session.next(lambda: self._nested(fetch), on_limit=self._on_limit)
+    def finish(self) -> None:
+        """Write the final report (once; later calls do nothing)."""
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            self._stop.set()
+            self._due.set()
+            try:
+                data = self.session.report().to_dict(include_spans=True)
+                data["spans"] = data["spans"][:MAX_RESULT_SPANS]
+                _write_atomic(self.result, data)
+            except Exception:  # report the failure loudly; the user's exit status stays intact
+                print("feedline diagnose: could not write the report:", file=sys.stderr)
+                traceback.print_exc()
 
-    def install(self) -> None:
-        """Patch torch's DataLoader and, where it exists, feedline's Loader."""
-        from torch.utils.data import dataloader as dl
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.session.notes.append("the run was ended by SIGTERM")
+        self.finish()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
-        hooks = self
-        orig_iter, orig_next = dl.DataLoader.__iter__, dl._BaseDataLoaderIter.__next__
+    def milestone(self) -> None:
+        """A loader reached 8, 16, 32... steps: take a partial report now (off this thread)."""
+        self._due.set()
 
-        def dl_iter(loader: Any) -> Any:
-            it = orig_iter(loader)
-            hooks.configs.setdefault(id(loader), loader_config(loader))
-            setattr(it, "_feedline_owner", id(loader))  # noqa: B010
-            return it
-
-        def dl_next(it: Any) -> Any:
-            return hooks.step(getattr(it, "_feedline_owner", id(it)), lambda: orig_next(it))
-
-        setattr(dl.DataLoader, "__iter__", dl_iter)  # noqa: B010
-        setattr(dl._BaseDataLoaderIter, "__next__", dl_next)  # noqa: B010
-        self._hook_feedline_loader()
-
-    def _hook_feedline_loader(self) -> None:
-        try:
-            import feedline.pipeline as pipeline
-
-            cls = getattr(pipeline, "Loader", None)
-        except Exception as e:  # a broken optional package must not break the user's run
-            self.session.notes.append(f"feedline.Loader not hooked: {type(e).__name__}: {e}")
-            return
-        if cls is None:
-            return
-        hooks, orig_iter = self, cls.__iter__
-
-        def loader_iter(loader: Any) -> Iterator[Any]:
-            hooks.configs.setdefault(id(loader), loader_config(loader))
-            inner = iter(orig_iter(loader))
-            while True:
-                try:
-                    batch = hooks.step(id(loader), lambda: next(inner))
-                except StopIteration:
-                    return
-                yield batch
-
-        cls.__iter__ = loader_iter
-
-
-def _finish(session: Session, result: Path) -> None:
-    try:
-        rep = session.report()
-        data = rep.to_dict(include_spans=True)
-        data["spans"] = data["spans"][:MAX_RESULT_SPANS]
-        tmp = result.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, result)
-    except Exception:  # report the failure loudly; the user's exit status stays intact
-        print("feedline diagnose: could not write the report:", file=sys.stderr)
-        traceback.print_exc()
+    def _partials(self) -> None:
+        wait = self.partial_every
+        while True:
+            self._due.wait(wait)
+            self._due.clear()
+            if self._stop.is_set():
+                return
+            t0 = time.perf_counter()
+            try:
+                data = self.session.partial_report().to_dict(include_spans=False)
+                data["partial"] = True
+                with self._lock:
+                    if self._done:
+                        return
+                    _write_atomic(self.partial, data)
+            except Exception as e:  # never disturb the run; say it once and stop trying
+                print(f"feedline diagnose: no partial report ({type(e).__name__}: {e})",
+                      file=sys.stderr)
+                return
+            wait = max(self.partial_every, (time.perf_counter() - t0) / PARTIAL_DUTY)
 
 
 def bootstrap() -> None:
@@ -130,8 +137,14 @@ def bootstrap() -> None:
     device = cfg.get("device") or "auto"
     if device == "auto":
         device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    holder: list[Child] = []
     session = Session(cfg.get("name") or "run", device, steps=cfg.get("steps"),
-                      ab=cfg.get("ab"), replay=int(cfg.get("replay") or 10))
+                      ab=bool(cfg.get("ab")), replay=int(cfg.get("replay") or 10),
+                      on_end=lambda: holder[0].on_limit())
+    if float(cfg.get("partial_every", 5.0)) > 0:
+        session.clocks.on_milestone = lambda: holder[0].milestone()
+    child = Child(session, Path(cfg["result"]), Path(cfg["partial"]),
+                  float(cfg.get("partial_every", 5.0)))
+    holder.append(child)
     session.start()
-    LoaderHooks(session).install()
-    atexit.register(_finish, session, Path(cfg["result"]))
+    child.start()

@@ -84,8 +84,15 @@ def render_text(rep: Report, width: int = 100) -> str:
     con.print(table)
     util = "n/a" if rep.gpu_utilisation is None else f"{rep.gpu_utilisation:.0%}"
     sps = "n/a" if rep.samples_per_s is None else f"{rep.samples_per_s:,.0f}"
+    label = rep.loader.get("label")
+    if label:
+        con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, the loader with the "
+                  "most steps)")
     con.print(f"verdict: {rep.verdict.upper()} (binding: {rep.binding})  data stall: "
               f"{rep.stall_fraction:.0%} of each step  busy: {util}  samples/s: {sps}")
+    if rep.reason:
+        con.print(f"why {rep.binding if rep.verdict != 'unknown' else 'unknown'}: {rep.reason}\n"
+                  f"    fix: {rep.fix}", markup=False)
     a = rep.analysis
     if a:
         con.print(f"model ({a.get('applies')}): serial {_ms(a['serial'])} ms, steady "
@@ -94,8 +101,16 @@ def render_text(rep: Report, width: int = 100) -> str:
     gain = "" if rep.predicted_gain is None else f" (predicted gain {rep.predicted_gain:.2f}x)"
     con.print(f"recommendation: {rep.recommendation}{gain}")
     if rep.ab:
-        con.print(f"synthetic-batch check: {_ms(rep.ab['with_data_path'])} ms with the data path, "
+        con.print(f"synthetic-batch check ({rep.ab.get('statistic', 'mean')} step, as the table): "
+                  f"{_ms(rep.ab['with_data_path'])} ms with the data path, "
                   f"{_ms(rep.ab['without_data_path'])} ms without ({rep.ab['steps']} replayed steps)")
+    for other in rep.loaders:
+        w = other["wait"]
+        con.print(f"other loader {other['label']} ({other['config'].get('type', '?')}): "
+                  f"{other['share_of_wall']:.0%} of the run's wall time, {other['steps']} steps "
+                  f"in {other['passes']} pass(es), waits for data {other['stall_fraction']:.0%} "
+                  f"of its time (wait p50 {_ms(w['p50'])} ms, p99 {_ms(w['p99'])} ms)\n"
+                  f"    advice: {other['advice']}", markup=False)
     for f in rep.findings:
         con.print(f"[{f.severity}] {f.code}: {f.message}\n    fix: {f.fix}", markup=False)
     h = rep.host

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -38,7 +39,9 @@ class HostSampler:
         gpu_index: NVML index of the GPU to sample, or ``None`` for no GPU.
     """
 
-    def __init__(self, interval: float = 0.5, gpu_index: int | None = None) -> None:
+    def __init__(self, interval: float = 0.5, gpu_index: int | None = None,
+                 extra: Callable[[], None] | None = None) -> None:
+        """``extra``: also called at each sample, on the sampler thread (e.g. pinned memory)."""
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval!r}")
         self.interval = interval
@@ -47,6 +50,7 @@ class HostSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Any = None
+        self._extra = extra
 
     def start(self) -> HostSampler:
         """Start sampling (idempotent)."""
@@ -87,7 +91,11 @@ class HostSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.series.append(self._counters())
+            row = self._counters()
+            row["gil_ms"] = gil_wait() * 1e3
+            self.series.append(row)
+            if self._extra is not None:
+                self._extra()
             self._stop.wait(self.interval)
         self.series.append(self._counters())
 
@@ -97,6 +105,31 @@ class HostSampler:
         if self.gpu_index is not None and self._nvml is None:
             out["nvml"] = "GPU SM and PCIe not sampled: pip install nvidia-ml-py (pynvml)"
         return out
+
+
+GIL_PROBES = 3
+GIL_PROBE_S = 0.0005
+
+
+def gil_wait() -> float:
+    """Seconds this thread waited for the GIL after a short sleep (median of a few probes).
+
+    A thread that wakes from ``sleep`` needs the GIL back; when other threads
+    run Python without pause it waits up to the switch interval (5 ms) or
+    longer. The oversleep minus the time spent queued for a CPU core (Linux
+    schedstat) is the wait for the GIL: near zero when workers block on I/O
+    or run code that releases the GIL, milliseconds when they hold it.
+    """
+    from feedline.observe._torch_hooks import sched_times
+
+    got = []
+    for _ in range(GIL_PROBES):
+        q0 = sched_times()[1]
+        t0 = time.perf_counter()
+        time.sleep(GIL_PROBE_S)
+        over = time.perf_counter() - t0 - GIL_PROBE_S
+        got.append(max(0.0, over - (sched_times()[1] - q0)))
+    return sorted(got)[len(got) // 2]
 
 
 def summarize_series(series: list[dict[str, Any]], cores: int) -> dict[str, Any]:
@@ -116,6 +149,9 @@ def summarize_series(series: list[dict[str, Any]], cores: int) -> dict[str, Any]
     out["disk_read_wait_ms"] = round((last["read_time"] - first["read_time"]) / reads, 3) if reads else 0.0
     if first.get("busy_time") is not None and last.get("busy_time") is not None:
         out["disk_busy_pct"] = round(100 * (last["busy_time"] - first["busy_time"]) / 1000 / span, 1)
+    gil = [r["gil_ms"] for r in series if "gil_ms" in r]
+    if gil:
+        out["gil_wait_ms"] = round(sorted(gil)[len(gil) // 2], 3)
     sm = [r["sm"] for r in series if "sm" in r]
     if sm:
         out["gpu_sm_pct"] = round(sum(sm) / len(sm), 1)

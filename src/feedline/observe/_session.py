@@ -1,12 +1,19 @@
 """The measuring engine shared by :func:`feedline.watch` and ``feedline diagnose``.
 
-A :class:`Session` times each step of the *outermost* loop: the wait inside
-``next()`` and the loop body until the following ``next()`` (or an explicit
-:meth:`Session.step_done`). It installs the span recorder, the torch hooks
-(fetch/collate timing; H2D copies on CUDA) and the host sampler, and can run
-the synthetic-batch check (seed 000, Q3): after the measured steps it replays
-the last batch ``replay`` times, with device copies served from a cache, so
-the same loop body runs without the data path.
+A :class:`Session` composes three parts and owns their lifetimes:
+
+* the **step clocks** (:class:`~feedline.observe._clock.StepClocks`): one clock
+  per loader, fed by every ``next()`` on any thread;
+* the **collectors**: the span recorder (``feedline.spans`` sink), the torch
+  hooks (:class:`~feedline.observe._torch_hooks.TorchHooks`: DataLoader
+  iteration, fetch/collate timing in the consumer and in workers of any start
+  method, host-to-device copies), feedline.Loader's published step hook, and
+  the host sampler;
+* the **replay** (:class:`~feedline.observe._replay.Replay`), only when asked
+  and only after the measured steps of a run limited to ``steps``.
+
+Between :meth:`start` and :meth:`stop` nothing but appends happens on the
+user's threads; :meth:`report` does all the arithmetic once.
 """
 
 from __future__ import annotations
@@ -15,235 +22,148 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any, NoReturn
 
 from feedline import spans
+from feedline.observe._clock import LoaderClock, StepClocks, StepsView, batch_info, loader_config
 from feedline.observe._host import HostSampler
+from feedline.observe._replay import Replay
 from feedline.observe._stats import Recorder, Span
 from feedline.observe._timing import DeviceTimer, device_type, make_timer
 from feedline.observe._torch_hooks import (
     CopyLog,
-    install_copy_hook,
-    install_fetch_hooks,
+    HookTargets,
+    TorchHooks,
     read_worker_spans,
     sched_times,
-    set_replay_cache,
-    uninstall_copy_hook,
-    uninstall_fetch_hooks,
 )
 from feedline.observe.findings import shm_free_bytes
-from feedline.observe.report import Measurements, Report, build_report
+from feedline.observe.report import Measurements, Report, build_report, other_loader
 
-LOADER_ATTRS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
-
-
-def loader_config(obj: Any) -> dict[str, Any]:
-    """The DataLoader-style settings ``obj`` exposes (empty for a plain iterable)."""
-    out: dict[str, Any] = {"type": type(obj).__name__}
-    for name in LOADER_ATTRS:
-        value = getattr(obj, name, None)
-        if isinstance(value, (bool, int)) or (value is None and name == "prefetch_factor"):
-            out[name] = value
-    if "num_workers" not in out and isinstance(getattr(obj, "workers", None), int):
-        out["num_workers"] = obj.workers
-    return out
-
-
-def batch_info(batch: Any, depth: int = 0) -> tuple[int | None, int]:
-    """(samples, bytes) of a batch: first dimension of the first array, total array bytes."""
-    if (hasattr(batch, "shape") and hasattr(batch, "nbytes")) or hasattr(batch, "element_size"):
-        shape = tuple(getattr(batch, "shape", ()))
-        nbytes = int(batch.numel() * batch.element_size()) if hasattr(batch, "numel") else int(batch.nbytes)
-        return (int(shape[0]) if shape else None), nbytes
-    if depth > 3:
-        return None, 0
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    samples, total = None, 0
-    for item in items:
-        s, b = batch_info(item, depth + 1)
-        samples = samples if samples is not None else s
-        total += b
-    return samples, total
+__all__ = ["Session", "batch_info", "loader_config"]
 
 
 class Session:
-    """Measures one run. Call :meth:`start`, drive :meth:`next`, then :meth:`report`.
+    """Measures one run. Call :meth:`start`, let the loaders run, then :meth:`report`.
 
     Args:
         name: label of the run in reports.
         device: where the loop body runs (``"cpu"``, ``"cuda:0"``, a torch.device).
         batch_size: samples per batch for throughput (inferred from the batch if None).
-        steps: stop after this many measured steps (``on_limit`` decides how).
-        ab: synthetic-batch check: True always, False never, None when the verdict
-            is unclear ("balanced") at the end of the measured steps.
-        replay: steps of the synthetic-batch check.
+        steps: the run ends once a loader has taken this many steps.
+        ab: the synthetic-batch check after the measured steps (needs ``steps``).
+        replay: steps of the synthetic-batch check (>= 2).
         host_interval: seconds between host samples.
+        on_end: called when the run reaches ``steps`` (after the replay); should
+            end the run (raise). Without it ``next()`` raises StopIteration.
+
+    Raises:
+        ValueError: bad ``steps``, ``replay`` or ``batch_size``, or ``ab`` without ``steps``.
     """
 
     def __init__(self, name: str = "run", device: Any = "cpu", batch_size: int | None = None,
-                 *, steps: int | None = None, ab: bool | None = False, replay: int = 10,
-                 host_interval: float = 0.5) -> None:
+                 *, steps: int | None = None, ab: bool = False, replay: int = 10,
+                 host_interval: float = 0.5, on_end: Callable[[], Any] | None = None) -> None:
         if steps is not None and steps < 1:
             raise ValueError(f"steps must be >= 1 or None, got {steps!r}")
         if replay < 2:
             raise ValueError(f"replay must be >= 2, got {replay!r}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size!r}")
+        if ab and steps is None:
+            raise ValueError("ab=True needs steps=N: the synthetic-batch check runs after the "
+                             "N measured steps, where the run ends anyway")
         self.name, self.device, self.device_type = name, device, device_type(device)
-        self.batch_size, self.steps, self.ab_mode, self.replay = batch_size, steps, ab, replay
+        self.batch_size, self.steps = batch_size, steps
         self.recorder = Recorder()
         self.copy_log = CopyLog()
-        self.sampler = HostSampler(host_interval, 0 if self.device_type == "cuda" else None)
-        self.loader: dict[str, Any] = {}
-        self.wait: list[float] = []
-        self.wait_runq: list[float] = []
-        self.body: list[float] = []
-        self.body_starts: list[float] = []
-        self.starts: list[float] = []
-        self.batch_bytes: int | None = None
-        self.pinned: list[float] = []
+        cuda = self.device_type == "cuda"
+        self.sampler = HostSampler(host_interval, 0 if cuda else None,
+                                   self._sample_pinned if cuda else None)
+        self.replay = Replay(replay, self.device_type) if ab else None
+        self.clocks = StepClocks(self._new_timer, lambda: sched_times()[1], steps, self._limit)
+        self.hooks: TorchHooks | None = None
         self.notes: list[str] = []
+        self.pinned: list[float] = []
         self._pinned_off = False
-        self._timer: DeviceTimer | None = None
-        self._body: tuple[float, Any] | None = None
-        self._last: Any = None
-        self._replay_from: int | None = None
-        self._replay_left = 0
-        self._end_cb: Callable[[], Any] | None = None
+        self.on_end = on_end
+        self._stack = ExitStack()
         self._worker_dir: str | None = None
-        self._hooked = False
-        self._stopped = False
-        self._tid = threading.get_ident()  # the training thread (set again at the first step)
+        self._t0: float | None = None
+        self._t_end: float | None = None
+        self._limit_at: float | None = None
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> Session:
-        """Install the recorder, torch hooks (when torch is loaded) and the host sampler."""
-        if self._timer is not None:
+        """Install the collectors (torch hooks only when torch is loaded); idempotent."""
+        if self._t0 is not None:
             return self
-        self._timer = make_timer(self.device)
+        self._t0 = time.perf_counter()
+        stack = self._stack
         spans.install(self.recorder)
+        stack.callback(spans.uninstall, self.recorder)
+        spans.install_step_hook(self.clocks.on_next)
+        stack.callback(spans.uninstall_step_hook, self.clocks.on_next)
         if "torch" in sys.modules:
             self._worker_dir = tempfile.mkdtemp(prefix="feedline-workers-")
-            install_fetch_hooks(self._worker_dir)
-            install_copy_hook(self.copy_log)
-            self._hooked = True
+            self.hooks = TorchHooks(HookTargets(
+                self.recorder, self.copy_log, self.clocks.on_next, self.clocks.on_iter,
+                self.clocks.label, self.clocks.current, self._worker_dir))
+            stack.enter_context(self.hooks.installed())
         self.sampler.start()
+        stack.callback(self.sampler.stop)
         return self
 
     def stop(self) -> None:
-        """Close the open step, remove every hook, collect worker spans (idempotent)."""
-        if self._stopped or self._timer is None:
+        """Remove every hook, collect worker spans (idempotent)."""
+        if self._t0 is None or self._t_end is not None:
             return
-        self._stopped = True
-        self.step_done()
-        spans.uninstall(self.recorder)
-        self.sampler.stop()
-        set_replay_cache(None)
-        if self._hooked:
-            uninstall_fetch_hooks()
-            uninstall_copy_hook(self.copy_log)
+        self._t_end = time.perf_counter()
+        self.clocks.close()
+        if self.replay is not None:
+            self.replay.stop()
+        self._stack.close()
         if self._worker_dir is not None:
             self.recorder.add(read_worker_spans(self._worker_dir))
             shutil.rmtree(self._worker_dir, ignore_errors=True)
 
+    def _new_timer(self) -> DeviceTimer | None:
+        return make_timer(self.device) if self.device_type == "cuda" else None
+
     # -------------------------------------------------------------- stepping
-    def step_done(self) -> None:
-        """End the current step's body now (optional explicit boundary)."""
-        if self._body is None or self._timer is None:
-            return
-        t_body, token = self._body
-        now = time.perf_counter()
-        self._timer.stop(token)
-        self.body.append(now - t_body)
-        self.body_starts.append(t_body)
-        self._body = None
-
-    def next(self, inner: Callable[[], Any], on_limit: Callable[[], Any] | None = None) -> Any:
-        """Time one ``next()``: ``inner()`` fetches the batch (raises StopIteration at the end).
-
-        At the step limit (or at the end of the data) the synthetic-batch replay
-        runs if requested; then ``on_limit()`` is called at the limit (it should
-        raise), or StopIteration propagates at the end of the data.
-        """
-        if self._timer is None:
+    def next(self, owner: Any, fetch: Callable[[], Any]) -> Any:
+        """One ``next()`` of ``owner`` (``fetch()`` gets the batch); starts the session."""
+        if self._t0 is None:
             self.start()
-        self.step_done()
-        # The training thread's run-queue delay during the wait only matters with
-        # loader workers (see build_report); in-process loading skips the two reads.
-        queued = int(self.loader.get("num_workers") or 0) > 0
-        t0 = time.perf_counter()
-        q0 = sched_times()[1] if queued else 0.0
-        if self._replay_left > 0:
-            self._replay_left -= 1
-            batch = self._last
-        elif self._replay_from is not None:
-            self._end(self._end_cb)
-        elif self.steps is not None and len(self.wait) >= self.steps:
-            batch = self._limit(on_limit)
-        else:
-            try:
-                batch = inner()
-            except StopIteration:
-                batch = self._limit(None)
-        self._after(t0, batch)
-        self.wait_runq.append(max(0.0, sched_times()[1] - q0) if queued else 0.0)
-        return batch
+        return self.clocks.on_next(owner, fetch)
 
-    def _limit(self, on_limit: Callable[[], Any] | None) -> Any:
-        """The measured steps are over: start the replay, or end the run."""
-        if self._last is not None and self._want_ab():
-            self._replay_from = len(self.wait)
-            self._replay_left = self.replay - 1
-            self._end_cb = on_limit
-            if self.device_type == "cuda":
-                set_replay_cache({})
-            return self._last
-        self._end(on_limit)
+    def step_done(self, owner: Any) -> None:
+        """End the current step of ``owner`` now (optional explicit boundary)."""
+        self.clocks.step_done(owner)
 
-    def _end(self, on_limit: Callable[[], Any] | None) -> NoReturn:
-        set_replay_cache(None)
-        if on_limit is not None:
-            on_limit()
+    def _limit(self, clock: LoaderClock) -> Any:
+        if self._limit_at is None:
+            self._limit_at = time.perf_counter()
+        if self.replay is not None:
+            return self.replay.next(clock, self.hooks, self._end)
+        self._end()
+
+    def _end(self) -> NoReturn:
+        if self.on_end is not None:
+            self.on_end()
         raise StopIteration
-
-    def _want_ab(self) -> bool:
-        if self.ab_mode is not None:
-            return self.ab_mode
-        if len(self.wait) <= 2:
-            return False
-        m = self.measurements()
-        if self._worker_dir is not None:  # worker spans so far (the files stay for the report)
-            m.spans = m.spans + read_worker_spans(self._worker_dir)
-        return build_report(m).verdict == "balanced"
-
-    def _after(self, t0: float, batch: Any) -> None:
-        t1 = time.perf_counter()
-        self.wait.append(t1 - t0)
-        self.starts.append(t0)
-        if len(self.wait) <= 2:
-            self._tid = threading.get_ident()
-            samples, nbytes = batch_info(batch)
-            if self.batch_size is None and samples:
-                self.batch_size = samples
-            self.batch_bytes = nbytes or self.batch_bytes
-        self._last = batch
-        if self.device_type == "cuda" and len(self.wait) % 10 == 1 and not self._pinned_off:
-            self._sample_pinned()
-        timer = self._timer if self._timer is not None else self.start()._timer
-        if timer is not None:
-            self._body = (time.perf_counter(), timer.start())
 
     def _sample_pinned(self) -> None:
         import torch
 
         read = getattr(torch.cuda, "host_memory_stats", None)
-        if read is None:
-            return  # an older torch: the pinned-growth rule has no data
+        if self._pinned_off:
+            return
         try:
-            stats = read()
+            stats = read() if read is not None else {}
         except RuntimeError as e:
             self.notes.append(f"pinned memory not sampled: {e}")
             self._pinned_off = True
@@ -253,67 +173,134 @@ class Session:
             self.pinned.append(float(stats[key]))
 
     # ------------------------------------------------------------- reporting
-    def measurements(self) -> Measurements:
-        """What was measured so far, with the replay steps split off as the A/B."""
-        end = self._replay_from if self._replay_from is not None else len(self.wait)
-        gpu = list(self.body)
-        if self.device_type != "cpu" and self._timer is not None:
-            gpu = self._timer.finish() if self._stopped else self._timer.snapshot()
-        cut = self.starts[end] if end < len(self.starts) else float("inf")
-        copies = [(r, d) for r, d in zip(self.copy_log.records, self.copy_log.durations(),
-                                         strict=False) if r.start < cut]
-        m = Measurements(
-            name=self.name, device_type=self.device_type, wait=self.wait[:end],
-            wait_runq=self.wait_runq[:end],
-            body=self.body[:end], gpu=gpu[:end], spans=self.recorder.spans() + self._loop_spans(),
-            step_starts=self.starts[:end],
-            copy_times=[d for _, d in copies],
-            blocking_copy_s=sum(d for r, d in copies if not (r.pinned and r.non_blocking)),
-            copies=self.copy_log.summary(), loader=dict(self.loader),
-            batch_samples=self.batch_size, batch_bytes=self.batch_bytes,
-            host=self.sampler.summary(), pinned_series=list(self.pinned),
-            cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
-            gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
-        )
-        if self._replay_from is not None:
-            m.ab = _ab(self.wait, self.body, gpu, end)
-        return m
-
-    def _loop_spans(self) -> list[Span]:
-        """The ``wait`` and ``step`` spans of the training loop, built from the step lists.
-
-        Kept as plain lists while running (no span record per step) and turned
-        into spans only here, for traces and the HTML timeline.
-        """
-        pid, tid = os.getpid(), self._tid
-        out = [Span("wait", t0, t0 + w, pid, tid, {"step": i})
-               for i, (t0, w) in enumerate(zip(self.starts, self.wait, strict=False))]
-        out += [Span("step", t0, t0 + b, pid, tid, {"step": i})
-                for i, (t0, b) in enumerate(zip(self.body_starts, self.body, strict=False))]
+    def _spans(self, final: bool = True) -> list[Span]:
+        out: list[Span] = []
+        recorded = self.recorder.spans()
+        if not final and self._worker_dir is not None and self._t_end is None:
+            recorded += read_worker_spans(self._worker_dir)
+        for s in recorded:
+            ev = s.attrs.get("events")
+            if ev is None:
+                out.append(s)
+                continue
+            attrs = {k: v for k, v in s.attrs.items() if k != "events"}
+            try:  # the Loader's copy-stream events: the copy's device time
+                if not final and not ev[1].query():
+                    out.append(Span(s.stage, s.start, s.end, s.pid, s.tid, attrs))
+                    continue
+                ev[1].synchronize()
+                dur = ev[0].elapsed_time(ev[1]) / 1000.0
+                attrs["host_s"] = s.duration
+                out.append(Span(s.stage, s.start, s.start + dur, s.pid, s.tid, attrs))
+            except RuntimeError:
+                out.append(Span(s.stage, s.start, s.end, s.pid, s.tid, attrs))
         return out
+
+    def measurements(self, final: bool = True) -> tuple[Measurements | None, list[dict[str, Any]]]:
+        """The training loader's measurements and a summary of every other loader.
+
+        ``final=False`` (a partial report while running) never waits on the device
+        and reads worker spans from their files without removing them.
+        """
+        end = self._t_end if self._t_end is not None else time.perf_counter()
+        if self._limit_at is not None:
+            end = min(end, self._limit_at)
+        clocks = sorted(self.clocks.clocks.values(), key=lambda c: c.order)
+        train = self.clocks.training()
+        all_spans = self._spans(final)
+        passes = {c.label: c.steps_view(end, [], final).passes for c in clocks}
+        views: dict[str, StepsView] = {}
+        for c in clocks:
+            others = [(tid, a, b) for o in clocks if o is not c for tid in o.tids
+                      for a, b in passes[o.label]]
+            views[c.label] = c.steps_view(end, others, final)
+        wall = max(end - (self._t0 or end), 1e-9)
+        loop = self._loop_spans(clocks, views, train)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cuda = self.device_type == "cuda"
+        others_out = [other_loader(c.label, c.config, views[c.label].waits,
+                                   views[c.label].bodies, views[c.label].passes,
+                                   _of(all_spans, c.label), wall, cores, cuda)
+                      for c in clocks if c is not train]
+        if train is None:
+            return None, others_out
+        v = views[train.label]
+        copies = self.copy_log.durations(wait=final)
+        cut = self._limit_at if self._limit_at is not None else float("inf")
+        recs = [(r, d) for r, d in zip(self.copy_log.records, copies, strict=False) if r.start < cut]
+        m = Measurements(
+            name=self.name, device_type=self.device_type, wait=v.waits, body=v.bodies,
+            gpu=v.gpu[:len(v.waits)] if v.gpu else list(v.bodies),
+            spans=[s for s in all_spans + loop if s.attrs.get("loader") in (None, train.label)],
+            extra_spans=[s for s in all_spans + loop
+                         if s.attrs.get("loader") not in (None, train.label)],
+            step_starts=v.starts, wait_runq=v.runq, copy_times=[d for _, d in recs],
+            blocking_copy_s=sum(d for r, d in recs if not (r.pinned and r.non_blocking)),
+            copies=self.copy_log.summary(), loader=dict(train.config) | {"label": train.label},
+            batch_samples=self.batch_size or train.batch_samples, batch_bytes=train.batch_bytes,
+            host=self.sampler.summary(), pinned_series=list(self.pinned),
+            cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
+            wall=wall, loaders_other=others_out,
+        )
+        if self.replay is not None and self.replay.clock is train:
+            m.ab = _ab(v, self.replay.steps(), m.warmup)
+        return m, others_out
+
+    def _loop_spans(self, clocks: list[LoaderClock], views: dict[str, StepsView],
+                    train: LoaderClock | None) -> list[Span]:
+        """``wait`` and ``step`` spans of every loader (named with the loader when not training)."""
+        pid, out = os.getpid(), []
+        for c in clocks:
+            v, tid = views[c.label], min(c.tids) if c.tids else 0
+            suffix = "" if c is train else f" [{c.label}]"
+            for i, (t0, w, b) in enumerate(zip(v.starts, v.waits, v.bodies, strict=False)):
+                out.append(Span("wait" + suffix, t0, t0 + w, pid, tid, {"step": i, "loader": c.label}))
+                out.append(Span("step" + suffix, t0 + w, t0 + w + b, pid, tid,
+                                {"step": i, "loader": c.label}))
+        return out
+
+    def partial_report(self) -> Report:
+        """The report of the steps so far, without stopping (for a run that may be killed)."""
+        return self._build(final=False)
 
     def report(self) -> Report:
         """Stop (if still running) and build the :class:`Report`."""
         self.stop()
-        rep = build_report(self.measurements())
+        return self._build(final=True)
+
+    def _build(self, final: bool) -> Report:
+        m, others = self.measurements(final)
+        if m is None:
+            rep = Report.unknown(
+                self.name, self.device_type,
+                "no training step was measured: no DataLoader or feedline.Loader was iterated "
+                "through a hooked next() (a custom loader, or zero batches)",
+                "wrap the consumer side: `for batch in feedline.watch(loader): ...`, or check "
+                "that the loader yields batches", loaders=others)
+        else:
+            rep = build_report(m)
         if self.notes:
             rep.host = rep.host | {"notes": list(self.notes)}
         return rep
 
 
-def _ab(wait: list[float], body: list[float], gpu: list[float], end: int) -> dict[str, Any] | None:
-    """Step time with the data path (measured steps) vs without (replay, first one skipped)."""
-    k = 1 if end > 1 else 0
-    real = [a + b for a, b in zip(wait[k:end], body[k:end], strict=False)]
-    fake = [a + b for a, b in zip(wait[end + 1:], body[end + 1:], strict=False)]
-    if not real or not fake:
+def _of(all_spans: list[Span], label: str) -> list[Span]:
+    return [s for s in all_spans if s.attrs.get("loader") == label]
+
+
+def _ab(v: StepsView, replayed: list[float], warmup: int) -> dict[str, Any] | None:
+    """Mean step time with the data path (measured steps) vs without (replayed steps).
+
+    The mean, as the headline step time, so the two figures can be compared.
+    """
+    k = warmup if len(v.waits) > warmup else 0
+    real = [a + b for a, b in zip(v.waits[k:], v.bodies[k:], strict=False)]
+    if not real or not replayed:
         return None
-    real.sort()
-    fake.sort()
-    with_data, without = real[len(real) // 2], fake[len(fake) // 2]
-    return {"steps": len(fake), "with_data_path": with_data, "without_data_path": without,
-            "ratio": with_data / without if without > 0 else None,
-            "gpu_without_data_path": sorted(gpu[end + 1:])[len(gpu[end + 1:]) // 2] if gpu[end + 1:] else None}
+    with_data, without = sum(real) / len(real), sum(replayed) / len(replayed)
+    return {"steps": len(replayed), "statistic": "mean", "with_data_path": with_data,
+            "without_data_path": without,
+            "ratio": with_data / without if without > 0 else None}
 
 
 def _gpu_count(kind: str) -> int:

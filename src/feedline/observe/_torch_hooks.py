@@ -1,38 +1,50 @@
-"""Hooks into torch: host-to-device copies and DataLoader fetch/collate timing.
+"""Hooks into torch, as one object: :class:`TorchHooks`.
 
-Both hooks patch torch classes in place while at least one listener is
-installed and restore the originals when the last one leaves. They import
-torch lazily (only ``install_*`` touches it).
+A :class:`TorchHooks` patches torch classes in place between :meth:`install`
+and :meth:`uninstall` (or inside :meth:`TorchHooks.installed`) and keeps every
+original it replaced on itself; nothing lives at module level and nothing runs
+at import. Hooks stack: a second object installed on top of the first wraps
+its patches, and one removed out of order turns itself into a pass-through.
 
-* Copy hook: ``Tensor.to`` / ``Tensor.cuda`` from CPU to CUDA are logged with
-  bytes, pinned or pageable source, the ``non_blocking`` flag, host time and
-  device time (CUDA events, resolved lazily). Non-H2D calls pass straight
-  through after one device check.
-* Fetch hook: each DataLoader batch fetch (``dataset[i]`` for the batch, then
-  ``collate_fn``) emits a ``fetch`` span carrying its thread CPU time (the
-  report splits it into off-CPU "read" and on-CPU "decode") and a ``collate``
-  span. In a worker process the spans go to a JSON-lines file per worker in
-  ``worker_dir`` (:func:`read_worker_spans` collects them; perf_counter is
-  CLOCK_MONOTONIC on Linux, so times line up across processes).
+* Copies: ``Tensor.to`` / ``Tensor.cuda`` from CPU to CUDA are logged into a
+  :class:`CopyLog` with bytes, pinned or pageable source, ``non_blocking`` and
+  CUDA event times (resolved lazily).
+* Fetches: each DataLoader batch fetch (``dataset[i]`` for the batch, then
+  ``collate_fn``) gives a ``fetch`` span carrying its thread CPU time (the
+  report splits it into blocked "read" and on-CPU "decode") and a ``collate``
+  span, both labelled with the loader. In the consumer process they go to the
+  sink; in worker processes a :class:`WorkerInit` (the loader's
+  ``worker_init_fn`` for the duration of ``iter()``; picklable, so ``fork``,
+  ``spawn`` and ``forkserver`` workers all run it before their fetcher is
+  made) patches the worker's fetchers to write JSON lines into ``worker_dir``
+  (:func:`read_worker_spans` collects them; perf_counter is CLOCK_MONOTONIC on
+  Linux, so times line up across processes).
+* Iteration: ``DataLoader.__iter__`` and the iterator's ``__next__`` are
+  reported to the owner's ``on_iter`` / ``on_next`` callbacks (step clocks).
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from feedline import spans
 from feedline.observe._stats import Span
 
-_lock = threading.Lock()
 
+class Sink(Protocol):
+    def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None: ...
+
+
+Deliver = Callable[[str, float, float, dict[str, Any]], None]
+_INHERITED = object()  # marks an attribute a class inherited (restored by deleting the patch)
 
 # ----------------------------------------------------------------- copies ---
 
@@ -102,9 +114,9 @@ class CopyLog:
                 rec.device_s = start.elapsed_time(end) / 1000.0
                 rec.events = None
 
-    def durations(self) -> list[float]:
-        """Per-copy time: device time where measured, else host time."""
-        self.resolve(wait=True)
+    def durations(self, wait: bool = True) -> list[float]:
+        """Per-copy time: device time where measured (all of them if ``wait``), else host time."""
+        self.resolve(wait=wait)
         return [r.device_s if r.device_s is not None else r.end - r.start for r in self.records]
 
     def summary(self) -> dict[str, int]:
@@ -121,100 +133,42 @@ class CopyLog:
         }
 
 
-_copy_logs: list[CopyLog] = []
-_orig_copy: dict[str, Any] = {}
-_replay: dict[int, tuple[Any, Any]] | None = None
+# ------------------------------------------------------------- CPU clocks ---
 
 
-def set_replay_cache(cache: dict[int, tuple[Any, Any]] | None) -> None:
-    """During the synthetic-batch replay: map ``id(cpu_tensor) -> (cpu_tensor, device_tensor)``.
+def sched_times() -> tuple[float, float]:
+    """(CPU seconds, run-queue seconds) of the calling thread, from Linux schedstat.
 
-    While set, a cached tensor's ``.to(cuda)`` returns the device tensor kept
-    from the first replay (no copy), and new H2D results are added to it.
+    The run-queue delay is how long the thread waited for a core: CPU-bound
+    work on a busy host is delayed by the scheduler, and counting that delay
+    keeps a slow decode from looking like a slow read. Opens, reads and closes
+    ``/proc/thread-self/schedstat`` (a few microseconds; nothing is kept open);
+    elsewhere falls back to ``(time.thread_time(), 0.0)``.
     """
-    global _replay
-    _replay = cache
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return time.thread_time(), 0.0
+    try:
+        parts = os.pread(fd, 128, 0).split()
+        return int(parts[0]) / 1e9, int(parts[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return time.thread_time(), 0.0
+    finally:
+        os.close(fd)
 
 
-def _h2d(orig: Any, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-         non_blocking: bool) -> Any:
-    cache = _replay
-    if cache is not None:
-        hit = cache.get(id(tensor))
-        if hit is not None and hit[0] is tensor:
-            return hit[1]
-    import torch
+RUNQ_EVERY = 8
+"""On the consumer thread, every this many fetches also read the run-queue delay.
 
-    events = None
-    if torch.cuda.is_available():
-        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-        events[0].record()
-    t0 = time.perf_counter()
-    out = orig(tensor, *args, **kwargs)
-    t1 = time.perf_counter()
-    if events is not None:
-        events[1].record()
-    if cache is not None:
-        cache[id(tensor)] = (tensor, out)
-        return out
-    rec = CopyRecord(t0, t1, int(tensor.numel() * tensor.element_size()),
-                     bool(tensor.is_pinned()), non_blocking, None, events)
-    for log in tuple(_copy_logs):
-        log.add(rec)
-    spans.emit("h2d", t0, t1, bytes=rec.nbytes, pinned=rec.pinned, non_blocking=non_blocking)
-    return out
+In-process fetches take their CPU time from ``time.thread_time()`` and sample
+the run-queue delay; the report scales the sampled delay to the rest. Worker
+processes, off the training thread, read it on every fetch.
+"""
 
 
-def _patched_to(self: Any, *args: Any, **kwargs: Any) -> Any:
-    orig = _orig_copy["to"]
-    if not _copy_logs or self.device.type != "cpu":
-        return orig(self, *args, **kwargs)
-    target, non_blocking = copy_target(args, kwargs)
-    if target != "cuda":
-        return orig(self, *args, **kwargs)
-    return _h2d(orig, self, args, kwargs, non_blocking)
-
-
-def _patched_cuda(self: Any, *args: Any, **kwargs: Any) -> Any:
-    orig = _orig_copy["cuda"]
-    if not _copy_logs or self.device.type != "cpu":
-        return orig(self, *args, **kwargs)
-    non_blocking = bool(kwargs.get("non_blocking", len(args) > 1 and bool(args[1])))
-    return _h2d(orig, self, args, kwargs, non_blocking)
-
-
-def install_copy_hook(log: CopyLog) -> None:
-    """Log every CPU->CUDA ``Tensor.to`` / ``Tensor.cuda`` into ``log``."""
-    import torch
-
-    with _lock:
-        if not _orig_copy:
-            _orig_copy["to"] = torch.Tensor.to
-            _orig_copy["cuda"] = torch.Tensor.cuda
-            torch.Tensor.to = _patched_to  # type: ignore[method-assign]
-            torch.Tensor.cuda = _patched_cuda  # type: ignore[method-assign]
-        if log not in _copy_logs:
-            _copy_logs.append(log)
-
-
-def uninstall_copy_hook(log: CopyLog) -> None:
-    """Stop logging into ``log``; the last one out restores torch."""
-    import torch
-
-    with _lock:
-        if log in _copy_logs:
-            _copy_logs.remove(log)
-        if not _copy_logs and _orig_copy:
-            torch.Tensor.to = _orig_copy.pop("to")  # type: ignore[method-assign]
-            torch.Tensor.cuda = _orig_copy.pop("cuda")  # type: ignore[method-assign]
-
-
-# ---------------------------------------------------------------- fetches ---
-
-_fetch_users = 0
-_orig_fetch: dict[Any, Any] = {}
-_worker_dir: str | None = None
-_worker_files: dict[int, Any] = {}
+def _cpu_only() -> tuple[float, float]:
+    return time.thread_time(), 0.0
 
 
 class _TimedCollate:
@@ -233,186 +187,85 @@ class _TimedCollate:
         return out
 
 
-@functools.cache
-def _get_worker_info() -> Any:
-    from torch.utils.data import get_worker_info
+def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
+               live: Callable[[], bool]) -> Any:
+    """A fetcher ``fetch`` that times items and collate and hands both spans to ``deliver``.
 
-    return get_worker_info
-
-
-def _worker_info() -> Any:
-    """torch's ``get_worker_info()`` (imported once: this runs twice per fetch)."""
-    return _get_worker_info()()
-
-
-def _deliver(stage: str, start: float, end: float, **attrs: Any) -> None:
-    info = _worker_info()
-    if info is None:
-        spans.emit(stage, start, end, **attrs)
-        return
-    if _worker_dir is None:
-        return  # a worker of a loader nobody diagnoses: nothing listens
-    pid = os.getpid()
-    fh = _worker_files.get(pid)
-    if fh is None:
-        fh = open(Path(_worker_dir) / f"worker-{pid}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        _worker_files[pid] = fh
-    attrs["worker"] = info.id
-    fh.write(json.dumps([stage, start, end, pid, threading.get_ident(), attrs]) + "\n")
-    fh.flush()
-
-
-_sched_tls = threading.local()
-
-
-class _SchedFile:
-    """A thread's open schedstat file, closed when the thread (and its locals) go."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self) -> None:
-        try:
-            self.fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            self.fd = -1
-
-    def __del__(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-
-
-def _forget_sched_fd() -> None:
-    # A forked child inherits the forking thread's descriptor, which names the
-    # parent's thread: close the child's copy and open its own on next use.
-    _sched_tls.fd = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_sched_fd)
-
-
-def sched_times() -> tuple[float, float]:
-    """(CPU seconds, run-queue seconds) of the calling thread, from Linux schedstat.
-
-    The run-queue delay is how long the thread waited for a core: CPU-bound
-    work on a busy host is delayed by the scheduler, and counting that delay
-    keeps a slow decode from looking like a slow read. One ``pread`` on a
-    per-thread descriptor (dropped in a forked child); elsewhere falls back to
-    ``(time.thread_time(), 0.0)``.
+    ``live()`` false makes it a pass-through (a hook removed out of order).
     """
-    held = getattr(_sched_tls, "fd", None)
-    if held is None:
-        held = _sched_tls.fd = _SchedFile()
-    fd = held.fd
-    if fd >= 0:
-        try:
-            parts = os.pread(fd, 128, 0).split()
-            return int(parts[0]) / 1e9, int(parts[1]) / 1e9
-        except (OSError, IndexError, ValueError):
-            pass  # fall through to the portable clock
-    return time.thread_time(), 0.0
+    counter = itertools.count()
 
-
-RUNQ_EVERY = 8
-"""On the training thread, every this many fetches also read the run-queue delay.
-
-Reading schedstat costs a few microseconds warm but tens after the thread has
-slept (the common case: the host waited on the device), so in-process fetches
-take their CPU time from ``time.thread_time()`` and sample the run-queue delay;
-the report scales the sampled delay to the rest. Worker processes, off the
-training thread, read it on every fetch.
-"""
-
-_fetches = itertools.count()
-
-
-def _cpu_only() -> tuple[float, float]:
-    """The unsampled clock: thread CPU seconds, no run-queue reading."""
-    return time.thread_time(), 0.0
-
-
-def _make_fetch(orig: Any) -> Any:
     def fetch(self: Any, index: Any) -> Any:
+        if not live():
+            return orig(self, index)
         col = self.collate_fn
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col)
-        sampled = _worker_info() is not None or next(_fetches) % RUNQ_EVERY == 0
+        sampled = always_sample or next(counter) % RUNQ_EVERY == 0
         clock = sched_times if sampled else _cpu_only
         t0 = time.perf_counter()
         c0, q0 = clock()
         out = orig(self, index)
         c1, q1 = clock()
         c_start, c_end = col.last
-        if c_start < t0:  # collate did not run (should not happen): whole fetch is items
+        if c_start < t0:  # collate did not run: the whole fetch is items
             c_start = c_end = time.perf_counter()
-        # CPU and queueing of the whole fetch, collate included; the report counts
-        # collate as CPU work, so the fetch keeps the share of its own wall time.
-        wall = max(c_end - t0, 1e-12)
-        share = (c_start - t0) / wall
-        attrs = {"cpu": max(0.0, c1 - c0) * share}
+        # CPU and queueing of the whole fetch, collate included; the fetch keeps the
+        # share of its own wall time (collate is reported as its own stage).
+        share = (c_start - t0) / max(c_end - t0, 1e-12)
+        attrs: dict[str, Any] = {"cpu": max(0.0, c1 - c0) * share}
         if sampled:  # an unsampled fetch carries no runq: the report estimates it
             attrs["runq"] = max(0.0, q1 - q0) * share
-        _deliver("fetch", t0, c_start, **attrs)
-        _deliver("collate", c_start, c_end)
+        deliver("fetch", t0, c_start, attrs)
+        deliver("collate", c_start, c_end, {"cpu": max(0.0, c1 - c0) * (1.0 - share)})
         return out
 
     fetch._feedline_orig = orig  # type: ignore[attr-defined]
     return fetch
 
 
-_pin_depth = threading.local()
+def _root(fn: Any) -> Any:
+    while hasattr(fn, "_feedline_orig"):
+        fn = fn._feedline_orig
+    return fn
 
 
-def _make_pin(orig: Any) -> Any:
-    def pin_memory(data: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_pin_depth, "n", 0):  # torch recurses through this global: time the outer call
-            return orig(data, *args, **kwargs)
-        _pin_depth.n = 1
-        t0 = time.perf_counter()
-        try:
-            out = orig(data, *args, **kwargs)
-        finally:
-            _pin_depth.n = 0
-        _deliver("pin", t0, time.perf_counter())
-        return out
-
-    return pin_memory
-
-
-def install_fetch_hooks(worker_dir: str | Path | None) -> None:
-    """Time DataLoader fetch + collate; worker-process spans go to ``worker_dir``.
-
-    Install before ``iter(loader)`` so forked workers inherit the hook.
-    """
-    global _fetch_users, _worker_dir
+def _fetcher_classes() -> tuple[Any, ...]:
     from torch.utils.data._utils import fetch as fetch_mod
-    from torch.utils.data._utils import pin_memory as pin_mod
 
-    with _lock:
-        _fetch_users += 1
-        if worker_dir is not None:
-            _worker_dir = str(worker_dir)
-        if _orig_fetch:
-            return
-        for cls in (fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher):
-            _orig_fetch[cls] = cls.fetch
-            setattr(cls, "fetch", _make_fetch(cls.fetch))  # noqa: B010
-        # the DataLoader's pin-memory thread looks this module global up on every batch
-        _orig_fetch[pin_mod] = pin_mod.pin_memory
-        pin_mod.pin_memory = _make_pin(pin_mod.pin_memory)
+    return fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher
 
 
-def uninstall_fetch_hooks() -> None:
-    """Undo one :func:`install_fetch_hooks`; the last one restores torch."""
-    global _fetch_users
-    from torch.utils.data._utils import pin_memory as pin_mod
+# ---------------------------------------------------------------- workers ---
 
-    with _lock:
-        _fetch_users = max(0, _fetch_users - 1)
-        if _fetch_users == 0:
-            for owner, orig in _orig_fetch.items():
-                setattr(owner, "pin_memory" if owner is pin_mod else "fetch", orig)
-            _orig_fetch.clear()
+
+class WorkerInit:
+    """A DataLoader ``worker_init_fn`` that times the worker's fetches into ``worker_dir``.
+
+    Picklable (a plain object of a module-level class), so it reaches workers
+    started with ``fork``, ``spawn`` or ``forkserver``. It replaces the worker's
+    fetcher ``fetch`` (an inherited consumer-side patch included) with one that
+    writes ``[stage, start, end, pid, tid, attrs]`` JSON lines to
+    ``worker_dir/worker-<pid>.jsonl``, then calls the user's own ``inner``.
+    """
+
+    def __init__(self, inner: Callable[[int], Any] | None, worker_dir: str, loader: str) -> None:
+        self.inner, self.worker_dir, self.loader = inner, worker_dir, loader
+
+    def __call__(self, worker_id: int) -> None:
+        path = Path(self.worker_dir) / f"worker-{os.getpid()}.jsonl"
+        lock = threading.Lock()
+        base = {"worker": worker_id, "loader": self.loader}
+
+        def deliver(stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
+            line = json.dumps([stage, start, end, os.getpid(), threading.get_ident(), attrs | base])
+            with lock, open(path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+
+        for cls in _fetcher_classes():
+            cls.fetch = make_fetch(_root(cls.fetch), deliver, True, lambda: True)
+        if self.inner is not None:
+            self.inner(worker_id)
 
 
 def read_worker_spans(worker_dir: str | Path) -> list[Span]:
@@ -425,3 +278,201 @@ def read_worker_spans(worker_dir: str | Path) -> list[Span]:
             except (ValueError, IndexError, TypeError):
                 continue  # a worker killed mid-write leaves a partial line
     return out
+
+
+# ------------------------------------------------------------------ hooks ---
+
+
+@dataclass
+class HookTargets:
+    """Where :class:`TorchHooks` reports.
+
+    ``sink`` gets consumer-side spans; ``copies`` the host-to-device copies;
+    ``on_next(loader, fetch)`` runs one ``next()`` of a DataLoader (returns the
+    batch); ``on_iter(loader, t0, t1)`` is told of each ``iter()``;
+    ``label(loader)`` names a loader; ``current()`` is the label of the loader
+    the calling thread is fetching from (None: none); ``worker_dir`` receives
+    worker-process spans (None: workers are not timed).
+    """
+
+    sink: Sink
+    copies: CopyLog
+    on_next: Callable[[Any, Callable[[], Any]], Any]
+    on_iter: Callable[[Any, float, float], None]
+    label: Callable[[Any], str]
+    current: Callable[[], str | None]
+    worker_dir: str | None = None
+
+
+class TorchHooks:
+    """Every torch patch of one measuring session; see the module docstring.
+
+    ``replay`` (a dict ``id(cpu tensor) -> (cpu tensor, device tensor)``), when
+    set, serves repeated copies of the same host tensor from the device tensor
+    kept from the first one (the synthetic-batch check).
+    """
+
+    def __init__(self, targets: HookTargets) -> None:
+        self.t = targets
+        self.replay: dict[int, tuple[Any, Any]] | None = None
+        self._saved: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, patch)
+        self._live = False
+        self._pid = os.getpid()
+
+    @contextmanager
+    def installed(self) -> Iterator[TorchHooks]:
+        """Install for the ``with`` body, then restore torch."""
+        self.install()
+        try:
+            yield self
+        finally:
+            self.uninstall()
+
+    def install(self) -> None:
+        """Patch torch (idempotent)."""
+        if self._live:
+            return
+        import torch
+        from torch.utils.data import dataloader as dl
+        from torch.utils.data._utils import pin_memory as pin_mod
+
+        self._live = True
+        self._patch(torch.Tensor, "to", self._make_to(torch.Tensor.to))
+        self._patch(torch.Tensor, "cuda", self._make_cuda(torch.Tensor.cuda))
+        for cls in _fetcher_classes():
+            self._patch(cls, "fetch", make_fetch(cls.fetch, self._deliver, False, self._here))
+        # the DataLoader's pin-memory thread looks this module global up on every batch
+        self._patch(pin_mod, "pin_memory", self._make_pin(pin_mod.pin_memory))
+        self._patch(dl.DataLoader, "__iter__", self._make_iter(dl.DataLoader.__iter__))
+        self._patch(dl._BaseDataLoaderIter, "__next__", self._make_next(dl._BaseDataLoaderIter.__next__))
+
+    def uninstall(self) -> None:
+        """Restore every patched attribute that still holds this object's patch."""
+        self._live = False
+        for owner, name, orig, patch in reversed(self._saved):
+            if vars(owner).get(name) is not patch:
+                continue  # another session patched on top of ours: ours now passes through
+            if orig is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, orig)
+        self._saved.clear()
+
+    def _patch(self, owner: Any, name: str, patch: Any) -> None:
+        self._saved.append((owner, name, vars(owner).get(name, _INHERITED), patch))
+        setattr(owner, name, patch)
+
+    def _here(self) -> bool:
+        return self._live and os.getpid() == self._pid
+
+    # -- delivery
+    def _deliver(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
+        label = self.t.current()
+        if label is not None:
+            attrs["loader"] = label
+        self.t.sink.record(stage, start, end, attrs)
+
+    # -- patches
+    def _make_iter(self, orig: Any) -> Any:
+        hooks = self
+
+        def dl_iter(loader: Any) -> Any:
+            if not hooks._here():
+                return orig(loader)
+            t0 = time.perf_counter()
+            inner = loader.worker_init_fn
+            wrap = (hooks.t.worker_dir is not None and loader.num_workers > 0
+                    and not isinstance(inner, WorkerInit))
+            if wrap:  # read once by the multiprocessing iterator as it starts its workers
+                loader.worker_init_fn = WorkerInit(inner, str(hooks.t.worker_dir),
+                                                   hooks.t.label(loader))
+            try:
+                it = orig(loader)
+            finally:
+                if wrap:
+                    loader.worker_init_fn = inner
+            it._feedline_owner = loader
+            hooks.t.on_iter(loader, t0, time.perf_counter())
+            return it
+
+        return dl_iter
+
+    def _make_next(self, orig: Any) -> Any:
+        hooks = self
+
+        def dl_next(it: Any) -> Any:
+            owner = getattr(it, "_feedline_owner", None)
+            if owner is None or not hooks._here():
+                return orig(it)
+            return hooks.t.on_next(owner, lambda: orig(it))
+
+        return dl_next
+
+    def _make_pin(self, orig: Any) -> Any:
+        hooks, depth = self, threading.local()
+
+        def pin_memory(data: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(depth, "n", 0) or not hooks._here():  # torch recurses: time the outer call
+                return orig(data, *args, **kwargs)
+            depth.n = 1
+            t0 = time.perf_counter()
+            try:
+                out = orig(data, *args, **kwargs)
+            finally:
+                depth.n = 0
+            hooks.t.sink.record("pin", t0, time.perf_counter(), {})
+            return out
+
+        return pin_memory
+
+    def _h2d(self, orig: Any, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+             non_blocking: bool) -> Any:
+        cache = self.replay
+        if cache is not None:
+            hit = cache.get(id(tensor))
+            if hit is not None and hit[0] is tensor:
+                return hit[1]
+        import torch
+
+        events = None
+        if torch.cuda.is_available():
+            events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            events[0].record()
+        t0 = time.perf_counter()
+        out = orig(tensor, *args, **kwargs)
+        t1 = time.perf_counter()
+        if events is not None:
+            events[1].record()
+        if cache is not None:
+            cache[id(tensor)] = (tensor, out)
+            return out
+        rec = CopyRecord(t0, t1, int(tensor.numel() * tensor.element_size()),
+                         bool(tensor.is_pinned()), non_blocking, None, events)
+        self.t.copies.add(rec)
+        self.t.sink.record("h2d", t0, t1, {"bytes": rec.nbytes, "pinned": rec.pinned,
+                                           "non_blocking": non_blocking})
+        return out
+
+    def _make_to(self, orig: Any) -> Any:
+        hooks = self
+
+        def to(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if not hooks._live or tensor.device.type != "cpu":
+                return orig(tensor, *args, **kwargs)
+            target, non_blocking = copy_target(args, kwargs)
+            if target != "cuda":
+                return orig(tensor, *args, **kwargs)
+            return hooks._h2d(orig, tensor, args, kwargs, non_blocking)
+
+        return to
+
+    def _make_cuda(self, orig: Any) -> Any:
+        hooks = self
+
+        def cuda(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if not hooks._live or tensor.device.type != "cpu":
+                return orig(tensor, *args, **kwargs)
+            non_blocking = bool(kwargs.get("non_blocking", len(args) > 1 and bool(args[1])))
+            return hooks._h2d(orig, tensor, args, kwargs, non_blocking)
+
+        return cuda

@@ -4,8 +4,9 @@
 (a generated ``sitecustomize.py`` first on ``PYTHONPATH``) installs the
 measuring hooks (see :mod:`feedline.observe._child`). The child writes its
 report as JSON into a private temporary directory; the parent reads it back
-as a :class:`~feedline.observe.report.Report`. The child's exit status is
-returned unchanged.
+as a :class:`~feedline.observe.report.Report` (or, when the child was killed
+before it could, the last partial report it wrote). The child's exit status is
+returned as a shell reports it (128 + N for a child killed by signal N).
 """
 
 from __future__ import annotations
@@ -13,10 +14,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import feedline
 from feedline.errors import ConfigError
@@ -33,27 +39,80 @@ if os.environ.get("{CONFIG_ENV}") and os.environ.get("{PID_ENV}") in (None, str(
 '''
 
 
-def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool | None = None,
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: 128 + N for a child killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when diagnose itself dies, so no orphan."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: forwarding still covers SIGTERM / SIGINT sent to diagnose
+
+
+def _terminal_sent_to_group(signum: int) -> bool:
+    """Ctrl-C at a terminal reaches the whole foreground group, the child included."""
+    if signum != signal.SIGINT:
+        return False
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@contextmanager
+def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Pass SIGTERM / SIGINT sent to this process on to ``proc`` while it runs."""
+    def forward(signum: int, frame: Any) -> None:
+        if proc.poll() is None and not _terminal_sent_to_group(signum):
+            proc.send_signal(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool = False,
                  replay: int = 10, device: str = "auto", name: str | None = None,
-                 timeout: float | None = None) -> tuple[int, Report | None]:
+                 timeout: float | None = None, partial_every: float = 5.0
+                 ) -> tuple[int, Report | None]:
     """Run ``command`` (e.g. ``["python", "train.py", "--lr", "0.1"]``) and measure it.
+
+    The run is the user's run: the same batches, epochs and steps as without
+    diagnose, except that ``steps`` ends it early. SIGTERM and SIGINT sent to
+    this process are passed on to the command (Ctrl-C at a terminal already
+    reaches it), and on Linux the command gets SIGTERM if this process dies.
 
     Args:
         command: the training command; its Python must be able to import
             torch (feedline's own directory is added to ``PYTHONPATH``).
-        steps: end the run (``SystemExit(0)`` in the child) after this many steps.
-        ab: synthetic-batch check: True always, False never, None when unclear.
+        steps: end the run after this many steps of a loader.
+        ab: the synthetic-batch check after the ``steps`` measured steps (needs ``steps``).
         replay: steps of the synthetic-batch check.
         device: ``"auto"`` (CUDA if available), ``"cpu"`` or ``"cuda:N"``.
         name: the run's label (default: the script name).
         timeout: seconds before the child is killed (``subprocess.TimeoutExpired``).
+        partial_every: seconds between partial reports (at least; 0: none), kept in
+            case the command is killed before it can write its final report.
 
     Returns:
-        The child's exit status and its report (None when it wrote none,
-        e.g. it crashed at start-up or was killed).
+        The command's exit status as a shell reports it (128 + N when killed by
+        signal N) and its report: the final one, else the last partial one, else None.
 
     Raises:
-        ConfigError: empty command, a bad option, or a command that cannot start.
+        ConfigError: empty command, a bad option (``ab`` without ``steps``), or a
+            command that cannot start.
     """
     cmd = list(command)
     if not cmd:
@@ -62,13 +121,18 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool |
         raise ConfigError(f"--steps must be >= 1, got {steps}", field="steps")
     if replay < 2:
         raise ConfigError(f"--replay must be >= 2, got {replay}", field="replay")
+    if ab and steps is None:
+        raise ConfigError(
+            "--ab needs --steps N: the synthetic-batch check replays the last batch after the "
+            "N measured steps, where diagnose ends the run, so a full run is never changed",
+            field="ab", fix="feedline diagnose --steps 50 --ab -- python train.py")
     label = name or next((Path(a).stem for a in cmd[1:] if a.endswith(".py")), Path(cmd[0]).name)
     tmp = Path(tempfile.mkdtemp(prefix="feedline-diagnose-"))
     try:
         (tmp / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
-        result = tmp / "result.json"
+        result, partial = tmp / "result.json", tmp / "partial.json"
         cfg = {"steps": steps, "ab": ab, "replay": replay, "device": device, "name": label,
-               "result": str(result)}
+               "result": str(result), "partial": str(partial), "partial_every": partial_every}
         (tmp / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
         env = dict(os.environ)
         env.pop(PID_ENV, None)
@@ -76,13 +140,24 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool |
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp), root, env.get("PYTHONPATH")) if p)
         env[CONFIG_ENV] = str(tmp / "config.json")
         try:
-            proc = subprocess.run(cmd, env=env, timeout=timeout, check=False)
+            proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
         except (FileNotFoundError, PermissionError) as e:
             raise ConfigError(f"cannot start {cmd[0]!r}: {e.strerror}",
                               fix="give the full command after --, e.g. -- python train.py") from e
+        with _forwarding(proc):
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
         report = None
-        if result.exists():
-            report = Report.from_dict(json.loads(result.read_text(encoding="utf-8")))
-        return proc.returncode, report
+        for path in (result, partial):
+            if path.exists():
+                report = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
+                if path is partial:
+                    report.host = report.host | {"partial": True}
+                break
+        return exit_status(code), report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,13 +1,16 @@
 """Known data-path mistakes, detected from what a run measured.
 
 Each :class:`Finding` says what is wrong and what to change, in the user's
-terms (``DataLoader(num_workers=..., pin_memory=True, ...)`` or a switch to
-``feedline.Loader``). :func:`detect` is a pure function of a
-:class:`RunFacts`, so every rule is testable without a GPU.
+own terms: ``DataLoader(num_workers=..., ...)`` for a DataLoader user,
+``Loader(workers=..., ...)`` for a feedline.Loader user (who is never told to
+switch to the tool they already use), with pinning advice only where there is
+a GPU to copy to. :func:`detect` is a pure function of a :class:`RunFacts`, so
+every rule is testable without a GPU.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -51,6 +54,13 @@ class RunFacts:
     workers_rec: int = 1
     contention: float = 0.0
     """Fraction of the step the training thread waited for a CPU core inside next()."""
+    blocked_fraction: float = 0.0
+    """Share of the data path's time that was blocked (I/O, sleep, locks), not CPU."""
+    io_workers: int = 1
+    """Workers the cores carry given ``blocked_fraction`` (cores / (1 - blocked))."""
+    fetch_p99: float = 0.0
+    """p99 seconds to prepare one batch."""
+    gil_bound: bool = False
 
 
 def recommended_workers(cores: int, gpus: int) -> int:
@@ -70,10 +80,23 @@ def shm_free_bytes(path: str = "/dev/shm") -> int | None:
     return shutil.disk_usage(path).free
 
 
-def _loader_call(loader: dict[str, Any], workers: int) -> str:
+def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) -> str:
+    """The loader construction the advice asks for, in the user's own loader's terms."""
     bs = loader.get("batch_size")
-    head = "DataLoader(dataset" + (f", batch_size={bs}" if bs else "")
-    return f"{head}, num_workers={workers}, pin_memory=True, persistent_workers=True)"
+    if loader.get("feedline"):
+        args = [f"workers={workers}"] + [f"{k}={v!r}" for k, v in extra.items()]
+        return "Loader(dataset" + (f", batch_size={bs}" if bs else "") + ", " + ", ".join(args) + ")"
+    args = [f"num_workers={workers}"]
+    if cuda:
+        args.append("pin_memory=True")
+    args.append("persistent_workers=True")
+    args += [f"{k}={v!r}" for k, v in extra.items()]
+    return "DataLoader(dataset" + (f", batch_size={bs}" if bs else "") + ", " + ", ".join(args) + ")"
+
+
+def _switch(f: RunFacts) -> str:
+    """A switch to feedline.Loader, offered only to users of another loader."""
+    return "" if f.loader.get("feedline") else " or switch to feedline.Loader"
 
 
 def _workers_rules(f: RunFacts) -> list[Finding]:
@@ -82,27 +105,48 @@ def _workers_rules(f: RunFacts) -> list[Finding]:
     if w is None:
         return out
     cap = recommended_workers(f.cores, f.gpus)
+    cuda = f.device_type == "cuda"
+    if f.gil_bound:
+        out.append(Finding(
+            "gil-bound-threads", "high" if f.verdict == "data-bound" else "warning",
+            f"{w} thread workers run Python under one GIL: one runs at a time, the training "
+            "thread waits for the GIL too, and more threads add nothing",
+            f"use processes: Loader(..., worker_type=\"process\", workers={min(w, f.cores)})",
+        ))
+        return out
     if w == 0:
         sev = "high" if f.verdict == "data-bound" else "warning"
         out.append(Finding(
             "num-workers-zero", sev,
             f"num_workers=0: reading, decoding and collating run in the training process, "
             f"in series with the step ({f.stall_fraction:.0%} of each step waits for data)",
-            f"use {_loader_call(f.loader, f.workers_rec)} or switch to feedline.Loader",
+            f"use {loader_call(f.loader, f.workers_rec, f.device_type == 'cuda')}{_switch(f)}",
         ))
+    elif f.blocked_fraction >= 0.5:
+        # I/O-bound: a blocked worker holds no core, so more workers than cores is right
+        # up to cores / (1 - blocked); only far past that do they fight for cores.
+        if w > f.io_workers and f.contention >= 0.05:
+            out.append(Finding(
+                "workers-above-io-need", "warning",
+                f"num_workers={w}: {f.blocked_fraction:.0%} of each fetch is blocked, so "
+                f"{f.cores} cores carry about {f.io_workers} workers, and the trainer waited "
+                f"{f.contention:.0%} of each step for a core",
+                f"use {loader_call(f.loader, f.io_workers, cuda)}",
+            ))
     elif w > f.cores:
         out.append(Finding(
             "workers-above-cores", "high",
-            f"num_workers={w} is above the {f.cores} CPU cores: workers fight for cores "
-            "and context switches eat the gain",
-            f"use {_loader_call(f.loader, cap)}",
+            f"num_workers={w} is above the {f.cores} CPU cores for a data path that is "
+            f"{1 - f.blocked_fraction:.0%} CPU work: workers fight for cores and context "
+            "switches eat the gain",
+            f"use {loader_call(f.loader, cap, cuda)}",
         ))
     elif w > cap:
         out.append(Finding(
             "workers-above-rule", "warning",
             f"num_workers={w} is above min(cores/gpus, 8) = {cap} for {f.cores} cores and "
             f"{f.gpus} GPU(s)",
-            f"use {_loader_call(f.loader, cap)}",
+            f"use {loader_call(f.loader, cap, cuda)}",
         ))
     return out
 
@@ -116,8 +160,9 @@ def _copy_rules(f: RunFacts) -> list[Finding]:
             f"pin_memory=True, but {c['blocking_from_pinned']} of {c.get('count', 0)} copies "
             "call .to(device) without non_blocking=True, so each copy blocks the host and "
             "nothing overlaps",
-            "write batch.to(device, non_blocking=True) (or let feedline.Loader do the copy "
-            "on its copy stream)",
+            "write batch.to(device, non_blocking=True)" + (
+                "" if f.loader.get("feedline") else
+                " (or let feedline.Loader do the copy on its copy stream)"),
         ))
     if c.get("pageable", 0):
         out.append(Finding(
@@ -125,8 +170,8 @@ def _copy_rules(f: RunFacts) -> list[Finding]:
             f"{c['pageable']} of {c.get('count', 0)} host-to-device copies read pageable "
             "memory: the driver stages them through a pinned bounce buffer (extra copy, "
             "synchronous, about half the PCIe bandwidth)",
-            "set DataLoader(..., pin_memory=True) and copy with non_blocking=True, or use "
-            "feedline.Loader (pinned slot pool)",
+            "set DataLoader(..., pin_memory=True) and copy with non_blocking=True" + (
+                "" if f.loader.get("feedline") else ", or use feedline.Loader (pinned slot pool)"),
         ))
     return out
 
@@ -144,7 +189,8 @@ def _memory_rules(f: RunFacts) -> list[Finding]:
                 f"{f.batch_bytes / 2**20:.1f} MiB = {need / 2**20:.0f} MiB, but /dev/shm has "
                 f"{f.shm_free / 2**20:.0f} MiB free: workers will hit SIGBUS or stall",
                 "raise /dev/shm (docker run --shm-size=...), or lower prefetch_factor / "
-                "num_workers, or use feedline.Loader with thread workers",
+                "num_workers" + ("" if f.loader.get("feedline") else
+                                 ", or use feedline.Loader with thread workers"),
             ))
     s = f.pinned_series
     if len(s) >= 4 and s[-1] > 2 * max(s[len(s) // 4], 1) and all(
@@ -154,8 +200,9 @@ def _memory_rules(f: RunFacts) -> list[Finding]:
             "pinned-growth", "high",
             f"pinned host memory grew without levelling off: {s[len(s) // 4] / 2**20:.0f} -> "
             f"{s[-1] / 2**20:.0f} MiB",
-            "keep no references to old pinned batches; bound the prefetch queue, or use "
-            "feedline.Loader (pinned pool with a byte budget)",
+            "keep no references to old pinned batches; bound the prefetch queue" + (
+                "" if f.loader.get("feedline") else
+                ", or use feedline.Loader (pinned pool with a byte budget)"),
         ))
     return out
 
@@ -169,8 +216,9 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
             "device-idle-waiting", "high",
             f"the {what} is busy {util:.0%} of each step and idle while the host waits for "
             f"the next batch ({f.stall_fraction:.0%} of the step)",
-            "overlap loading with compute: more workers, prefetch, pinned memory with "
-            "non_blocking copies (feedline.Loader does all three)",
+            "overlap loading with compute: more workers and prefetch" + (
+                ", pinned memory with non_blocking copies" if f.device_type == "cuda" else "")
+            + ("" if f.loader.get("feedline") else " (feedline.Loader does this)"),
         ))
     if f.contention >= 0.05:
         out.append(Finding(
@@ -187,10 +235,38 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
             f"the wait for data is short at the median ({f.wait_p50 * 1e3:.1f} ms) but "
             f"{f.wait_p99 * 1e3:.1f} ms at p99: a few slow batches stall the run although "
             "the mean looks fine",
-            "deepen the prefetch (DataLoader(..., prefetch_factor=4)) and find the slow "
-            "samples (feedline diagnose --trace shows them)",
+            f"{_prefetch_fix(f)}, and find the slow samples (feedline diagnose --trace "
+            "shows them)",
         ))
     return out
+
+
+def prefetch_depth(fetch_p99: float, step: float, workers: int, feedline: bool) -> int:
+    """Batches to keep ready so one slow batch (``fetch_p99`` seconds) does not stall.
+
+    While one worker spends ``fetch_p99`` on a slow batch the consumer takes a
+    batch every ``step`` seconds, so ``fetch_p99 / step`` batches must already
+    be waiting. A DataLoader's ``prefetch_factor`` counts per worker (the other
+    workers refill as they go); a feedline.Loader's ``prefetch`` is the total.
+    """
+    need = math.ceil(fetch_p99 / max(step, 1e-6) - 1e-9)
+    if feedline:
+        return max(2, need + 1)
+    return max(2, math.ceil(need / max(workers, 1)) + 1)
+
+
+def _prefetch_fix(f: RunFacts) -> str:
+    w = int(f.loader.get("num_workers") or 0)
+    feed = bool(f.loader.get("feedline"))
+    depth = prefetch_depth(f.fetch_p99 or f.wait_p99, f.step_p50, w, feed)
+    why = (f"(p99 batch preparation {(f.fetch_p99 or f.wait_p99) * 1e3:.0f} ms against a "
+           f"{f.step_p50 * 1e3:.0f} ms step)")
+    if feed:
+        return f"deepen the prefetch: Loader(..., prefetch={depth}) {why}"
+    if w == 0:
+        return (f"prepare batches ahead: DataLoader(..., num_workers={max(1, f.workers_rec)}, "
+                f"prefetch_factor={depth}) {why}")
+    return f"deepen the prefetch: DataLoader(..., prefetch_factor={depth}) {why}"
 
 
 def detect(facts: RunFacts) -> list[Finding]:

@@ -1,26 +1,49 @@
-"""The report of one measured run: stage percentiles, stall, verdict, model, findings.
+"""The report of one measured run: stage percentiles, stall, verdict, model, advice.
 
 :func:`build_report` turns :class:`Measurements` (what a watch or a diagnose
-run collected) into a :class:`Report`. The verdict comes from what was
-measured (the stall fraction, and the data path's own time against the
-compute step); the analysis applies ``feedline.model.analyze`` to the measured
-per-batch stage times; the predicted gain is the model's step time after the
-recommended change against the measured step time.
+run collected for the training loader) into a :class:`Report`. The verdict
+comes from what was measured (the stall fraction, and the data path's own time
+against the compute step); the binding stage names what the time is:
+
+* ``read``: time a fetch spent blocked (I/O, sleep, a lock), under any loader;
+* ``decode`` / ``transform``: CPU time in the dataset's item code (DataLoader)
+  or in the Loader's decode / transform stages;
+* ``collate``: the collate function;
+* ``h2d``: host-to-device copies; ``gpu``: the step itself.
+
+Advice comes from the binding stage (see :func:`_recommend`), and the
+predicted gain is the model's step time after that change against the
+measured one. Every other loader (validation, say) gets its own line
+(:func:`other_loader`). When something cannot be measured the verdict is
+``"unknown"`` with the reason and the fix.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from feedline.model.analytic import analyze
 from feedline.observe._stats import EMPTY_STATS, Span, StageStats, summarize
-from feedline.observe.findings import Finding, RunFacts, detect, recommended_workers
+from feedline.observe.findings import (
+    Finding,
+    RunFacts,
+    detect,
+    loader_call,
+    prefetch_depth,
+    recommended_workers,
+)
 
-VERDICTS = ("data-bound", "compute-bound", "balanced")
+VERDICTS = ("data-bound", "compute-bound", "balanced", "unknown")
 DATA_BOUND_STALL = 0.25
 COMPUTE_BOUND_STALL = 0.15
 BALANCED_RATIO = 0.7
+DATA_STAGES = ("read", "decode", "transform", "collate")
+MAX_IO_WORKERS = 64
+HEADROOM = 1.25
+GIL_BOUND_WAIT = 0.002
+"""A thread waking from sleep waits this long for the GIL (median): Python threads hold it."""
 
 
 @dataclass
@@ -50,6 +73,12 @@ class Measurements:
     gpus: int = 1
     shm_free: int | None = None
     warmup: int = 1
+    wall: float = 0.0
+    """Seconds the whole measured run took (all loaders, all threads)."""
+    loaders_other: list[dict[str, Any]] = field(default_factory=list)
+    """:func:`other_loader` summaries of the loaders that are not the training one."""
+    extra_spans: list[Span] = field(default_factory=list)
+    """Spans of other loaders: kept for the trace, not in the training figures."""
 
 
 @dataclass
@@ -76,6 +105,12 @@ class Report:
     ab: dict[str, Any] | None = None
     timeline: list[list[float]] = field(default_factory=list, repr=False)
     spans: list[Span] = field(default_factory=list, repr=False)
+    loaders: list[dict[str, Any]] = field(default_factory=list)
+    """Every loader but the training one: label, steps, share of wall time, waits, advice."""
+    reason: str = ""
+    """Why the verdict or binding is "unknown" (empty when both were measured)."""
+    fix: str = ""
+    """What to do about an "unknown"."""
 
     def to_dict(self, include_spans: bool = False) -> dict[str, Any]:
         """A JSON-able dict (spans only with ``include_spans``: they can be large)."""
@@ -84,11 +119,12 @@ class Report:
             "stages": {k: v.to_dict() for k, v in self.stages.items()},
             "step_time": self.step_time.to_dict(), "stall_fraction": self.stall_fraction,
             "samples_per_s": self.samples_per_s, "gpu_utilisation": self.gpu_utilisation,
-            "verdict": self.verdict, "binding": self.binding, "analysis": self.analysis,
+            "verdict": self.verdict, "binding": self.binding, "reason": self.reason,
+            "fix": self.fix, "analysis": self.analysis,
             "findings": [f.to_dict() for f in self.findings],
             "predicted_gain": self.predicted_gain, "recommendation": self.recommendation,
-            "host": self.host, "loader": self.loader, "copies": self.copies, "ab": self.ab,
-            "timeline": self.timeline,
+            "host": self.host, "loader": self.loader, "loaders": self.loaders,
+            "copies": self.copies, "ab": self.ab, "timeline": self.timeline,
         }
         if include_spans:
             out["spans"] = [s.to_list() for s in self.spans]
@@ -110,7 +146,19 @@ class Report:
             copies=dict(d.get("copies") or {}), ab=d.get("ab"),
             timeline=[list(r) for r in d.get("timeline", [])],
             spans=[Span.from_list(s) for s in d.get("spans", [])],
+            loaders=list(d.get("loaders") or []), reason=d.get("reason", ""),
+            fix=d.get("fix", ""),
         )
+
+    @classmethod
+    def unknown(cls, name: str, device: str, reason: str, fix: str, *,
+                loaders: list[dict[str, Any]] | None = None, steps: int = 0) -> Report:
+        """A report that says honestly that the run could not be judged."""
+        return cls(name=name, device=device, steps=steps, stages={}, step_time=EMPTY_STATS,
+                   stall_fraction=0.0, samples_per_s=None, gpu_utilisation=None,
+                   verdict="unknown", binding="unknown", analysis={}, findings=[],
+                   predicted_gain=None, recommendation=fix, host={}, loaders=list(loaders or []),
+                   reason=reason, fix=fix)
 
 
 def cpu_demand(wall: float, cpu: float, runq: float) -> float:
@@ -126,40 +174,124 @@ def cpu_demand(wall: float, cpu: float, runq: float) -> float:
     return min(wall, cpu + runq * share)
 
 
-def _per_batch(m: Measurements, steps: int) -> dict[str, float]:
-    """Mean per-batch read / decode / h2d / gpu seconds, and where they came from."""
-    by: dict[str, list[float]] = {}
-    cpu_in_fetch = 0.0
-    # Leave out the warm-up (worker start, first fetch) as the step statistics do.
+@dataclass
+class PerBatch:
+    """Mean per-batch seconds of each stage of the training loader, and how they were found."""
+
+    read: float = 0.0
+    decode: float = 0.0
+    transform: float = 0.0
+    collate: float = 0.0
+    h2d: float = 0.0
+    gpu: float = 0.0
+    measured: bool = False
+    """Whether any loader stage was seen (else ``read`` is only the wait)."""
+    gil_bound: bool = False
+    """Thread workers whose stage time is mostly waiting for the GIL (not blocked on I/O)."""
+    gil_share: float = 0.0
+    """CPU seconds of the decode/transform stages per second of the run."""
+    gil_wait: float = 0.0
+    """Median wait for the GIL of a probe thread waking from sleep (see ``_host.gil_wait``)."""
+    fetch_p99: float = 0.0
+    """p99 of the time one batch takes to prepare (fetch + collate, or the Loader's stages)."""
+    gpu_p50: float = 0.0
+    """Median step body (the mean can carry a few very long steps)."""
+
+    @property
+    def cpu(self) -> float:
+        return self.decode + self.transform + self.collate
+
+    @property
+    def data(self) -> float:
+        return self.read + self.cpu
+
+    @property
+    def blocked_fraction(self) -> float:
+        return self.read / self.data if self.data > 0 else 0.0
+
+
+def _window(m: Measurements) -> list[Span]:
+    """Spans after the warm-up (worker start, first fetch), as the step statistics."""
     t_from = m.step_starts[m.warmup] if len(m.step_starts) > m.warmup else float("-inf")
     window = [s for s in m.spans if s.start >= t_from]
-    if not any(s.stage in ("fetch", "collate") for s in window):
+    if not any(s.stage in ("fetch", "collate", "decode", "read") for s in window):
         window = m.spans
-    # Fetches on the training thread carry a sampled run-queue delay (see
-    # RUNQ_EVERY): the unsampled ones get the sampled fetches' delay per second.
-    sampled = [s for s in window if s.stage == "fetch" and "runq" in s.attrs]
-    sampled_wall = sum(s.duration for s in sampled)
-    runq_rate = sum(float(s.attrs["runq"]) for s in sampled) / sampled_wall if sampled_wall > 0 else 0.0
+    return window
+
+
+def _per_batch(m: Measurements, steps: int) -> PerBatch:
+    """Split the training loader's measured time into blocked (read) and CPU stages."""
+    window = _window(m)
+    by: dict[str, list[Span]] = {}
     for s in window:
-        by.setdefault(s.stage, []).append(s.duration)
-        if s.stage == "fetch":
-            runq = float(s.attrs["runq"]) if "runq" in s.attrs else runq_rate * s.duration
-            cpu_in_fetch += cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)), runq)
-    n = len(by.get("fetch") or by.get("collate") or []) or max(steps, 1)
-    fetch = sum(by.get("fetch", []))
-    read = (sum(by.get("read", [])) + max(0.0, fetch - cpu_in_fetch)) / n
-    decode = (sum(by.get("decode", [])) + sum(by.get("transform", [])) + sum(by.get("collate", []))
-              + min(cpu_in_fetch, fetch)) / n
-    measured = bool(fetch or by.get("read") or by.get("decode") or by.get("collate"))
-    h2d = sum(m.copy_times) / max(steps, 1) if m.copy_times else sum(by.get("h2d", [])) / n
+        by.setdefault(s.stage, []).append(s)
+    pb = PerBatch()
+    # Fetches on the consumer thread carry a sampled run-queue delay (see RUNQ_EVERY):
+    # the unsampled ones get the sampled fetches' delay per second.
+    fetches = by.get("fetch", [])
+    sampled = [s for s in fetches if "runq" in s.attrs]
+    sampled_wall = sum(s.duration for s in sampled)
+    runq_rate = sum(float(s.attrs["runq"]) for s in sampled) / sampled_wall if sampled_wall else 0.0
+    read = sum(s.duration for s in by.get("read", []))
+    cpu: dict[str, float] = {"decode": 0.0, "transform": 0.0, "collate": 0.0}
+    for s in fetches:  # DataLoader: the dataset's item code, blocked part and CPU part
+        runq = float(s.attrs["runq"]) if "runq" in s.attrs else runq_rate * s.duration
+        c = min(s.duration, cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)), runq))
+        cpu["decode"] += c
+        read += s.duration - c
+    threads = m.loader.get("worker_type") == "thread" and int(m.loader.get("num_workers") or 0) >= 1
+    stage_cpu = sum(float(s.attrs.get("cpu", s.duration)) for k in ("decode", "transform")
+                    for s in by.get(k, []))
+    span_s = _span_of(window)
+    # Thread workers running Python hold the GIL in turn: their CPU adds up to about
+    # one core, and the rest of each stage is waiting for the GIL, not for I/O.
+    pb.gil_share = stage_cpu / span_s if span_s > 0 else 0.0
+    pb.gil_wait = float(m.host.get("gil_wait_ms") or 0.0) / 1e3
+    pb.gil_bound = threads and pb.gil_wait >= GIL_BOUND_WAIT
+    for k in ("decode", "transform"):  # feedline.Loader stages carry their CPU time
+        for s in by.get(k, []):
+            c = min(s.duration, float(s.attrs.get("cpu", s.duration)))
+            cpu[k] += s.duration if pb.gil_bound else c
+            read += 0.0 if pb.gil_bound else s.duration - c
+    cpu["collate"] = sum(s.duration for s in by.get("collate", []))
+    n = (len(fetches) or len(by.get("collate", [])) or len(by.get("decode", []))
+         or len(by.get("read", [])) or max(steps, 1))
+    pb.measured = bool(fetches or by.get("read") or by.get("decode") or by.get("collate"))
+    pb.read, pb.decode = read / n, cpu["decode"] / n
+    pb.transform, pb.collate = cpu["transform"] / n, cpu["collate"] / n
+    pb.h2d = sum(m.copy_times) / max(steps, 1) if m.copy_times else (
+        sum(s.duration for s in by.get("h2d", [])) / n)
     gpu_src = m.gpu[m.warmup:] or m.gpu
-    gpu = sum(gpu_src) / len(gpu_src) if gpu_src else 0.0
-    if m.device_type == "cuda":
-        gpu = max(0.0, gpu - h2d)  # copies on the compute stream sit inside the body events
-    if not measured:  # an opaque iterable: all we know of the data path is the wait
+    pb.gpu = sum(gpu_src) / len(gpu_src) if gpu_src else 0.0
+    pb.gpu_p50 = summarize(gpu_src).p50 if gpu_src else 0.0
+    if m.device_type == "cuda" and m.copy_times:
+        pb.gpu = max(0.0, pb.gpu - pb.h2d)  # copies on the compute stream sit inside the body
+    if not pb.measured:  # an opaque iterable: all we know of the data path is the wait
         wait = m.wait[m.warmup:] or m.wait
-        read = sum(wait) / len(wait) if wait else 0.0
-    return {"read": read, "decode": decode, "h2d": h2d, "gpu": gpu, "stages_measured": measured}
+        pb.read = sum(wait) / len(wait) if wait else 0.0
+    pb.fetch_p99 = _fetch_p99(by)
+    return pb
+
+
+def _span_of(spans: list[Span]) -> float:
+    data = [s for s in spans if s.stage in DATA_STAGES or s.stage == "fetch"]
+    return max(s.end for s in data) - min(s.start for s in data) if data else 0.0
+
+
+def _fetch_p99(by: dict[str, list[Span]]) -> float:
+    """p99 of one batch's preparation time (fetch + collate, or the Loader's stages by batch)."""
+    if by.get("fetch"):
+        col = by.get("collate", [])
+        times = [f.duration + (col[i].duration if i < len(col) else 0.0)
+                 for i, f in enumerate(by["fetch"])]
+    else:
+        per: dict[Any, float] = {}
+        for k in ("read", "decode", "transform", "collate"):
+            for s in by.get(k, []):
+                key = (s.attrs.get("batch"), s.pid)
+                per[key] = per.get(key, 0.0) + s.duration
+        times = list(per.values())
+    return summarize(times).p99 if times else 0.0
 
 
 def _verdict(stall: float, data_time: float, gpu: float, ab: dict[str, Any] | None) -> str:
@@ -178,39 +310,104 @@ def _verdict(stall: float, data_time: float, gpu: float, ab: dict[str, Any] | No
     return verdict
 
 
-def _recommend(m: Measurements, pb: dict[str, float], verdict: str, measured_step: float,
-               w_rec: int) -> tuple[str, float | None]:
-    workers = int(m.loader.get("num_workers") or 0)
-    r, d, h, g = pb["read"], pb["decode"], pb["h2d"], pb["gpu"]
+def io_workers(pb: PerBatch, cores: int) -> int:
+    """How many workers the host's cores carry for this data path: each worker keeps a
+    core busy only for the CPU part of its fetch, so ``cores / (1 - blocked)`` of them fit."""
+    busy = max(1.0 - pb.blocked_fraction, 1.0 / MAX_IO_WORKERS)
+    return max(1, min(MAX_IO_WORKERS, math.floor(cores / busy + 1e-9)))
+
+
+def data_time_with(pb: PerBatch, workers: int, cores: int) -> float:
+    """Per-batch data time with ``workers`` parallel workers on ``cores`` cores."""
+    return max(pb.data / max(workers, 1), pb.cpu / max(cores, 1))
+
+
+def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
+    """The workers to recommend: enough to hide the data path behind the step, within
+    what the cores carry (I/O-bound paths may use more workers than cores)."""
+    target = max(pb.gpu, 1e-6)
+    # a quarter of headroom: workers that exactly match the step stall on every hiccup
+    needed = max(1, math.ceil(HEADROOM * pb.data / target - 1e-9)) if pb.data > 0 else 1
+    if pb.blocked_fraction >= 0.5:
+        return min(needed, io_workers(pb, cores))
+    return max(1, min(needed, recommended_workers(cores, gpus)))
+
+
+def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: float,
+               w_rec: int, step_p50: float) -> tuple[str, float | None]:
+    """The one change the binding stage calls for, and its predicted gain (step / after)."""
+    cfg, cores = m.loader, m.cores
+    workers = int(cfg.get("num_workers") or 0)
+    feedline = bool(cfg.get("feedline"))
+    cuda = m.device_type == "cuda"
+
+    def gain(after: float) -> float | None:
+        after = max(after, pb.gpu, pb.h2d)
+        return step / after if after > 0 else None
+
     if verdict == "compute-bound":
         return ("the data path keeps up; speed up the step itself (mixed precision, larger "
                 "batch, fused kernels)"), 1.0
-    if "num_workers" in m.loader and (workers == 0 or workers < w_rec):
-        after = analyze(r, d, h, g, workers=w_rec).steady
-        rec = f"num_workers={w_rec} with pin_memory=True, persistent_workers=True"
-        return rec, (measured_step / after if after > 0 else None)
-    if h >= max((r + d) / max(workers, 1), g):
-        after = analyze(r, d, 0.0, g, workers=max(workers, 1)).steady
+    if verdict == "unknown":
+        return "", None
+    if pb.gil_bound and binding in ("decode", "transform", "collate"):
+        w = min(max(workers, 1), cores)
+        return (f"thread workers run Python {binding} one at a time under the GIL: use "
+                f"processes, Loader(..., worker_type=\"process\", workers={w})"), gain(
+            data_time_with(pb, w, cores))
+    if "num_workers" in cfg and w_rec > workers and binding in DATA_STAGES:
+        if binding == "read":
+            why = (f"{pb.blocked_fraction:.0%} of each fetch is blocked time (I/O, sleep, locks), "
+                   f"so {cores} cores carry up to {io_workers(pb, cores)} workers")
+        else:
+            why = f"{binding} is CPU work; one worker per core at most"
+        call = loader_call(cfg, w_rec, cuda)
+        return f"{call}: {why}", gain(data_time_with(pb, w_rec, cores))
+    if binding == "collate":
+        return (f"collate takes {pb.collate * 1e3:.1f} ms per batch: make the collate function "
+                "cheaper (preallocate, no per-sample Python loop), or move that work into the "
+                "dataset's item code, which workers share"), None
+    if binding == "h2d" and cuda:
+        if feedline:
+            return ("host-to-device copies bind: send fewer bytes (uint8 images, decode or "
+                    "augment on the GPU)"), None
         return ("pin host memory and copy with non_blocking=True on a copy stream "
-                "(feedline.Loader)"), (measured_step / after if after > 0 else None)
-    target = analyze(r, d, h, g, workers=max(workers, 1))
-    return (f"the data path needs {target.workers_needed} workers' worth of read+decode; cut "
-            "per-sample cost (pack small files into shards, cheaper decode) or use "
-            "feedline.Loader"), None
+                "(DataLoader(pin_memory=True) and batch.to(device, non_blocking=True), or "
+                "feedline.Loader)"), gain(max(pb.data / max(workers, 1), pb.gpu))
+    if workers > 0 and pb.data / workers < 0.8 * pb.gpu_p50 and pb.fetch_p99 > step_p50:
+        # The workers keep up on average; the stall comes from slow batches in the tail.
+        depth = prefetch_depth(pb.fetch_p99, step_p50, workers, feedline)
+        knob = f"Loader(..., prefetch={depth})" if feedline else (
+            f"DataLoader(..., prefetch_factor={depth})")
+        return (f"the workers keep up on average but slow batches (p99 {pb.fetch_p99 * 1e3:.0f} "
+                f"ms to prepare) stall the step: keep more batches ready, {knob}"), gain(
+            max(pb.data / workers, pb.gpu))
+    need = max(1, math.ceil(pb.data / max(pb.gpu, 1e-6) - 1e-9))
+    tail = "" if feedline else " or use feedline.Loader"
+    return (f"the data path needs {need} workers' worth of read+decode on {cores} cores; cut "
+            f"per-sample cost (pack small files into shards, cheaper decode){tail}"), None
 
 
-def _facts(m: Measurements, verdict: str, stall: float, util: float | None,
-           step: StageStats, wait: StageStats, w_rec: int) -> RunFacts:
-    return RunFacts(
-        device_type=m.device_type, verdict=verdict, stall_fraction=stall,
-        gpu_utilisation=util, step_p50=step.p50, wait_p50=wait.p50, wait_p99=wait.p99,
-        loader=m.loader, copies=m.copies, batch_bytes=m.batch_bytes, cores=m.cores,
-        gpus=m.gpus, shm_free=m.shm_free, pinned_series=m.pinned_series, workers_rec=w_rec,
-    )
+def _binding(verdict: str, pb: PerBatch, data_time: float) -> str:
+    cands = {"read": pb.read, "decode": pb.decode, "transform": pb.transform,
+             "collate": pb.collate, "h2d": pb.h2d}
+    if verdict == "unknown":
+        return "unknown"
+    if pb.gil_bound:
+        cpu = {k: cands[k] for k in ("decode", "transform", "collate")}
+        return max(cpu, key=lambda n: cpu[n])
+    if verdict == "compute-bound":
+        return "gpu"
+    if not pb.measured:
+        return "unknown" if verdict == "data-bound" else "gpu"
+    if verdict == "balanced" and pb.gpu >= max(data_time, pb.h2d):
+        return "gpu"
+    return max(cands, key=lambda n: cands[n])
 
 
 def _stage_table(m: Measurements, wait: list[float], body: list[float],
                  gpu: list[float]) -> dict[str, StageStats]:
+    """Every stage seen, known or not (a ``checkpoint`` stage gets its own line)."""
     by: dict[str, list[float]] = {}
     for s in m.spans:
         if s.stage not in ("wait", "step"):
@@ -226,7 +423,7 @@ def _stage_table(m: Measurements, wait: list[float], body: list[float],
 
 
 def build_report(m: Measurements) -> Report:
-    """Summarise, analyse and judge one run. See the module docstring."""
+    """Summarise, analyse and judge the training loader's run. See the module docstring."""
     k = m.warmup if len(m.wait) > m.warmup else 0
     wait, body = m.wait[k:], m.body[k:]
     iters = [a + b for a, b in zip(wait, body, strict=True)]
@@ -243,36 +440,60 @@ def build_report(m: Measurements) -> Report:
     in_workers = int(m.loader.get("num_workers") or 0) > 0
     runq = sum(m.wait_runq[k:len(m.wait)]) if in_workers else 0.0
     stall_s = sum(wait) - runq + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
-    stall = min(1.0, stall_s / sum(iters)) if iters and sum(iters) > 0 else 0.0
+    total = sum(iters)
+    stall = min(1.0, max(0.0, stall_s) / total) if total > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
     workers = int(m.loader.get("num_workers") or 0)
-    data_time = (pb["read"] + pb["decode"]) / max(workers, 1)
-    verdict = _verdict(stall, max(data_time, pb["h2d"]), pb["gpu"], m.ab)
-    gpu_busy = pb["gpu"] * len(iters)
-    util = min(1.0, gpu_busy / sum(iters)) if iters and sum(iters) > 0 else None
-    an = analyze(pb["read"], pb["decode"], pb["h2d"], pb["gpu"], workers=max(workers, 1))
-    serial_loader = ("num_workers" in m.loader and workers == 0) or not pb["stages_measured"]
+    data_time = pb.data / max(workers, 1)
+    reason = fix = ""
+    if not iters:
+        verdict = "unknown"
+        reason = (f"only {len(m.wait)} step(s) measured: the first one (worker start-up) is "
+                  "warm-up, so nothing is left to judge")
+        fix = "measure more steps (--steps 20 or more), or a longer run"
+    else:
+        verdict = _verdict(stall, max(data_time, pb.h2d), pb.gpu, m.ab)
+    if pb.gil_bound and verdict != "unknown":
+        # The workers' Python holds the GIL most of the time: the training thread waits
+        # for it inside its own step, so the data path costs more than the wait shows.
+        verdict = "data-bound"
+        reason = (f"thread workers running Python hold the GIL (a thread waking up waits "
+                  f"{pb.gil_wait * 1e3:.1f} ms for it): the training thread waits for it inside "
+                  "its step too, so part of the step is data time")
+        fix = "use process workers (the recommendation says how)"
+    binding = _binding(verdict, pb, data_time)
+    if binding == "unknown" and not reason:
+        reason = ("the loader's stages were not seen (not a torch DataLoader or feedline.Loader, "
+                  "or its workers were not hooked), so only the wait for data is known")
+        fix = ("time the stages yourself with feedline.spans.span('read') etc. inside the "
+               "dataset, or use feedline.Loader, whose stages report themselves")
+    util = min(1.0, pb.gpu * len(iters) / total) if total > 0 else None
+    an = analyze(pb.read, pb.cpu, pb.h2d, pb.gpu, workers=max(workers, 1))
+    serial_loader = ("num_workers" in m.loader and workers == 0) or not pb.measured
     predicted = an.serial if serial_loader else an.steady
     analysis = an.to_dict() | {
         "predicted": predicted, "measured": step.mean,
         "error": (predicted - step.mean) / step.mean if step.mean > 0 else None,
         "applies": "serial" if serial_loader else "steady",
-        "stages_measured": bool(pb["stages_measured"]),
+        "stages_measured": pb.measured, "blocked_fraction": pb.blocked_fraction,
+        "per_batch": {"read": pb.read, "decode": pb.decode, "transform": pb.transform,
+                      "collate": pb.collate, "h2d": pb.h2d, "gpu": pb.gpu},
+        "gil_bound": pb.gil_bound, "gil_wait": pb.gil_wait, "fetch_p99": pb.fetch_p99,
     }
-    if verdict == "data-bound":
-        cands = {"read": pb["read"], "decode": pb["decode"], "h2d": pb["h2d"]}
-        binding = max(cands, key=lambda n: cands[n]) if pb["stages_measured"] else "wait"
-    elif verdict == "compute-bound":
-        binding = "gpu"
-    else:
-        binding = "gpu" if pb["gpu"] >= max(data_time, pb["h2d"]) else an.binding
-    w_rec = max(1, min(an.workers_needed or 1, recommended_workers(m.cores, m.gpus)))
-    rec, gain = _recommend(m, pb, verdict, step.mean, w_rec)
+    w_rec = workers_for(pb, m.cores, m.gpus)
+    rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50)
     queued = m.wait_runq[k:len(m.wait)] if in_workers else []
     queued = queued + [0.0] * max(0, len(wait) - len(queued))
     data_wait = summarize(max(0.0, a - b) for a, b in zip(wait, queued, strict=False))
-    facts = _facts(m, verdict, stall, util, step, data_wait, w_rec)
-    facts.contention = runq / sum(iters) if iters and sum(iters) > 0 else 0.0
+    facts = RunFacts(
+        device_type=m.device_type, verdict=verdict, stall_fraction=stall,
+        gpu_utilisation=util, step_p50=step.p50, wait_p50=data_wait.p50, wait_p99=data_wait.p99,
+        loader=m.loader, copies=m.copies, batch_bytes=m.batch_bytes, cores=m.cores,
+        gpus=m.gpus, shm_free=m.shm_free, pinned_series=m.pinned_series, workers_rec=w_rec,
+        blocked_fraction=pb.blocked_fraction, io_workers=io_workers(pb, m.cores),
+        fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound,
+    )
+    facts.contention = runq / total if total > 0 else 0.0
     findings = detect(facts)
     starts = m.step_starts[k:]
     return Report(
@@ -284,5 +505,41 @@ def build_report(m: Measurements) -> Report:
         findings=findings, predicted_gain=gain, recommendation=rec,
         host=m.host | {"wait_cpu_queue_fraction": round(facts.contention, 4)},
         loader=m.loader, copies=m.copies, ab=m.ab,
-        timeline=[[t, a, b] for t, a, b in zip(starts, wait, body, strict=False)], spans=m.spans,
+        timeline=[[t, a, b] for t, a, b in zip(starts, wait, body, strict=False)],
+        spans=m.spans + m.extra_spans, loaders=m.loaders_other, reason=reason, fix=fix,
     )
+
+
+def other_loader(label: str, config: dict[str, Any], waits: list[float], bodies: list[float],
+                 passes: list[tuple[float, float]], spans: list[Span], wall: float,
+                 cores: int, cuda: bool) -> dict[str, Any]:
+    """One line for a loader that is not the training one (validation, say).
+
+    Its share of the run's wall time, its own wait for data and stages, and its
+    own advice: workers when it mostly waits for data, else "this time is the
+    loop body run on its batches" (evaluation compute).
+    """
+    active = sum(b - a for a, b in passes)
+    wait_s = sum(waits)
+    steady = waits[1:] or waits  # the first wait starts its workers: warm-up, as for training
+    stall = wait_s / active if active > 0 else 0.0
+    stages: dict[str, list[float]] = {}
+    for s in spans:
+        stages.setdefault(s.stage, []).append(s.duration)
+    workers = int(config.get("num_workers") or 0)
+    if stall >= DATA_BOUND_STALL:
+        w = max(workers + 1, min(recommended_workers(cores, 1), 8))
+        extra = "" if workers == 0 or config.get("feedline") else (
+            "; persistent_workers=True keeps its workers between passes")
+        advice = (f"it waits for data {stall:.0%} of its time: "
+                  f"{loader_call(config, w, cuda)}{extra}")
+    else:
+        advice = ("its time is the loop body on its batches (evaluation compute): run it less "
+                  "often or on fewer batches if its share is too high")
+    return {
+        "label": label, "role": "other", "config": config, "steps": len(waits),
+        "passes": len(passes), "active_s": active, "share_of_wall": active / wall if wall else 0.0,
+        "wait": summarize(steady).to_dict(), "body": summarize(bodies).to_dict(),
+        "stall_fraction": stall,
+        "stages": {k: summarize(v).to_dict() for k, v in stages.items()}, "advice": advice,
+    }

@@ -125,6 +125,21 @@ def _table(rep: Report) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table><p class=unit>times in ms</p>"
 
 
+def _loaders(rep: Report) -> str:
+    """One row per other loader (validation, say): its share of the run and its advice."""
+    if not rep.loaders:
+        return ""
+    e = html.escape
+    head = "".join(f"<th>{h}</th>" for h in ("loader", "type", "share of wall time", "steps",
+                                              "waits for data", "wait p99 ms", "advice"))
+    rows = "".join(
+        f"<tr><td>{e(o['label'])}</td><td>{e(str(o['config'].get('type', '?')))}</td>"
+        f"<td>{o['share_of_wall']:.0%}</td><td>{o['steps']}</td><td>{o['stall_fraction']:.0%}</td>"
+        f"<td>{o['wait']['p99'] * 1e3:.1f}</td><td style='text-align:left'>{e(o['advice'])}</td></tr>"
+        for o in rep.loaders)
+    return f"<h3>Other loaders</h3><table class=loaders><tr>{head}</tr>{rows}</table>"
+
+
 def _section(rep: Report) -> str:
     e = html.escape
     util = "n/a" if rep.gpu_utilisation is None else f"{rep.gpu_utilisation:.0%}"
@@ -134,8 +149,14 @@ def _section(rep: Report) -> str:
              f"{a['steady'] * 1e3:.1f} ms; predicted {a['predicted'] * 1e3:.1f} ms vs measured "
              f"{a['measured'] * 1e3:.1f} ms.</p>") if a else ""
     gain = "" if rep.predicted_gain is None else f" Predicted gain: <b>{rep.predicted_gain:.2f}x</b>."
-    ab = (f"<p>Synthetic batch: {rep.ab['with_data_path'] * 1e3:.1f} ms with the data path, "
+    ab = (f"<p>Synthetic batch ({e(str(rep.ab.get('statistic', 'mean')))} step): "
+          f"{rep.ab['with_data_path'] * 1e3:.1f} ms with the data path, "
           f"{rep.ab['without_data_path'] * 1e3:.1f} ms without.</p>") if rep.ab else ""
+    why = (f"<p class=unknown>Why {e(rep.binding)}: {e(rep.reason)}<br><i>Fix:</i> "
+           f"{e(rep.fix)}</p>") if rep.reason else ""
+    label = rep.loader.get("label")
+    train = (f"<p>Training loader: <b>{e(str(label))}</b> ({e(str(rep.loader.get('type', '?')))}, "
+             "the loader with the most steps).</p>") if label else ""
     finds = "".join(f"<li><b>[{e(f.severity)}] {e(f.code)}</b>: {e(f.message)}<br><i>Fix:</i> "
                     f"<code>{e(f.fix)}</code></li>" for f in rep.findings)
     return (
@@ -144,8 +165,8 @@ def _section(rep: Report) -> str:
         f"{e(stage_label(str(rep.binding), rep.device))}). Data stall "
         f"{max(0.0, rep.stall_fraction):.0%} of each step; {busy} {util}; step p50 "
         f"{rep.step_time.p50 * 1e3:.1f} ms, p99 {rep.step_time.p99 * 1e3:.1f} ms.</p>"
-        f"{model}<p>Recommendation: {e(rep.recommendation)}.{gain}</p>{ab}"
-        f"<ul class=findings>{finds}</ul>{_table(rep)}"
+        f"{why}{train}{model}<p>Recommendation: {e(rep.recommendation)}.{gain}</p>{ab}"
+        f"<ul class=findings>{finds}</ul>{_table(rep)}{_loaders(rep)}"
         f"<img alt='timeline of {e(rep.name)}' src='data:image/png;base64,{timeline_png(rep)}'>"
         f"<p class=unit>Timeline: {e(timeline_window(rep))} of measured steps.</p>"
         f"<img alt='stage histograms of {e(rep.name)}' "

@@ -11,7 +11,9 @@ Each ``next()`` ends the previous step and times the wait for the next batch;
 ``w.step_done()`` marks the end of a step explicitly (so work after it, such
 as logging, is not counted). Works on a torch DataLoader (worker fetch and
 collate timed through hooks), a WebDataset pipeline, feedline's Loader (its
-stage spans are recorded) or any other iterable.
+stage spans are recorded) or any other iterable. Other loaders iterated in the
+loop body (a validation loader) are measured separately and reported as their
+own lines; the watched one is the training loader.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from feedline.observe._session import Session, loader_config
+from feedline.observe._session import Session
 from feedline.observe.report import Report
 
 
@@ -34,8 +36,9 @@ class Watch:
     def __iter__(self) -> Iterator[Any]:
         if self._report is not None:
             raise RuntimeError("this watch already reported; create a new feedline.watch(...)")
-        self.session.loader = loader_config(self.iterable)
-        self.session.start()  # hooks first: forked workers inherit them
+        session = self.session
+        session.clocks.primary = self.iterable  # the watched loader is the training loader
+        session.start()  # hooks first: workers inherit them
         inner = iter(self.iterable)
 
         def fetch() -> Any:
@@ -43,14 +46,14 @@ class Watch:
 
         while True:
             try:
-                batch = self.session.next(fetch)
+                batch = session.next(self.iterable, fetch)
             except StopIteration:
                 return
             yield batch
 
     def step_done(self) -> None:
         """Mark the end of the current step now (optional)."""
-        self.session.step_done()
+        self.session.step_done(self.iterable)
 
     def close(self) -> None:
         """Stop measuring and remove every hook (idempotent); ``report()`` still works.
@@ -86,15 +89,16 @@ def watch(iterable: Iterable[Any], device: Any = "cpu", batch_size: int | None =
         batch_size: samples per batch (inferred from the first batch if None).
         name: the run's label in reports.
         steps: stop iterating after this many steps.
-        ab: after the data ends (or ``steps``), replay the last batch ``replay``
-            times with the data path removed: the synthetic-batch check. The
-            loop body then sees that batch ``replay`` more times.
+        ab: the synthetic-batch check: after the ``steps`` measured steps, the
+            loop body sees the last batch ``replay`` more times with the data
+            path removed. Needs ``steps`` (the run is cut there anyway); never
+            runs otherwise, so an unlimited watched run is the user's run.
         replay: steps of the synthetic-batch check (>= 2).
         host_interval: seconds between host-signal samples (each costs about 0.6 ms
             of CPU in a sampler thread; 0.5 s keeps the overhead well under 1%).
 
     Raises:
-        ValueError: a bad ``steps``, ``replay`` or ``batch_size``.
+        ValueError: a bad ``steps``, ``replay`` or ``batch_size``, or ``ab`` without ``steps``.
         TypeError: ``device`` is not a str, int or torch.device.
         DeviceError: a CUDA device without CUDA.
     """

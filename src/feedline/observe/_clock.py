@@ -1,0 +1,271 @@
+"""Step clocks: one :class:`LoaderClock` per loader, on whichever thread consumes it.
+
+:class:`StepClocks` receives every ``next()`` of every hooked loader (torch's
+DataLoader through :class:`~feedline.observe._torch_hooks.TorchHooks`,
+feedline's Loader through :func:`feedline.spans.step_hook`, any iterable
+through :func:`feedline.watch`) and times it on the loader's own clock: the
+wait inside ``next()``, and the time until that loader's next ``next()`` (the
+step body). A ``next()`` that starts while another one runs on the same thread
+(a loader that iterates a loader) is part of the outer one, not a step.
+
+Clocks only append to lists while running; everything derived (step bodies
+with other loaders' time taken out, epoch starts moved into the wait) is
+computed once by :meth:`LoaderClock.steps_view` at report time, so the run
+pays for nothing at an epoch end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from feedline.observe._timing import DeviceTimer
+
+LOADER_ATTRS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers",
+                "batch_size")
+
+
+def loader_config(obj: Any) -> dict[str, Any]:
+    """The settings ``obj`` exposes (DataLoader or feedline.Loader; empty for a plain iterable)."""
+    out: dict[str, Any] = {"type": type(obj).__name__}
+    for name in LOADER_ATTRS:
+        value = getattr(obj, name, None)
+        if isinstance(value, (bool, int)) or (value is None and name == "prefetch_factor"):
+            out[name] = value
+    if "num_workers" not in out and isinstance(getattr(obj, "workers", None), int):
+        out["num_workers"] = obj.workers
+        out["feedline"] = True
+        for name in ("worker_type", "prefetch"):
+            value = getattr(obj, name, None)
+            if isinstance(value, (str, int)):
+                out[name] = value
+    if out["type"] == "DataLoader":
+        ctx = getattr(obj, "multiprocessing_context", None)
+        if ctx is not None:
+            out["start_method"] = getattr(ctx, "_name", None) or str(ctx)
+    return out
+
+
+def batch_info(batch: Any, depth: int = 0) -> tuple[int | None, int]:
+    """(samples, bytes) of a batch: first dimension of the first array, total array bytes."""
+    if (hasattr(batch, "shape") and hasattr(batch, "nbytes")) or hasattr(batch, "element_size"):
+        shape = tuple(getattr(batch, "shape", ()))
+        nbytes = int(batch.numel() * batch.element_size()) if hasattr(batch, "numel") else int(batch.nbytes)
+        return (int(shape[0]) if shape else None), nbytes
+    if depth > 3:
+        return None, 0
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    samples, total = None, 0
+    for item in items:
+        s, b = batch_info(item, depth + 1)
+        samples = samples if samples is not None else s
+        total += b
+    return samples, total
+
+
+@dataclass
+class StepsView:
+    """One loader's steps as the report sees them (seconds; warm-up included)."""
+
+    starts: list[float]
+    waits: list[float]
+    bodies: list[float]
+    runq: list[float]
+    gpu: list[float]
+    passes: list[tuple[float, float]]
+
+
+@dataclass
+class LoaderClock:
+    """The raw timings of one loader (appended to while running)."""
+
+    label: str
+    config: dict[str, Any]
+    order: int
+    starts: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    runq: list[float] = field(default_factory=list)
+    gaps: list[tuple[float, float]] = field(default_factory=list)
+    """``iter()`` calls and ending ``next()`` calls: data time between passes."""
+    pass_starts: list[float] = field(default_factory=list)
+    pass_ends: list[float] = field(default_factory=list)
+    tids: set[int] = field(default_factory=set)
+    done: dict[int, float] = field(default_factory=dict)
+    """Explicit body ends (``step_done``), by step index."""
+    batch_samples: int | None = None
+    batch_bytes: int | None = None
+    last: Any = field(default=None, repr=False)
+    timer: DeviceTimer | None = field(default=None, repr=False)
+    token: Any = field(default=None, repr=False)
+
+    @property
+    def steps(self) -> int:
+        return len(self.waits)
+
+    def steps_view(self, end: float, others: list[tuple[int, float, float]],
+                   final: bool = True) -> StepsView:
+        """Per-step wait and body, with epoch starts moved into the wait and
+        ``others`` (``(tid, t0, t1)`` passes of other loaders) taken out of the body.
+
+        ``end``: when the run stopped (ends the last body if no pass end does);
+        ``final=False`` reads the device timer without waiting (a partial report).
+        """
+        n = len(self.starts)
+        waits = list(self.waits)
+        bodies: list[float] = []
+        tids = self.tids
+        gaps = sorted(self.gaps)
+        for i in range(n):
+            b0 = self.starts[i] + self.waits[i]
+            b1 = self.starts[i + 1] if i + 1 < n else next(
+                (g0 for g0, _ in gaps if g0 >= b0), end)
+            b1 = min(b1, self.done.get(i, b1))
+            moved = sum(_overlap(b0, b1, g0, g1) for g0, g1 in gaps)
+            if i + 1 < n:
+                waits[i + 1] += moved  # a new pass's start-up is data time of its first step
+            taken = sum(_overlap(b0, b1, t0, t1) for tid, t0, t1 in others if tid in tids)
+            bodies.append(max(0.0, b1 - b0 - moved - taken))
+        gpu: list[float] = []
+        if self.timer is not None:
+            gpu = self.timer.finish() if final else self.timer.snapshot()
+        # A pass left before its StopIteration (``next(iter(loader))`` to peek, a ``break``)
+        # ends at its last batch, so it cannot swallow the steps of another loader.
+        last = self.starts[-1] + self.waits[-1] if self.starts else 0.0
+        ends = list(self.pass_ends) + [min(end, max(p0, last)) for p0 in
+                                       self.pass_starts[len(self.pass_ends):]]
+        return StepsView(list(self.starts), waits, bodies, list(self.runq), gpu,
+                         list(zip(self.pass_starts, ends, strict=False)))
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+class StepClocks:
+    """Routes every ``next()`` of every loader to that loader's :class:`LoaderClock`.
+
+    Args:
+        make_timer: a device timer for a new clock (CUDA events on a GPU), or None.
+        runq: reads the calling thread's run-queue seconds (sampled around waits of
+            loaders with workers).
+        steps: end the run once a loader has taken this many steps (None: never);
+            ``on_limit(clock)`` then decides (replay the last batch, or end).
+        on_limit: called instead of the fetch once the limit is reached; returns
+            the batch to hand out or raises.
+    """
+
+    def __init__(self, make_timer: Callable[[], DeviceTimer | None],
+                 runq: Callable[[], float], steps: int | None = None,
+                 on_limit: Callable[[LoaderClock], Any] | None = None,
+                 on_milestone: Callable[[], None] | None = None) -> None:
+        self._make_timer, self._runq = make_timer, runq
+        self.on_milestone = on_milestone
+        """Called (cheaply, on the consumer thread) when a loader's step count reaches a
+        power of two from 8 on: partial reports are taken there, off the consumer thread."""
+        self.steps, self.on_limit = steps, on_limit
+        self.clocks: dict[int, LoaderClock] = {}
+        self._owners: list[Any] = []  # keeps owners alive so their ids stay theirs
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+        self.primary: Any = None
+        """The training loader when the caller names it (``feedline.watch``)."""
+
+    # -- naming
+    def clock(self, owner: Any) -> LoaderClock:
+        """The clock of ``owner`` (created at its first use)."""
+        c = self.clocks.get(id(owner))
+        if c is None:
+            with self._lock:
+                c = self.clocks.get(id(owner))
+                if c is None:
+                    n = len(self.clocks) + 1
+                    c = LoaderClock(f"loader-{n}", loader_config(owner), n)
+                    c.timer = self._make_timer()
+                    self._owners.append(owner)
+                    self.clocks[id(owner)] = c
+        return c
+
+    def label(self, owner: Any) -> str:
+        return self.clock(owner).label
+
+    def current(self) -> str | None:
+        """The label of the loader this thread is fetching from, if any."""
+        c = getattr(self._tls, "clock", None)
+        return c.label if c is not None else None
+
+    # -- events
+    def on_iter(self, owner: Any, t0: float, t1: float) -> None:
+        """``iter(owner)`` ran from ``t0`` to ``t1``: a new pass starts."""
+        c = self.clock(owner)
+        c.gaps.append((t0, t1))
+        c.pass_starts.append(t0)
+
+    def on_next(self, owner: Any, fetch: Callable[[], Any]) -> Any:
+        """Run one ``next()`` of ``owner`` (``fetch()``), timed on its clock."""
+        tls = self._tls
+        if getattr(tls, "clock", None) is not None:
+            return fetch()  # inside another loader's next() on this thread: part of it
+        c = self.clock(owner)
+        now = time.perf_counter()
+        self._close_body(c)
+        if len(c.pass_starts) == len(c.pass_ends):  # a Loader (no iter hook): pass starts now
+            c.pass_starts.append(now)
+        if self.steps is not None and c.steps >= self.steps and self.on_limit is not None:
+            return self.on_limit(c)
+        workers = bool(c.config.get("num_workers"))
+        q0 = self._runq() if workers else 0.0
+        tls.clock = c
+        t0 = time.perf_counter()
+        try:
+            batch = fetch()
+        except StopIteration:
+            t1 = time.perf_counter()
+            c.gaps.append((t0, t1))
+            c.pass_ends.append(t1)
+            raise
+        finally:
+            tls.clock = None
+        t1 = time.perf_counter()
+        c.starts.append(t0)
+        c.waits.append(t1 - t0)
+        c.runq.append(max(0.0, self._runq() - q0) if workers else 0.0)
+        if c.steps <= 2:
+            c.tids.add(threading.get_ident())
+            samples, nbytes = batch_info(batch)
+            c.batch_samples = c.batch_samples or samples
+            c.batch_bytes = nbytes or c.batch_bytes
+        c.last = batch
+        n = c.steps
+        if n >= 8 and n & (n - 1) == 0 and self.on_milestone is not None:
+            self.on_milestone()
+        if c.timer is not None:
+            c.token = c.timer.start()
+        return batch
+
+    def step_done(self, owner: Any) -> None:
+        """End the current body of ``owner``'s clock now (an explicit step boundary)."""
+        c = self.clocks.get(id(owner))
+        if c is not None and c.steps and c.steps - 1 not in c.done:
+            c.done[c.steps - 1] = time.perf_counter()
+            self._close_body(c)
+
+    def _close_body(self, c: LoaderClock) -> None:
+        if c.timer is not None and c.token is not None:
+            c.timer.stop(c.token)
+            c.token = None
+
+    def close(self) -> None:
+        """End every open body (at the end of the run)."""
+        for c in list(self.clocks.values()):
+            self._close_body(c)
+
+    def training(self) -> LoaderClock | None:
+        """The training loader: the one named by the caller, else the one with most steps
+        (ties: the one stepped first). None before any step."""
+        if self.primary is not None and id(self.primary) in self.clocks:
+            return self.clocks[id(self.primary)]
+        stepped = [c for c in self.clocks.values() if c.steps]
+        return min(stepped, key=lambda c: (-c.steps, c.starts[0])) if stepped else None

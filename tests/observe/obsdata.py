@@ -1,0 +1,38 @@
+"""Datasets for observe tests, importable by spawned DataLoader workers."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class Slow(torch.utils.data.Dataset):
+    """``n`` items; each sleeps ``sleep`` seconds (blocked) and spins ``spin`` seconds of CPU."""
+
+    def __init__(self, sleep: float = 0.0, spin: float = 0.0, n: int = 32) -> None:
+        self.sleep, self.spin, self.n = sleep, spin, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.sleep:
+            time.sleep(self.sleep)
+        end = time.thread_time() + self.spin
+        while time.thread_time() < end:
+            pass
+        return torch.full((4,), float(i))
+
+
+def spin_collate(batch: list[torch.Tensor], spin: float = 0.02) -> torch.Tensor:
+    """A collate function that spends ``spin`` seconds of CPU."""
+    end = time.thread_time() + spin
+    while time.thread_time() < end:
+        pass
+    return torch.stack(batch)
+
+
+def worker_flag(worker_id: int) -> None:
+    """A user worker_init_fn: leaves a mark the dataset can see."""
+    torch.utils.data.get_worker_info().dataset.flag = worker_id  # type: ignore[union-attr]

@@ -1,0 +1,306 @@
+"""Issue 11's scenario suite: training scripts whose truth is fixed by construction.
+
+Each script (tests/scenarios/scripts/) is an ordinary training loop, run unchanged
+under ``feedline diagnose``. Every case states its verdict, binding stage and a
+range for the data stall; the default suite runs each case once,
+``test_three_runs`` (slow) runs each three times (``pytest -m slow
+tests/scenarios/test_truth.py``). Also covered: the run is the user's run (epochs,
+schedulers, while loops, persistent workers), any consuming thread, spawn and
+forkserver workers, collate as a stage, blocked vs CPU time under both loaders,
+several loaders, honest unknowns, exit statuses and signals, and advice that is
+checked by applying it and measuring (slow: each runs the scenario twice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    args: tuple[str, ...]
+    steps: int | None
+    verdict: str
+    binding: str
+    stall: tuple[float, float]
+    extra: tuple[str, ...] = ()
+    code: int = 0
+
+
+CASES = {
+    "epochs_scheduler": Case("epochs_scheduler", (), None, "compute-bound", "gpu", (0.0, 0.15)),
+    "while_steps": Case("while_steps", (), None, "data-bound", "read", (0.5, 1.0)),
+    "producer_thread": Case("producer_thread", (), 30, "data-bound", "read", (0.25, 1.0)),
+    "spawn": Case("start_method", ("spawn",), 25, "data-bound", "decode", (0.25, 1.0)),
+    "forkserver": Case("start_method", ("forkserver",), 25, "data-bound", "decode", (0.25, 1.0)),
+    "slow_collate": Case("slow_collate", (), 15, "data-bound", "collate", (0.5, 1.0)),
+    "loader_sleep_transform": Case("loader_sleep_transform", (), 30, "data-bound", "read",
+                                   (0.5, 1.0)),
+    "io_workers": Case("io_workers", ("1",), 16, "data-bound", "read", (0.5, 1.0)),
+    "gil_threads": Case("gil_threads", ("4", "thread"), 30, "data-bound", "transform", (0.0, 1.0)),
+    "train_val": Case("train_val", (), 40, "compute-bound", "gpu", (0.0, 0.15)),
+    "tail_stalls": Case("tail_stalls", (), 100, "data-bound", "read", (0.25, 0.8)),
+    "checkpoint_stage": Case("checkpoint_stage", (), 30, "compute-bound", "gpu", (0.0, 0.15)),
+}
+
+
+def diagnose(out: Path, name: str, case: Case, *more: str) -> tuple[int, dict, str, str]:
+    """Run one case; return exit status, JSON report, stdout and stderr."""
+    json_path = out / f"{name}.json"
+    steps = ("--steps", str(case.steps)) if case.steps else ()
+    cmd = [sys.executable, "-m", "feedline", "diagnose", *steps, "--json", str(json_path),
+           *case.extra, *more, "--", sys.executable, str(SCRIPTS / f"{case.script}.py"), *case.args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, check=False)
+    data = json.loads(json_path.read_text()) if json_path.exists() else {}
+    return proc.returncode, data, proc.stdout, proc.stderr
+
+
+def run_all(out: Path) -> dict[str, tuple[int, dict, str, str]]:
+    more = {"train_val": ("--html", str(out / "tv.html"), "--trace", str(out / "tv.trace.json"))}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futs = {n: pool.submit(diagnose, out, n, c, *more.get(n, ())) for n, c in CASES.items()}
+        return {n: f.result() for n, f in futs.items()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("truth")
+    got: dict = run_all(out)
+    got["_dir"] = out
+    return got
+
+
+def check(name: str, result: tuple[int, dict, str, str]) -> dict:
+    code, data, _, err = result
+    case = CASES[name]
+    assert code == case.code, err
+    assert data, f"{name}: no report; stderr:\n{err}"
+    lo, hi = case.stall
+    assert (data["verdict"], data["binding"]) == (case.verdict, case.binding), (
+        name, data["stall_fraction"], data["analysis"], data["recommendation"])
+    assert lo <= data["stall_fraction"] <= hi, (name, data["stall_fraction"])
+    if case.steps:
+        assert data["steps"] == case.steps - 1  # the first step is warm-up
+    return data
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", list(CASES))
+def test_verdict_binding_and_stall(runs: dict, name: str) -> None:
+    check(name, runs[name])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_three_runs(tmp_path: Path) -> None:
+    """Every case right in each of three runs."""
+    for k in range(3):
+        out = tmp_path / str(k)
+        out.mkdir()
+        for name, result in run_all(out).items():
+            check(name, result)
+
+
+# -- the run is the user's run ----------------------------------------------------------
+
+@pytest.mark.timeout(400)
+def test_epochs_schedulers_and_while_loops_run_as_without_diagnose(runs: dict) -> None:
+    _, data, out, err = runs["epochs_scheduler"]
+    assert "epochs: 10 10 10" in out, err  # OneCycleLR(total_steps=30) did not raise
+    assert data["steps"] == 29 and data["ab"] is None
+    _code, data, out, err = runs["while_steps"]
+    assert "steps: 40" in out, err
+    assert data["steps"] == 39
+
+
+@pytest.mark.timeout(200)
+def test_ab_replays_only_after_the_measured_steps_of_a_limited_run(tmp_path: Path) -> None:
+    case = Case("epochs_scheduler", (), 20, "compute-bound", "gpu", (0.0, 0.15))
+    code, data, out, err = diagnose(tmp_path, "ab", case, "--ab", "--replay", "6")
+    assert code == 0, err
+    assert data["steps"] == 19 and "epochs:" not in out  # ended at the limit, after the replay
+    ab = data["ab"]
+    assert ab["steps"] == 5 and ab["statistic"] == "mean"
+    assert ab["with_data_path"] == pytest.approx(data["step_time"]["mean"], rel=1e-6)
+    assert 0.7 < ab["ratio"] < 1.4  # compute-bound: removing the data path changes little
+
+
+def test_ab_without_steps_is_refused() -> None:
+    proc = subprocess.run([sys.executable, "-m", "feedline", "diagnose", "--ab", "--",
+                           sys.executable, "-c", "print('never runs')"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "never runs" not in proc.stdout
+    assert "--ab needs --steps" in proc.stderr
+
+
+# -- threads, start methods, stages -----------------------------------------------------
+
+@pytest.mark.timeout(400)
+def test_a_producer_thread_is_the_consumer_and_steps_end_the_run(runs: dict) -> None:
+    data = check("producer_thread", runs["producer_thread"])
+    assert "run stopped by diagnose after 30 steps" in data["host"]["notes"]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", ["spawn", "forkserver"])
+def test_spawn_and_forkserver_workers_are_timed(runs: dict, name: str) -> None:
+    data = check(name, runs[name])
+    assert data["stages"]["fetch"]["count"] >= 24 and data["stages"]["collate"]["count"] >= 24
+    assert data["analysis"]["stages_measured"] and not data["reason"]
+
+
+@pytest.mark.timeout(400)
+def test_blocked_time_is_read_under_both_loaders_and_collate_can_bind(runs: dict) -> None:
+    loader = check("loader_sleep_transform", runs["loader_sleep_transform"])
+    assert loader["loader"]["feedline"] and loader["stages"]["transform"]["count"] > 0
+    collate = check("slow_collate", runs["slow_collate"])
+    assert collate["analysis"]["per_batch"]["collate"] > 0.03
+
+
+# -- several loaders, unknown stages ----------------------------------------------------
+
+@pytest.mark.timeout(400)
+def test_a_validation_loader_is_its_own_line_in_every_output(runs: dict) -> None:
+    _code, data, _, err = runs["train_val"]
+    (val,) = data["loaders"]
+    assert val["steps"] == 4 * 6 and val["passes"] == 4
+    assert 0.05 < val["share_of_wall"] < 0.5 and val["stall_fraction"] > 0.3
+    assert "num_workers=" in val["advice"]
+    # its time is not the training step's: the step stays the 30 ms of compute
+    assert data["stages"]["step"]["p50"] < 0.04
+    assert f"other loader {val['label']}" in err
+    out = runs["_dir"]
+    assert "Other loaders" in (out / "tv.html").read_text() and val["label"] in (
+        out / "tv.html").read_text()
+    names = {e["name"] for e in json.loads((out / "tv.trace.json").read_text())["traceEvents"]}
+    assert {"wait", "step", f"wait [{val['label']}]", f"step [{val['label']}]"} <= names
+
+
+@pytest.mark.timeout(400)
+def test_an_unknown_stage_gets_its_own_line(runs: dict) -> None:
+    _code, data, _, err = runs["checkpoint_stage"]
+    assert data["stages"]["checkpoint"]["count"] == 6
+    assert re.search(r"checkpoint\s+.\s+6", err)
+
+
+# -- advice in the user's terms, checked by applying it --------------------------------
+
+def _fix(data: dict, code: str) -> str:
+    return next(f["fix"] for f in data["findings"] if f["code"] == code)
+
+
+@pytest.mark.timeout(400)
+def test_no_advice_to_use_the_tool_in_use_or_to_pin_without_a_gpu(runs: dict) -> None:
+    for name in CASES:
+        data = runs[name][1]
+        text = json.dumps([data["recommendation"], data["findings"]])
+        assert "pin_memory" not in text, name  # every case runs on the CPU
+        if data["loader"].get("feedline"):
+            assert "feedline.Loader" not in text, name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_io_bound_advice_uses_more_workers_than_cores_and_its_gain_holds(runs: dict,
+                                                                           tmp_path: Path) -> None:
+    data = check("io_workers", runs["io_workers"])
+    workers = int(re.search(r"num_workers=(\d+)", data["recommendation"]).group(1))
+    assert workers > len(os.sched_getaffinity(0))  # blocked workers hold no core
+    assert "workers-above-cores" not in {f["code"] for f in data["findings"]}
+    case = Case("io_workers", (str(workers),), 30, "compute-bound", "gpu", (0.0, 0.25))
+    code, after, _, err = diagnose(tmp_path, "io_after", case)
+    assert code == 0, err
+    measured = data["step_time"]["mean"] / after["step_time"]["mean"]
+    assert measured >= 0.7 * data["predicted_gain"], (measured, data["predicted_gain"])
+    assert "workers-above-cores" not in {f["code"] for f in after["findings"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_gil_bound_threads_are_told_to_use_processes_and_that_helps(runs: dict,
+                                                                     tmp_path: Path) -> None:
+    data = check("gil_threads", runs["gil_threads"])
+    assert 'worker_type="process"' in data["recommendation"]
+    assert "gil-bound-threads" in {f["code"] for f in data["findings"]}
+    case = Case("gil_threads", ("2", "process"), 30, "data-bound", "decode", (0.0, 1.0))
+    code, after, _, err = diagnose(tmp_path, "gil_after", case)
+    assert code == 0, err
+    measured = data["step_time"]["mean"] / after["step_time"]["mean"]
+    assert measured >= 0.7 * data["predicted_gain"], (measured, data["predicted_gain"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_tail_stall_prefetch_is_sized_from_the_measured_tail_and_hides_it(runs: dict,
+                                                                           tmp_path: Path) -> None:
+    data = check("tail_stalls", runs["tail_stalls"])
+    depth = int(re.search(r"prefetch_factor=(\d+)", _fix(data, "tail-stalls")).group(1))
+    assert depth >= 5  # 300 ms stalls against a 25 ms step, 2 workers
+    assert f"prefetch_factor={depth}" in data["recommendation"]
+    case = Case("tail_stalls", (str(depth),), 120, "compute-bound", "gpu", (0.0, 0.25))
+    code, after, _, err = diagnose(tmp_path, "tail_after", case)
+    assert code == 0, err
+    assert after["stall_fraction"] < 0.5 * data["stall_fraction"], (
+        after["stall_fraction"], data["stall_fraction"])
+
+
+# -- unknowns, exit status, signals -----------------------------------------------------
+
+def test_zero_steps_is_an_unknown_verdict_with_reason_and_fix(tmp_path: Path) -> None:
+    script = tmp_path / "gen.py"
+    script.write_text("import torch\nfor x in (torch.zeros(2) for _ in range(5)):\n    pass\n")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "feedline", "diagnose", "--json", str(out), "--",
+                           sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    data = json.loads(out.read_text())
+    assert proc.returncode == 0 and data["verdict"] == "unknown"
+    assert "DataLoader" in data["reason"] and "feedline.watch" in data["fix"]
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize(("how", "code", "partial"), [
+    ("KILL", 137, True), ("SEGV", 139, True), ("exit3", 3, True), ("TERM", 143, False)])
+def test_exit_status_is_the_shells_and_the_steps_that_ran_are_reported(
+        tmp_path: Path, how: str, code: int, partial: bool) -> None:
+    case = Case("killed", (how,), None, "compute-bound", "gpu", (0.0, 1.0))
+    got, data, _, err = diagnose(tmp_path, how, case, "--partial-every", "0.2")
+    assert got == code, err
+    assert data, err
+    assert bool(data["host"].get("partial")) is partial  # SIGTERM: the child writes it all
+    assert data["steps"] >= (20 if partial else 99)
+    assert data["verdict"] == "compute-bound"
+
+
+@pytest.mark.timeout(200)
+def test_sigterm_to_diagnose_is_forwarded_and_leaves_no_orphan(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "feedline", "diagnose", "--json", str(out), "--",
+           sys.executable, "-c",
+           "import os, sys; sys.path.insert(0, {!r}); print(os.getpid(), flush=True); "
+           "sys.argv = ['killed.py', 'wait']; import runpy; "
+           "runpy.run_path({!r}, run_name='__main__')".format(str(SCRIPTS), str(SCRIPTS / "killed.py"))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    assert proc.stdout.readline().strip() == "ready"  # 100 steps done, now waiting
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # the training process is gone, not reparented to init
+    data = json.loads(out.read_text())
+    assert data["steps"] == 99 and "the run was ended by SIGTERM" in data["host"]["notes"]
