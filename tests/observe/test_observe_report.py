@@ -20,9 +20,47 @@ def test_serial_io_bound_run() -> None:
     assert rep.stall_fraction == pytest.approx(0.75)
     assert rep.analysis["applies"] == "serial"
     assert rep.analysis["predicted"] == pytest.approx(0.040)
-    # 3 workers hide 30 ms of reads behind a 10 ms step: 40 ms -> 10 ms
+    # 3 workers hide 30 ms of reads behind a 10 ms step, 4 with a quarter of headroom:
+    # 40 ms -> 10 ms; 97% of each fetch is blocked, so 8 cores carry far more workers
     assert rep.predicted_gain == pytest.approx(4.0)
-    assert "num_workers=3" in rep.recommendation
+    assert "num_workers=4" in rep.recommendation and "pin_memory" not in rep.recommendation
+    assert "workers-above-cores" not in {f.code for f in rep.findings}
+
+
+def test_io_bound_workers_may_exceed_the_cores_cpu_bound_may_not() -> None:
+    io = build_report(meas(wait=0.060, body=0.010, fetch=0.060, cpu=0.003, workers=1))
+    assert "num_workers=8" in io.recommendation  # ceil(1.25 x 60 / 10) = 8, within 8 / 0.05
+    few = build_report(Measurements(**{**vars(meas(wait=0.060, body=0.010, fetch=0.060,
+                                                        cpu=0.003, workers=1)), "cores": 2}))
+    assert "num_workers=8" in few.recommendation  # blocked workers hold no core: 8 > 2 cores
+    cpu = build_report(Measurements(**{**vars(meas(wait=0.060, body=0.010, fetch=0.060,
+                                                        cpu=0.058, workers=1)), "cores": 2}))
+    assert "num_workers=2" in cpu.recommendation  # CPU work: one worker per core at most
+
+
+def test_tail_stalls_get_a_prefetch_depth_from_the_measured_tail() -> None:
+    n = 64
+    spans = [Span("fetch", i, i + (0.200 if i % 16 == 0 else 0.001), 1, 1,
+                  {"cpu": 0.0005, "runq": 0.0}) for i in range(n)]
+    waits = [0.150 if i % 16 == 1 else 0.0005 for i in range(n)]
+    rep = build_report(Measurements(name="t", device_type="cpu", wait=waits, body=[0.020] * n,
+                                    gpu=[0.020] * n, spans=spans, cores=2,
+                                    loader={"num_workers": 2, "batch_size": 8}))
+    # p99 preparation 200 ms against a 20 ms step: 10 batches ready, 5 per worker, + 1
+    assert "prefetch_factor=6" in rep.recommendation
+    assert "prefetch_factor=6" in next(f.fix for f in rep.findings if f.code == "tail-stalls")
+
+
+def test_gil_bound_thread_workers_are_told_to_use_processes() -> None:
+    spans = [Span("transform", i * 0.02, i * 0.02 + 0.015, 1, 2, {"cpu": 0.004}) for i in range(30)]
+    rep = build_report(Measurements(
+        name="g", device_type="cpu", wait=[0.001] * 30, body=[0.030] * 30, gpu=[0.030] * 30,
+        spans=spans, cores=2, host={"gil_wait_ms": 8.0},
+        loader={"num_workers": 4, "worker_type": "thread", "feedline": True, "batch_size": 8}))
+    assert rep.verdict == "data-bound" and rep.binding == "transform" and "GIL" in rep.reason
+    assert 'worker_type="process"' in rep.recommendation
+    assert "feedline.Loader" not in rep.recommendation + str(rep.findings)
+    assert "gil-bound-threads" in {f.code for f in rep.findings}
 
 
 def test_serial_cpu_bound_run_binds_on_decode() -> None:

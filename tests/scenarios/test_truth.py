@@ -49,7 +49,7 @@ CASES = {
     "slow_collate": Case("slow_collate", (), 15, "data-bound", "collate", (0.5, 1.0)),
     "loader_sleep_transform": Case("loader_sleep_transform", (), 30, "data-bound", "read",
                                    (0.5, 1.0)),
-    "io_workers": Case("io_workers", ("1",), 16, "data-bound", "read", (0.5, 1.0)),
+    "io_workers": Case("io_workers", ("1",), 16, "data-bound", "read", (0.3, 1.0)),
     "gil_threads": Case("gil_threads", ("4", "thread"), 30, "data-bound", "transform", (0.0, 1.0)),
     "train_val": Case("train_val", (), 40, "compute-bound", "gpu", (0.0, 0.15)),
     "tail_stalls": Case("tail_stalls", (), 100, "data-bound", "read", (0.25, 0.8)),

@@ -214,7 +214,10 @@ class Session:
             others = [(tid, a, b) for o in clocks if o is not c for tid in o.tids
                       for a, b in passes[o.label]]
             views[c.label] = c.steps_view(end, others, final)
-        wall = max(end - (self._t0 or end), 1e-9)
+        # the measured span: from the first loader activity (not the script's start-up)
+        first = min((t for c in clocks for t in c.pass_starts[:1] + c.starts[:1]),
+                    default=self._t0 or end)
+        wall = max(end - first, 1e-9)
         loop = self._loop_spans(clocks, views, train)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         cuda = self.device_type == "cuda"

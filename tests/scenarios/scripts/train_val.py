@@ -1,4 +1,4 @@
-"""Training (compute-bound: 2 ms reads per batch in 2 workers, 30 ms step) with a validation
+"""Training (compute-bound: in-memory samples, in-process, 30 ms step) with a validation
 loader run every 10 steps: 6 batches of 2 x 12 ms storage latency each in-process plus a
 12 ms evaluation step (about a third of the wall time).
 
@@ -13,8 +13,7 @@ from _common import Samples, Step
 from torch.utils.data import DataLoader
 
 if __name__ == "__main__":
-    train = DataLoader(Samples(4096, 8, batch_read_s=0.002, batch=8), batch_size=8,
-                       num_workers=2, persistent_workers=True)
+    train = DataLoader(Samples(4096, 8), batch_size=8)
     val = DataLoader(Samples(12, 8, read_s=0.006), batch_size=2)
     step = Step(8, 0.030)
     for k, (x, y) in enumerate(train):
