@@ -167,10 +167,6 @@ processes, off the training thread, read it on every fetch.
 """
 
 
-def _cpu_only() -> tuple[float, float]:
-    return time.thread_time(), 0.0
-
-
 class _TimedCollate:
     """Wraps a fetcher's collate_fn and remembers the last call's start and end."""
 
@@ -179,11 +175,12 @@ class _TimedCollate:
     def __init__(self, fn: Any) -> None:
         self.fn = fn
         self.last = (0.0, 0.0)
+        self.cpu = (0.0, 0.0)
 
     def __call__(self, data: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         out = self.fn(data)
-        self.last = (t0, time.perf_counter())
+        self.last, self.cpu = (t0, time.perf_counter()), (c0, time.thread_time())
         return out
 
 
@@ -202,22 +199,22 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col)
         sampled = always_sample or next(counter) % RUNQ_EVERY == 0
-        clock = sched_times if sampled else _cpu_only
-        t0 = time.perf_counter()
-        c0, q0 = clock()
+        clock = sched_times
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        _, q0 = clock() if sampled else (0.0, 0.0)
         out = orig(self, index)
-        c1, q1 = clock()
+        _, q1 = clock() if sampled else (0.0, 0.0)
         c_start, c_end = col.last
+        k_start, k_end = col.cpu
         if c_start < t0:  # collate did not run: the whole fetch is items
             c_start = c_end = time.perf_counter()
-        # CPU and queueing of the whole fetch, collate included; the fetch keeps the
-        # share of its own wall time (collate is reported as its own stage).
-        share = (c_start - t0) / max(c_end - t0, 1e-12)
-        attrs: dict[str, Any] = {"cpu": max(0.0, c1 - c0) * share}
+            k_start = k_end = time.thread_time()
+        attrs: dict[str, Any] = {"cpu": max(0.0, k_start - cpu0)}
         if sampled:  # an unsampled fetch carries no runq: the report estimates it
-            attrs["runq"] = max(0.0, q1 - q0) * share
+            # the run-queue delay of the whole fetch, split by wall time (collate is its own stage)
+            attrs["runq"] = max(0.0, q1 - q0) * (c_start - t0) / max(c_end - t0, 1e-12)
         deliver("fetch", t0, c_start, attrs)
-        deliver("collate", c_start, c_end, {"cpu": max(0.0, c1 - c0) * (1.0 - share)})
+        deliver("collate", c_start, c_end, {"cpu": max(0.0, k_end - k_start)})
         return out
 
     fetch._feedline_orig = orig  # type: ignore[attr-defined]
