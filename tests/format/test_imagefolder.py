@@ -157,6 +157,9 @@ def test_symbolic_links_stay_inside_the_source_unless_asked(tmp_path: Path) -> N
     assert "outside the source folder" in reasons["passwd.jpg"] and "--follow-symlinks" in reasons["linked"]
     assert reasons["dangling.jpg"].startswith("dangling symbolic link")
     assert "skipped 3 file(s)" in found.notes()[0]
+    labelled = collect([root], SourceRules(labels="from-folder"))  # the class scan reports nothing twice
+    assert sorted(s.name for s in labelled.skipped) == ["a.jpg", "dangling.jpg", "inside.jpg", "linked", "passwd.jpg"]
+    assert labelled.classes == ("sub",)
     followed = collect([root], SourceRules(follow_symlinks=True))
     assert [s.key for s in followed.samples] == ["a", "inside", "linked/x", "passwd", "sub/b"]
 

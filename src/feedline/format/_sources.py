@@ -219,9 +219,13 @@ class _Walker:
     def top_folders(self) -> list[str]:
         """Non-hidden sub-folders of the root (links included, as torchvision counts them)."""
         names = []
-        for name, path, st in self._entries(str(self.root), ""):
-            if stat.S_ISDIR(st.st_mode) and not self._is_skip(path):
-                names.append(name)
+        reported, self.skipped = self.skipped, []  # files() reports the same entries again
+        try:
+            for name, path, st in self._entries(str(self.root), ""):
+                if stat.S_ISDIR(st.st_mode) and not self._is_skip(path):
+                    names.append(name)
+        finally:
+            self.skipped = reported
         return names
 
     def _is_skip(self, path: str) -> bool:
