@@ -89,3 +89,30 @@ def test_shm_free_bytes_reads_dev_shm(tmp_path) -> None:  # type: ignore[no-unty
 def test_host_contention_is_named_separately() -> None:
     assert "host-contention" in codes(facts(contention=0.2))
     assert "host-contention" not in codes(facts(contention=0.01))
+
+
+def test_decode_binding_with_a_gpu_decoder_recommends_gpu_decode_with_the_model_gain() -> None:
+    f = facts(verdict="data-bound", stall_fraction=0.6, binding="decode", gpu_decoder="torchvision",
+              decode_gain=(0.040, 0.010), loader={"feedline": True, "num_workers": 4})
+    found = next(x for x in detect(f) if x.code == "decode-on-gpu")
+    assert found.severity == "high" and "4.00x" in found.message and "decode_on" in found.fix
+    # no library, another binding stage, or no gain in the model: nothing said
+    assert "decode-on-gpu" not in codes(facts(binding="decode", decode_gain=(0.04, 0.01)))
+    assert "decode-on-gpu" not in codes(facts(binding="read", gpu_decoder="torchvision",
+                                              decode_gain=(0.04, 0.04)))
+    assert "decode-on-gpu" not in codes(facts(device_type="cpu", binding="decode",
+                                              gpu_decoder="torchvision", decode_gain=(0.04, 0.01)))
+
+
+def test_workers_off_the_gpus_node_are_a_finding() -> None:
+    node1 = {"cpus": [4, 5, 6, 7], "node": 1, "gpu": "0000:b1:00.0", "reason": "x"}
+    dl = detect(facts(placement=node1, loader={"num_workers": 4}))
+    f = next(x for x in dl if x.code == "workers-off-gpu-node")
+    assert "numactl --cpunodebind=1" in f.fix and "4-7" in f.fix
+    ours = detect(facts(placement=node1, loader={"feedline": True, "num_workers": 4,
+                                                 "placement": "none"}))
+    assert 'placement="auto"' in next(x for x in ours if x.code == "workers-off-gpu-node").fix
+    # a Loader that places (the default), a single-node host, or a CPU run: nothing to say
+    assert "workers-off-gpu-node" not in codes(facts(placement=node1, loader={"feedline": True}))
+    assert "workers-off-gpu-node" not in codes(facts(placement={"cpus": None, "node": None}))
+    assert "workers-off-gpu-node" not in codes(facts(device_type="cpu", placement=node1))

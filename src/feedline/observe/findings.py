@@ -61,6 +61,14 @@ class RunFacts:
     fetch_p99: float = 0.0
     """p99 seconds to prepare one batch."""
     gil_bound: bool = False
+    binding: str = ""
+    """The stage that binds (``decode``, ``read``, ``gpu``...)."""
+    decode_gain: tuple[float, float] | None = None
+    """Stage-model step (s) now and with the CPU's decode stage moved to the GPU."""
+    gpu_decoder: str | None = None
+    """An installed GPU JPEG library (``torchvision``, ``nvimgcodec``), if any."""
+    placement: dict[str, Any] | None = None
+    """Where loader workers belong on this host (:func:`feedline.placement.plan_placement`)."""
 
 
 def recommended_workers(cores: int, gpus: int) -> int:
@@ -269,8 +277,42 @@ def _prefetch_fix(f: RunFacts) -> str:
     return f"deepen the prefetch: DataLoader(..., prefetch_factor={depth}) {why}"
 
 
+def _topology_rules(f: RunFacts) -> list[Finding]:
+    """Seed 000 (decode on the GPU) and seed 001 Q1 (workers on the GPU's NUMA node)."""
+    out: list[Finding] = []
+    if (f.device_type == "cuda" and f.binding == "decode" and f.gpu_decoder
+            and f.decode_gain is not None and f.decode_gain[1] < f.decode_gain[0]):
+        now, then = f.decode_gain
+        out.append(Finding(
+            "decode-on-gpu", "high" if f.verdict == "data-bound" else "warning",
+            f"CPU decode binds and {f.gpu_decoder} can decode JPEGs on the GPU: the stage model "
+            f"puts the step at {now * 1e3:.1f} ms now and {then * 1e3:.1f} ms with decode off "
+            f"the CPU (up to {now / then:.2f}x, less the GPU's own decode time)",
+            "decode on the GPU: Loader(..., decode_on=\"gpu\") (or \"auto\", which measures "
+            "first); only compressed bytes then cross PCIe",
+        ))
+    p = f.placement
+    if f.device_type == "cuda" and p and p.get("cpus") and p.get("node") is not None:
+        placed = f.loader.get("feedline") and f.loader.get("placement", "auto") != "none"
+        if not placed:
+            from feedline.placement import format_cpulist
+
+            cpus = format_cpulist(p["cpus"])
+            out.append(Finding(
+                "workers-off-gpu-node", "warning",
+                f"this host has several NUMA nodes and the GPU sits on node {p['node']}, but "
+                "the loader's workers may run on any CPU: reads and copies from the other "
+                "socket cross the inter-socket link",
+                (f"Loader(..., placement=\"auto\") runs them on node {p['node']}"
+                 if f.loader.get("feedline") else
+                 f"run the job under numactl --cpunodebind={p['node']} --membind={p['node']} "
+                 f"(CPUs {cpus}), or use feedline.Loader (placement='auto')"),
+            ))
+    return out
+
+
 def detect(facts: RunFacts) -> list[Finding]:
     """Every rule that fires for ``facts``, most severe first."""
     found = _workers_rules(facts) + _copy_rules(facts) + _memory_rules(facts)
-    found += _timing_rules(facts)
+    found += _timing_rules(facts) + _topology_rules(facts)
     return sorted(found, key=lambda x: SEVERITIES.index(x.severity))

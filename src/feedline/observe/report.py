@@ -405,6 +405,20 @@ def _binding(verdict: str, pb: PerBatch, data_time: float) -> str:
     return max(cands, key=lambda n: cands[n])
 
 
+def _topology_facts(device_type: str, pb: PerBatch, workers: int) -> dict[str, Any]:
+    """What the GPU-decode and NUMA rules need: only looked up on a CUDA run."""
+    if device_type != "cuda":
+        return {}
+    from feedline.decode.jpeg_batch import gpu_decoders_available
+    from feedline.placement import plan_placement
+
+    libs = gpu_decoders_available()
+    now = analyze(pb.read, pb.cpu, pb.h2d, pb.gpu, workers=workers).steady
+    then = analyze(pb.read, pb.cpu - pb.decode, pb.h2d, pb.gpu, workers=workers).steady
+    return {"gpu_decoder": libs[0] if libs else None, "decode_gain": (now, then),
+            "placement": plan_placement("cuda:0").to_dict()}
+
+
 def _stage_table(m: Measurements, wait: list[float], body: list[float],
                  gpu: list[float]) -> dict[str, StageStats]:
     """Every stage seen, known or not (a ``checkpoint`` stage gets its own line)."""
@@ -491,7 +505,8 @@ def build_report(m: Measurements) -> Report:
         loader=m.loader, copies=m.copies, batch_bytes=m.batch_bytes, cores=m.cores,
         gpus=m.gpus, shm_free=m.shm_free, pinned_series=m.pinned_series, workers_rec=w_rec,
         blocked_fraction=pb.blocked_fraction, io_workers=io_workers(pb, m.cores),
-        fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound,
+        fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound, binding=binding,
+        **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0
     findings = detect(facts)
