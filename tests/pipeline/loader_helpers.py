@@ -162,3 +162,18 @@ class Busy(Numbers):
         for k in range(self.work):
             acc += k * k % 7
         return {**super().__getitem__(i), "acc": acc}
+
+
+class Doubled:
+    """A per-sample stage (``feedline.pipeline.stages.Stage``): ``x`` doubled into ``x2``,
+    and samples whose ``y`` is in ``reject`` refused (a filter)."""
+
+    name = "double"
+
+    def __init__(self, reject: frozenset[int] = frozenset()) -> None:
+        self.reject = reject
+
+    def __call__(self, sample: dict[str, Any], place: Any) -> dict[str, Any]:
+        if sample["y"] in self.reject:
+            raise ValueError(f"sample {place.item.key} refused")
+        return {**sample, "x2": sample["x"] * 2}

@@ -86,6 +86,10 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     return err
 
 
+Into = Mapping[str, np.ndarray]
+"""Field -> the batch slot's array for it: fields decoded straight into their slot row."""
+
+
 Live = list[tuple[Item, Any]]
 Failed = list[tuple[Item, str, BaseException]]
 
@@ -113,10 +117,6 @@ def _run_stages(stages: tuple[Stage, ...], items: list[Item], record: Record | N
         if record is not None:
             record(stage.name, t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
     return live, failed
-
-
-Into = Mapping[str, np.ndarray]
-"""Field -> the batch slot's array for it: fields decoded straight into their slot row."""
 
 
 def _detach(sample: Any) -> Any:

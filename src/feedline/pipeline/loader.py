@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -32,6 +32,7 @@ from feedline.pipeline.jobs import Context, Job
 from feedline.pipeline.runtime import Options, Ready, Runtime
 from feedline.pipeline.slots import SlotPool, placed_allocator
 from feedline.pipeline.source import Source
+from feedline.pipeline.stages import Stage
 from feedline.pipeline.transfer import make_engine
 from feedline.placement import Placement, plan_placement
 from feedline.units import parse_bytes, parse_duration
@@ -130,6 +131,10 @@ class Loader:
             ``stats["decode_on"]`` says which and why (:mod:`feedline.pipeline.device_decode`).
         decode_size: ``(h, w)``: images decoded after delivery are resized to it on their
             device so the field is one dense ``(N, h, w, 3)`` tensor (default: a list).
+        stages: extra per-sample stages run in the workers after decode and transform,
+            each a value with a ``name`` and ``__call__(sample, place) -> sample`` (see
+            :mod:`feedline.pipeline.stages`); a stage that raises makes a bad sample
+            named by the stage. Like ``transform=``, they turn the direct recipes off.
 
     DataLoader argument names (``num_workers``, ``pin_memory``, ``prefetch_factor``...)
     are refused with the feedline argument to use (:mod:`feedline.pipeline.options`).
@@ -154,6 +159,7 @@ class Loader:
         shm_dir: str = "/dev/shm", start_method: str = "spawn", limits: Limits | None = None,
         placement: str | Placement = "auto",
         decode_on: str | JpegBatchDecoder = "cpu", decode_size: tuple[int, int] | None = None,
+        stages: Sequence[Stage] = (),
         **unknown: Any,
     ) -> None:
         options.check_unknown(unknown, Loader.__init__)
@@ -174,6 +180,9 @@ class Loader:
         for name, fn in (("transform", transform), ("collate", collate)):
             if fn is not None and not callable(fn):
                 raise TypeError(f"{name} must be callable, got {fn!r}")
+        for stage in stages:
+            if not callable(stage) or not isinstance(getattr(stage, "name", None), str):
+                raise TypeError(f"each of stages must be callable with a str name, got {stage!r}")
         self.seed, self.shuffle, self.drop_last, self.in_order = seed, shuffle, drop_last, in_order
         self.timeout = None if timeout is None else parse_duration(timeout, name="timeout")
         self.rank, self.world_size = rank_and_world(process_group, rank, world_size)
@@ -198,7 +207,7 @@ class Loader:
                                  **dict.fromkeys(self._device_decode.fields, bytes)},
                                 decoders.limits)
         budget = parse_bytes(pinned_budget, name="pinned_budget")
-        ctx = Context(self._source, decoders, transform, self.on_error)
+        ctx = Context(self._source, decoders, transform, self.on_error, tuple(stages))
         opts = Options(self.batch_size, self.workers, self.worker_type,
                        self.workers + self.prefetch, shm_dir, start_method, collate,
                        self.timeout, self.placement if self.placement.active else None,

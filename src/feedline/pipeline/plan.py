@@ -42,7 +42,7 @@ from feedline.decode.registry import extension
 from feedline.errors import DecodeError, FeedlineError
 from feedline.pipeline import collate
 from feedline.pipeline.jobs import Context, Job, Record, prepare, worker_error
-from feedline.pipeline.stages import Check, Stage
+from feedline.pipeline.stages import Check, DropFields, Stage
 
 GATHER = "gather"
 READ_ROWS = "read-rows"
@@ -163,17 +163,6 @@ def make_plan(ctx: Context, layout: collate.Layout | None, *, custom: bool = Fal
     skip = (DropFields(frozenset(gathered)),) if gathered else ()
     recipes = tuple((_leaf_name(leaf), r) for leaf, r in chosen)
     return BatchPlan(layout, recipes, (*skip, *stages, Check(sample_layout)), full, sample_layout)
-
-
-@dataclass(frozen=True)
-class DropFields:
-    """Drop fields from packed samples before decoding (they are gathered, not read)."""
-
-    names: frozenset[str]
-    name: str = "decode"
-
-    def __call__(self, sample: Any, place: Any) -> Any:
-        return {k: v for k, v in sample.items() if k not in self.names}
 
 
 def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | None,

@@ -84,3 +84,14 @@ class Check:
     def __call__(self, sample: Any, place: Place) -> Any:
         collate.check(self.layout, sample)
         return sample
+
+
+@dataclass(frozen=True)
+class DropFields:
+    """Drop fields of packed samples before decoding (the plan gathers them instead)."""
+
+    names: frozenset[str]
+    name: str = "decode"
+
+    def __call__(self, sample: Any, place: Place) -> Any:
+        return {k: v for k, v in sample.items() if k not in self.names}
