@@ -14,7 +14,6 @@ from it once and shared with every worker. It holds no reference to the
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import warnings
@@ -171,9 +170,7 @@ class Runtime:
                 spec = shm.create(self.opts.shm_dir, plan.layout, self.opts.window)
             procs = self._processes(None if spec is None else (spec, plan))
         except Exception as exc:  # unpicklable dataset or transform, no /dev/shm...
-            if spec is not None and os.path.exists(spec.path):
-                os.unlink(spec.path)
-            auto.decided = "thread"
+            auto.decided = "thread"  # (the workers released the arena they were given)
             auto.why += f"; but process workers could not start ({type(exc).__name__}: {exc})"
             return
         with self._lock:

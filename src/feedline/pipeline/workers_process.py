@@ -246,17 +246,25 @@ class ProcessWorkers:
         self._load: dict[str, int] = {}
         self.arena: shm.Arena | None = None
         self._slotless = custom_collate is not None  # custom batches travel pickled
-        for i in range(count):
-            name = f"feedline-process_{i}"
-            parent, child = mpctx.Pipe()
-            proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
-                                 args=(child, ctx, name, batch_size, custom_collate, timed,
-                                       placement))
-            proc.start()
-            child.close()
-            self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
         try:
+            for i in range(count):
+                name = f"feedline-process_{i}"
+                parent, child = mpctx.Pipe()
+                proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
+                                     args=(child, ctx, name, batch_size, custom_collate, timed,
+                                           placement))
+                try:
+                    proc.start()
+                finally:
+                    child.close()
+                self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
             self._wait_for("ready")
+        except BaseException:
+            if configured is not None:  # configure() would have released it
+                shm.release(configured[0])
+            self.close()
+            raise
+        try:
             if configured is not None:  # before the reader thread reads these pipes
                 self.configure(*configured, probe=False)
         except BaseException:
