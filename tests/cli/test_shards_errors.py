@@ -128,6 +128,18 @@ def test_an_unreadable_subfolder_is_one_line_naming_it(tmp_path: Path) -> None:
     assert not (tmp_path / "ds" / MANIFEST_NAME).exists()
 
 
+def test_an_unreadable_file_is_a_runtime_error_naming_it(tmp_path: Path) -> None:
+    src = _source(tmp_path / "src")
+    locked = src / "0003.bin"
+    locked.chmod(0)
+    try:
+        _one_line(_cli("pack", str(src), "--out", str(tmp_path / "ds"), "-q", preexec=_drop_dac), 1,
+                  "cannot read", str(locked), "Permission denied")
+    finally:
+        locked.chmod(0o644)
+    assert not (tmp_path / "ds" / MANIFEST_NAME).exists()
+
+
 def test_a_symlink_loop_and_an_out_that_is_a_file_are_argument_errors(tmp_path: Path) -> None:
     src = _source(tmp_path / "src")
     os.symlink("loop.bin", src / "loop.bin")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from feedline.errors import ConfigError
+from feedline.errors import ReadError
 from feedline.format import (
     FilePayload,
     ShardIndex,
@@ -117,7 +117,7 @@ def test_streamed_members_equal_in_memory_ones_byte_for_byte(tmp_path: Path, ali
 @pytest.mark.parametrize("planned", [-1, +1])
 def test_a_file_that_changes_size_while_streamed_aborts_the_shard(tmp_path: Path, planned: int) -> None:
     (tmp_path / "big").write_bytes(b"x" * (1 << 20))
-    with pytest.raises(ConfigError, match="changed size while it was packed") as e, \
+    with pytest.raises(ReadError, match="changed size while it was packed") as e, \
             ShardWriter(tmp_path / "s.tar") as w:
         w.write_sample("k", {"bin": FilePayload(str(tmp_path / "big"), (1 << 20) + planned)})
     assert e.value.key == "k" and e.value.field == "bin"
@@ -128,7 +128,7 @@ def test_a_streamed_file_that_cannot_be_opened_is_refused_before_any_byte(tmp_pa
     with ShardWriter(tmp_path / "s.tar") as w:
         w.write_sample("a", {"bin": b"1"})
         before = w.position
-        with pytest.raises(ConfigError, match="cannot read"):
+        with pytest.raises(ReadError, match="cannot read"):
             w.write_sample("b", {"bin": FilePayload(str(tmp_path / "gone"), 10)})
         assert w.position == before and w.num_samples == 1
     assert w.index is not None and w.index.keys == ["a"]

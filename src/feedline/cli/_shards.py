@@ -137,7 +137,7 @@ class _LazyBar:
 
 
 def pack_cmd(
-    src: Annotated[list[Path], typer.Argument(help="folders of files, or list files with one path per line")],
+    src: Annotated[list[Path], typer.Argument(metavar="SRC...", help="folders of files, or list files with one path per line")],
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards, indexes and manifest.json (may lie inside SRC: it is left out; may not be SRC)")],
     labels: Annotated[str | None, typer.Option("--labels", metavar="from-folder", help="from-folder: an ImageFolder tree SRC/<class>/...: each image gets an integer 'cls' (its class folder's index in sorted order, as torchvision numbers them) and the class list goes into the manifest; implies --key file and packs image files only unless --include is given")] = None,
     key: Annotated[str | None, typer.Option("--key", metavar="webdataset|file", help="how names become samples. webdataset (default): the key runs to the first dot of the file name, so 000123.cam0.jpg + 000123.json are one sample. file (default with --labels): each file is a sample keyed by its path minus the final extension, so IMG_2023.01.05.jpg is safe (dots kept in the key are stored as %2E)")] = None,
@@ -188,7 +188,7 @@ def pack_cmd(
 
 
 def index_cmd(
-    tars: Annotated[list[Path], typer.Argument(help="existing WebDataset .tar files, in dataset order (never modified)")],
+    tars: Annotated[list[Path], typer.Argument(metavar="TAR...", help="existing WebDataset .tar files, in dataset order (never modified)")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="dataset root for the .idx files and manifest.json (default: the first tar's folder; tars outside it are linked into it)")] = None,
     checksum: Annotated[str, typer.Option("--checksum", help="checksum algorithm: xxh3 or crc32c")] = "xxh3",
     json_dest: Annotated[str | None, json_option(JSON_HELP + ": the manifest written")] = None,

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from feedline.errors import ConfigError, FormatError
+from feedline.errors import ConfigError, FormatError, ReadError
 from feedline.format._atomic import fsync_dir, named, remove_quietly, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import FORMAT_VERSION, ShardIndex
@@ -108,7 +108,7 @@ def _read_source(f: SourceFile, key: str) -> bytes:
     try:
         return _read_file(f.path, f.size)
     except OSError as e:
-        raise ConfigError(f"cannot read {f.path!r}: {e.strerror}", key=key, field=f.field, path=f.path) from None
+        raise ReadError(f"cannot read {f.path!r}: {e.strerror}", key=key, field=f.field, path=f.path) from None
 
 
 def _source_checksum(f: SourceFile, algo: str) -> int:
@@ -121,7 +121,7 @@ def _source_checksum(f: SourceFile, algo: str) -> int:
             while chunk := src.read(_HASH_CHUNK):
                 h.update(chunk)
     except OSError as e:
-        raise ConfigError(f"cannot read {f.path!r}: {e.strerror}", field=f.field, path=f.path) from None
+        raise ReadError(f"cannot read {f.path!r}: {e.strerror}", field=f.field, path=f.path) from None
     return h.intdigest()
 
 
@@ -267,7 +267,8 @@ def pack(
     Raises:
         ConfigError: bad arguments or unusable sources (a source that does not
             exist, a symbolic-link loop, ``out_dir`` that is a file or a source).
-        OSError: a folder or file that cannot be read or written (named by the error).
+        ReadError: a source file that cannot be read, or changed size while packed.
+        OSError: a folder that cannot be read, a file that cannot be written (named by the error).
     """
     _check_args(shard_size, workers)
     align = check_align(align)

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from feedline.errors import ConfigError
+from feedline.errors import ConfigError, ReadError
 from feedline.format._atomic import fsync_dir, remove_quietly, start_writeback, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
@@ -157,9 +157,11 @@ class ShardWriter:
                 None entries, and streamed files, are computed here).
 
         Raises:
-            ConfigError: bad key or field name, an empty sample, or a streamed
-                file that cannot be read or changed size (the shard is then
-                unusable: leave the ``with`` block with the error).
+            ConfigError: bad key or field name, or an empty sample.
+            ReadError: a streamed file that cannot be opened (before any byte
+                of the sample is written), or that cannot be read or changed
+                size while copied (the shard is then unusable: leave the
+                ``with`` block with the error).
         """
         if self._fd is None:
             raise ValueError("write_sample on a closed ShardWriter")
@@ -245,7 +247,7 @@ class ShardWriter:
         try:
             return os.open(path, os.O_RDONLY)
         except OSError as e:
-            raise ConfigError(f"cannot read {path!r}: {e.strerror}", key=key, field=field, path=path) from None
+            raise ReadError(f"cannot read {path!r}: {e.strerror}", key=key, field=field, path=path) from None
 
     def _copy_file(self, key: str, field: str, src: FilePayload, fd: int) -> int:
         """Copy ``src`` into the shard in chunks through one reused buffer; its checksum."""
@@ -268,9 +270,9 @@ class ShardWriter:
                 left -= got
             extra = os.read(fd, 1) if left == 0 else b""
         except OSError as e:
-            raise ConfigError(f"cannot read {src.path!r}: {e.strerror}", key=key, field=field, path=src.path) from None
+            raise ReadError(f"cannot read {src.path!r}: {e.strerror}", key=key, field=field, path=src.path) from None
         if left or extra:
-            raise ConfigError(
+            raise ReadError(
                 f"{src.path!r} changed size while it was packed (planned {src.size} bytes)",
                 key=key, field=field, path=src.path, fix="pack files that are not being written, or rerun",
             )
