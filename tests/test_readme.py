@@ -137,10 +137,12 @@ def test_every_readme_block_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{proc.stderr[-6000:]}\n--- stdout ---\n{proc.stdout[-3000:]}"
     # what the blocks promise exists
     for path in ("demo-run/report.html", "loader_state.json", "report.json", "report.html",
+                 "data/train/manifest.json",
                  "trace.json", "data/manifest.json", "data-wds/manifest.json",
                  "loader.json"):
         assert (tmp_path / path).exists(), path
     assert "resuming at epoch 2" in proc.stdout
+    assert "0=cats, 1=dogs, 2=owls" in proc.stdout  # feedline inspect of the packed ImageFolder
 
 
 def test_no_words_only_the_authors_know() -> None:

@@ -96,12 +96,36 @@ def test_center_crop_is_a_central_view() -> None:
     (lambda: vision.random_resized_crop(np.zeros((4, 4, 3), np.uint8), 2, scale=(0.5, 2)),
      ConfigError),
     (lambda: vision.ImageTransform("", 8), ConfigError),
+    (lambda: vision.ImageTransform((), 8), ConfigError),
+    (lambda: vision.ImageTransform("jpg", 8, out=""), ConfigError),
     (lambda: vision.ImageTransform("jpg", 8, std=(1, 0, 1)), ConfigError),
     (lambda: vision.ImageTransform("jpg", 8)({"png": np.zeros((4, 4, 3), np.uint8)}), ConfigError),
 ])
 def test_bad_input_is_a_clear_error(call, error) -> None:
     with pytest.raises(error):
         call()
+
+
+def test_to_rgb_handles_grey_alpha_and_rgb() -> None:
+    grey = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    assert np.array_equal(vision.to_rgb(grey), np.repeat(grey[:, :, None], 3, axis=2))
+    rgba = np.zeros((3, 4, 4), np.uint8)
+    rgba[..., 3] = 255
+    assert vision.to_rgb(rgba).shape == (3, 4, 3) and vision.to_rgb(rgba).max() == 0
+    la = np.stack([grey, np.full_like(grey, 255)], axis=2)
+    assert np.array_equal(vision.to_rgb(la)[..., 2], grey)
+    rgb = np.zeros((3, 4, 3), np.uint8)
+    assert vision.to_rgb(rgb) is rgb
+
+
+def test_transform_takes_the_first_present_of_several_fields() -> None:
+    tf = vision.ImageTransform(("jpg", "png"), size=8, out="image")
+    from_png = tf({"png": np.zeros((20, 30, 4), np.uint8), "cls": 2, "__key__": "a"})
+    from_jpg = tf({"jpg": np.zeros((30, 20), np.uint8), "cls": 1})
+    assert set(from_png) == {"image", "cls", "__key__"} and set(from_jpg) == {"image", "cls"}
+    assert from_png["image"].shape == from_jpg["image"].shape == (3, 8, 8)
+    with pytest.raises(ConfigError, match="'jpg' or 'png'"):
+        tf({"txt": "x"})
 
 
 def test_eval_transform_is_deterministic_and_centred() -> None:

@@ -13,10 +13,11 @@ Helpers (all take and return numpy arrays; none allocates more than its output):
 
 - :func:`random_resized_crop`, :func:`resize`, :func:`center_crop` -> ``uint8`` HWC;
 - :func:`hflip`, :func:`random_hflip` -> ``uint8`` HWC (a view when flipped);
+- :func:`to_rgb` -> ``uint8`` HWC with 3 channels (grey repeated, alpha dropped);
 - :func:`to_chw` -> ``uint8`` CHW; :func:`normalize` -> ``float32`` CHW,
   ``(x / 255 - mean) / std`` per channel;
-- :class:`ImageTransform`: the usual train/eval recipe for one field, a
-  ready-made ``transform=``.
+- :class:`ImageTransform`: the usual train/eval recipe for the image field
+  (or fields, for a dataset mixing JPEG and PNG), a ready-made ``transform=``.
 
 Example::
 
@@ -60,6 +61,7 @@ __all__ = [
     "random_resized_crop",
     "resize",
     "to_chw",
+    "to_rgb",
 ]
 
 
@@ -243,33 +245,56 @@ def normalize(
     return out
 
 
-class ImageTransform:
-    """The usual image recipe for one field of a sample, as a ``transform=``.
+def to_rgb(img: np.ndarray) -> np.ndarray:
+    """Three channels: grey (and grey + alpha) repeated, an alpha channel dropped."""
+    src = _image(img)
+    c = src.shape[2]
+    if c == 3:
+        return src
+    if c in (1, 2):
+        return np.repeat(src[:, :, :1], 3, axis=2)
+    if c == 4:
+        return src[:, :, :3]
+    raise ConfigError(f"to_rgb: cannot make RGB from {c} channels")
 
-    ``train=True``: :func:`random_resized_crop` to ``size``, :func:`random_hflip`;
+
+class ImageTransform:
+    """The usual image recipe for the image of a sample, as a ``transform=``.
+
+    The image is made RGB (:func:`to_rgb`), then ``train=True``:
+    :func:`random_resized_crop` to ``size``, :func:`random_hflip`;
     ``train=False``: :func:`resize` the short side to ``size / 0.875`` and
     :func:`center_crop` ``size``. Then :func:`normalize` to ``float32`` CHW, or
-    :func:`to_chw` (``uint8``) when ``mean=None``.
+    :func:`to_chw` (``uint8``) when ``mean=None``. Every sample thus leaves with
+    an image of one shape, whatever its size, orientation or channels.
 
     Args:
-        field: the image field of the sample (``"jpg"``, ``"png"``, ``"image"``...).
+        field: the image field (``"jpg"``), or several (``("jpg", "png")``) when a
+            dataset mixes formats: each sample's first present one is used, the
+            others are dropped, and the result is stored under ``out``.
         size: output ``(height, width)``, or an int for square.
         train: random augmentation (True) or the deterministic eval path.
         mean, std: per-channel statistics in 0..1 units; ``mean=None`` skips
             normalising.
+        out: the field name of the result (default: the first of ``field``).
 
     Raises:
-        ConfigError: a bad argument; at call time, a sample without ``field`` or
-            whose ``field`` is not a uint8 image (the loader adds the sample key).
+        ConfigError: a bad argument; at call time, a sample with none of the
+            fields or whose image is not ``uint8`` (the loader adds the sample key).
     """
 
     def __init__(
-        self, field: str, size: int | Sequence[int] = 224, *, train: bool = True,
-        mean: Sequence[float] | None = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
+        self, field: str | Sequence[str], size: int | Sequence[int] = 224, *,
+        train: bool = True, mean: Sequence[float] | None = IMAGENET_MEAN,
+        std: Sequence[float] = IMAGENET_STD, out: str | None = None,
     ) -> None:
-        if not isinstance(field, str) or not field:
-            raise ConfigError(f"ImageTransform: field must be a field name, got {field!r}")
-        self.field = field
+        fields = (field,) if isinstance(field, str) else tuple(field)
+        if not fields or not all(isinstance(f, str) and f for f in fields):
+            raise ConfigError(f"ImageTransform: field must be a field name or names, got {field!r}")
+        if out is not None and (not isinstance(out, str) or not out):
+            raise ConfigError(f"ImageTransform: out must be a field name, got {out!r}")
+        self.fields = fields
+        self.out = out or fields[0]
         self.size = _size(size)
         self.train = bool(train)
         self.mean = None if mean is None else tuple(float(v) for v in mean)
@@ -278,24 +303,24 @@ class ImageTransform:
             normalize(np.zeros((1, 1, 3), np.uint8), self.mean, self.std)  # checks them now
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(sample, dict) or self.field not in sample:
+        name = next((f for f in self.fields if isinstance(sample, dict) and f in sample), None)
+        if name is None:
             have = sorted(sample) if isinstance(sample, dict) else type(sample).__name__
-            raise ConfigError(f"ImageTransform: the sample has no field {self.field!r} "
-                              f"(it has {have})", fix="pass the image field's name")
-        img = _image(sample[self.field], name=f"field {self.field!r}")
+            want = " or ".join(repr(f) for f in self.fields)
+            raise ConfigError(f"ImageTransform: the sample has no field {want} (it has {have})",
+                              fix="pass the image field's name(s)")
+        img = to_rgb(_image(sample[name], name=f"field {name!r}"))
         if self.train:
             img = random_hflip(random_resized_crop(img, self.size))
         else:
             oh, ow = self.size
-            short = min(img.shape[0], img.shape[1])
-            target = max(oh, ow) / 0.875
-            f = target / short
+            f = max(oh, ow) / 0.875 / min(img.shape[0], img.shape[1])
             img = center_crop(resize(img, (max(oh, round(img.shape[0] * f)),
                                            max(ow, round(img.shape[1] * f)))), self.size)
-        out = dict(sample)
-        out[self.field] = to_chw(img) if self.mean is None else normalize(img, self.mean, self.std)
-        return out
+        result = {k: v for k, v in sample.items() if k not in self.fields}
+        result[self.out] = to_chw(img) if self.mean is None else normalize(img, self.mean, self.std)
+        return result
 
     def __repr__(self) -> str:
-        return (f"ImageTransform({self.field!r}, size={self.size}, train={self.train}, "
-                f"mean={self.mean}, std={self.std})")
+        return (f"ImageTransform({self.fields!r}, size={self.size}, train={self.train}, "
+                f"mean={self.mean}, std={self.std}, out={self.out!r})")
