@@ -118,3 +118,27 @@ def test_default_workers_leave_cores_to_a_cpu_step() -> None:
     cores = len(os.sched_getaffinity(0))
     assert default_workers("cuda") == min(cores, 8)
     assert default_workers("cpu") == max(1, cores // 2)
+
+
+def test_cycle_sets_a_new_epoch_for_each_pass() -> None:
+    import warnings
+
+    import numpy as np
+
+    import feedline
+    from feedline.demo.runs import cycle
+
+    class Ten:
+        def __len__(self) -> int:
+            return 10
+
+        def __getitem__(self, i: int) -> dict:
+            return {"i": np.int64(i)}
+
+    loader = feedline.Loader(Ten(), batch_size=5, workers=1, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "order repeats" warning: each pass is a new epoch
+        orders = [b["i"].tolist() for b in cycle(loader, 6, name="x", epochs=loader)]
+    passes = [orders[k] + orders[k + 1] for k in (0, 2, 4)]
+    assert all(sorted(p) == list(range(10)) for p in passes)
+    assert len({tuple(p) for p in passes}) > 1  # the order changes from pass to pass

@@ -79,15 +79,22 @@ def _fresh(init: dict[str, torch.Tensor], imu_shape: tuple[int, int], device: to
     return model, torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
 
 
-def cycle(batches: Iterable[T], steps: int, *, name: str) -> Iterator[T]:
+def cycle(batches: Iterable[T], steps: int, *, name: str, epochs: Any = None) -> Iterator[T]:
     """Exactly ``steps`` items of ``batches``, iterating it again as often as needed.
+
+    ``epochs``: the loader under ``batches`` (it may be ``batches`` itself); when it
+    has ``set_epoch``, pass ``n`` is epoch ``n`` (a new order, as in training).
 
     Raises:
         ValueError: a pass over ``batches`` yields nothing.
     """
-    done = 0
+    done, epoch = 0, 0
+    set_epoch = getattr(epochs, "set_epoch", None)
     while done < steps:
         before = done
+        if set_epoch is not None:
+            set_epoch(epoch)
+        epoch += 1
         for batch in batches:
             yield batch
             done += 1
@@ -108,7 +115,7 @@ def warm_up(init: dict[str, torch.Tensor], imu_shape: tuple[int, int],
     dev = torch.device(device)
     model, opt = _fresh(init, imu_shape, dev)
     for loader in loaders:
-        for batch in cycle(loader, steps, name="warm-up"):
+        for batch in cycle(loader, steps, name="warm-up", epochs=loader):
             train_step(model, opt, to_device(batch, dev), dev)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -159,7 +166,7 @@ def measured_run(
     losses: list[torch.Tensor] = []
     start = time.perf_counter()
     with watched:  # hooks come off even when a step raises
-        for batch in cycle(watched, steps, name=name):
+        for batch in cycle(watched, steps, name=name, epochs=batches):
             if copy_to_device:
                 with spans.span("h2d"):
                     batch = to_device(batch, dev)
