@@ -1,0 +1,53 @@
+"""One rank of the DCP interop test (run as a script): ``ck_dcp_child.py DIR RANK WORLD PORT``.
+
+Saves with ``dcp.async_save(..., async_stager=CheckpointStager())`` twice (the
+second save must reuse the staging buffer), changes the live state right
+after each call returns, then loads into zeroed tensors and checks the values
+are the ones at save time. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from feedline.checkpoint import CheckpointStager
+
+
+def make(rank: int, step: int) -> dict:
+    torch.manual_seed(step)  # the model is replicated: the same on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.LayerNorm(17))
+    return {"model": model.state_dict(), "step": step,
+            "local": {f"rank{rank}": torch.arange(1000, dtype=torch.float64) * (rank + 1) + step}}
+
+
+def main(directory: str, rank: int, world: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    stager = CheckpointStager()
+    out: dict[str, object] = {"rank": rank}
+    for step in (1, 2):
+        state = make(rank, step)
+        expect = {k: v.clone() for k, v in state["model"].items()}
+        fut = dcp.async_save(state, checkpoint_id=f"{directory}/s{step}", async_stager=stager)
+        for v in state["model"].values():
+            v.add_(100.0)  # training goes on while DCP writes the staged copy
+        state["local"][f"rank{rank}"].zero_()
+        fut.result()
+        target = {"model": {k: torch.zeros_like(v) for k, v in expect.items()}, "step": 0,
+                  "local": {f"rank{rank}": torch.zeros(1000, dtype=torch.float64)}}
+        dcp.load(target, checkpoint_id=f"{directory}/s{step}")
+        ok = all(torch.equal(target["model"][k], expect[k]) for k in expect)
+        local_ok = torch.equal(target["local"][f"rank{rank}"], torch.arange(1000, dtype=torch.float64) * (rank + 1) + step)
+        out[f"step{step}"] = {"model_ok": ok, "local_ok": local_ok, "step": target["step"]}
+    out["allocations"] = stager.allocations
+    stager.close()
+    dist.destroy_process_group()
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
