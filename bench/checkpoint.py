@@ -1,0 +1,258 @@
+"""How long does a checkpoint stop training? torch.save vs dcp.save vs dcp.async_save vs Checkpointer.
+
+Question: with ~1 GiB of training state on CPU (a real model, a Transformer
+encoder scaled up, plus its AdamW state after one step), how long is the
+training loop blocked per save, and how long until the checkpoint is durable
+(fsynced)? Contenders, interleaved round by round (order rotated each round):
+``torch.save`` + fsync (blocking: the baseline), ``dcp.save``,
+``dcp.async_save``, and ``feedline.checkpoint.Checkpointer.save`` (io=auto).
+Also: write throughput of feedline's O_DIRECT writer vs
+``dd if=/dev/zero oflag=direct bs=8M conv=fsync`` to the same folder
+(interleaved), and a training loop that saves every 50 steps vs the same loop
+without saves (stall %). Torch runs with one thread (the writer thread needs the other
+core of a 2-core host). Goals: blocked <= 0.1x torch.save and <= 0.5x
+dcp.async_save; direct write >= 0.9x dd; loop within 3 %.
+
+    .venv/bin/python bench/checkpoint.py [--quick] [--repeat N] [--dir DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from feedline.checkpoint import Checkpointer
+from feedline.checkpoint._writers import DirectWriter
+from feedline.io._buffers import aligned_empty
+
+
+def make_state(d_model: int, layers: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """A Transformer encoder and its AdamW state after one step (params + exp_avg + exp_avg_sq)."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model, nhead=8, dim_feedforward=4 * d_model, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model(torch.randn(1, 4, d_model)).sum().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return model, opt
+
+
+def state_of(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    return {"model": model.state_dict(), "optim": opt.state_dict()}
+
+
+def nbytes_of(state: Any) -> int:
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(nbytes_of(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(nbytes_of(v) for v in state)
+    return 0
+
+
+def _fsync_path(path: Path) -> None:
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def save_torch(state: dict[str, Any], where: Path, ck: Any) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    torch.save(state, where / "ckpt.pt")
+    _fsync_path(where / "ckpt.pt")  # durable, as the others are; the loop waits for all of it
+    t = time.perf_counter() - t0
+    return t, t
+
+
+def save_dcp(state: dict[str, Any], where: Path, ck: Any) -> tuple[float, float]:
+    import torch.distributed.checkpoint as dcp
+
+    t0 = time.perf_counter()
+    dcp.save(state, checkpoint_id=str(where / "dcp"))
+    t = time.perf_counter() - t0
+    return t, t
+
+
+def save_dcp_async(state: dict[str, Any], where: Path, ck: Any) -> tuple[float, float]:
+    import torch.distributed.checkpoint as dcp
+
+    t0 = time.perf_counter()
+    fut = dcp.async_save(state, checkpoint_id=str(where / "dcp_async"))
+    t1 = time.perf_counter()
+    fut.result()
+    return t1 - t0, time.perf_counter() - t0
+
+
+def save_feedline(state: dict[str, Any], where: Path, ck: Checkpointer) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    ck.save(len(ck.stats.blocked_s), state)
+    t1 = time.perf_counter()
+    ck.wait()
+    return t1 - t0, time.perf_counter() - t0
+
+
+CONTENDERS = {"torch.save": save_torch, "dcp.save": save_dcp, "dcp.async_save": save_dcp_async,
+              "Checkpointer.save": save_feedline}
+
+
+def bench_saves(state: dict[str, Any], root: Path, repeat: int) -> dict[str, dict[str, Any]]:
+    ck = Checkpointer(root / "feedline", keep=1, io="auto")
+    runs: dict[str, dict[str, list[float]]] = {n: {"blocked": [], "durable": []} for n in CONTENDERS}
+    names = list(CONTENDERS)
+    for r in range(repeat + 1):  # round 0 is a warm-up (first allocations, imports), not counted
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            where = Path(tempfile.mkdtemp(dir=root, prefix="round-"))
+            blocked, durable = CONTENDERS[name](state, where, ck)
+            shutil.rmtree(where)
+            if r:
+                runs[name]["blocked"].append(blocked)
+                runs[name]["durable"].append(durable)
+    ck.close()
+    out = {n: {"blocked_s": statistics.median(v["blocked"]), "durable_s": statistics.median(v["durable"]),
+               "blocked_runs": v["blocked"], "durable_runs": v["durable"]} for n, v in runs.items()}
+    out["Checkpointer.save"]["writer"] = ck.writer_choice.name if ck.writer_choice else None
+    out["Checkpointer.save"]["writer_reason"] = ck.writer_choice.reason if ck.writer_choice else None
+    out["Checkpointer.save"]["staging_allocations"] = ck.staging_allocations
+    return out
+
+
+def bench_write(nbytes: int, root: Path, repeat: int) -> dict[str, Any]:
+    """feedline's O_DIRECT writer vs dd oflag=direct bs=8M conv=fsync, same size, same folder, interleaved."""
+    count = max(1, nbytes // (8 << 20))
+    size = count * (8 << 20)
+    buf = aligned_empty(size)
+    buf[:] = 1
+    writer = DirectWriter()
+    ours: list[float] = []
+    dd: list[float] = []
+    for r in range(repeat + 1):
+        path = root / "write.bin"
+        t0 = time.perf_counter()
+        writer.write(str(path), buf, size)
+        t_ours = time.perf_counter() - t0
+        path.unlink()
+        t0 = time.perf_counter()
+        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "oflag=direct", "bs=8M", f"count={count}",
+                        "conv=fsync"], check=True, capture_output=True)
+        t_dd = time.perf_counter() - t0
+        path.unlink()
+        if r:
+            ours.append(size / t_ours)
+            dd.append(size / t_dd)
+    return {"bytes": size, "feedline_MBps": statistics.median(ours) / 1e6, "dd_MBps": statistics.median(dd) / 1e6,
+            "feedline_runs_MBps": [x / 1e6 for x in ours], "dd_runs_MBps": [x / 1e6 for x in dd],
+            "direct": writer.fallback_reason is None, "fallback_reason": writer.fallback_reason}
+
+
+def bench_loop(root: Path, steps: int, every: int, repeat: int, d_model: int) -> dict[str, Any]:
+    """A real training loop (Transformer encoder, AdamW) with a save every ``every`` steps vs without."""
+    model, opt = make_state(d_model, 2)
+    x = torch.randn(8, 32, d_model)
+
+    def run(save: bool) -> tuple[float, float]:
+        ck = Checkpointer(root / "loop", keep=1, io="auto") if save else None
+        t0 = time.perf_counter()
+        for step in range(steps):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if ck is not None and step % every == every - 1:
+                ck.save(step, {"model": model.state_dict(), "optim": opt.state_dict(), "step": step})
+        elapsed = time.perf_counter() - t0  # the loop's time; the last write may still finish below
+        blocked = sum(ck.stats.blocked_s) if ck is not None else 0.0
+        if ck is not None:
+            ck.close()
+        return elapsed, blocked
+
+    run(True)  # warm-up
+    plain: list[float] = []
+    saving: list[float] = []
+    blocked: list[float] = []
+    for _ in range(repeat):
+        plain.append(run(False)[0])
+        t, b = run(True)
+        saving.append(t)
+        blocked.append(b)
+    ratio = statistics.median(s / p for s, p in zip(saving, plain, strict=True))
+    return {"steps": steps, "save_every": every, "state_bytes": nbytes_of(state_of(model, opt)),
+            "plain_s": statistics.median(plain), "saving_s": statistics.median(saving),
+            "plain_runs": plain, "saving_runs": saving, "blocked_s": statistics.median(blocked),
+            "ratio": ratio, "stall_pct": (ratio - 1) * 100, "goal_pct": 3.0}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny state for smoke tests")
+    p.add_argument("--repeat", type=int, default=None, help="counted rounds per contender (median reported)")
+    p.add_argument("--dir", default=None, help="folder on the disk to measure (default: bench/results)")
+    p.add_argument("--json", default=None, help="write results to this JSON file")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)  # 2 shared cores: more threads oversubscribe them (and the writer needs one)
+    repeat = args.repeat or (1 if args.quick else 5)
+    d_model, layers = (64, 2) if args.quick else (1024, 7)
+    base = Path(args.dir or Path(__file__).resolve().parent / "results")
+    base.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(dir=base, prefix="bench-checkpoint-"))
+    try:
+        model, opt = make_state(d_model, layers)
+        state = state_of(model, opt)
+        size = nbytes_of(state)
+        saves = bench_saves(state, root, repeat)
+        del state, model, opt
+        write = bench_write(size, root, repeat)
+        loop = bench_loop(root, 20 if args.quick else 200, 10 if args.quick else 50, repeat,
+                          32 if args.quick else 256)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    ours = saves["Checkpointer.save"]["blocked_s"]
+    comparisons = [
+        {"what": "blocked per save", "ours": "Checkpointer.save", "baseline": "torch.save",
+         "ratio": ours / saves["torch.save"]["blocked_s"], "goal": "<= 0.1"},
+        {"what": "blocked per save", "ours": "Checkpointer.save", "baseline": "dcp.async_save",
+         "ratio": ours / saves["dcp.async_save"]["blocked_s"], "goal": "<= 0.5"},
+        {"what": "write throughput", "ours": "feedline direct", "baseline": "dd oflag=direct bs=8M",
+         "ratio": write["feedline_MBps"] / write["dd_MBps"], "goal": ">= 0.9"},
+        {"what": "training loop time", "ours": f"save every {loop['save_every']}", "baseline": "no saves",
+         "ratio": loop["ratio"], "goal": "<= 1.03"},
+    ]
+    result = {"question": "time the loop is blocked per checkpoint, time to durable, write throughput, loop stall",
+              "quick": args.quick, "repeat": repeat, "state_bytes": size, "dir": str(base),
+              "saves": saves, "write": write, "loop": loop, "comparisons": comparisons,
+              "note": "measured on a host shared with other work; medians of interleaved rounds"}
+    print(f"state: {size / 2**30:.3f} GiB (TransformerEncoder d={d_model} x{layers} + AdamW), "
+          f"{repeat} interleaved rounds, folder {base}")
+    print(f"  {'contender':20s} {'blocked/save':>14s} {'durable':>10s}")
+    for name, row in saves.items():
+        print(f"  {name:20s} {row['blocked_s'] * 1e3:11.1f} ms {row['durable_s']:8.2f} s")
+    print(f"  Checkpointer writer: {saves['Checkpointer.save']['writer']} "
+          f"({saves['Checkpointer.save']['writer_reason']})")
+    print(f"  write {write['bytes'] / 2**20:.0f} MiB: feedline direct {write['feedline_MBps']:.0f} MB/s, "
+          f"dd oflag=direct bs=8M {write['dd_MBps']:.0f} MB/s")
+    print(f"  loop {loop['steps']} steps: plain {loop['plain_s']:.2f} s, saving every {loop['save_every']} "
+          f"{loop['saving_s']:.2f} s (stall {loop['stall_pct']:+.1f} %, blocked {loop['blocked_s'] * 1e3:.1f} ms)")
+    for c in comparisons:
+        print(f"  {c['what']}: {c['ours']} / {c['baseline']} = {c['ratio']:.3f} (goal {c['goal']})")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Smoke test of bench/checkpoint.py at --quick size: it runs and writes well-formed results
+(no timing assertions: the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(240)
+def test_quick_run_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "o.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "checkpoint.py"), "--quick", "--repeat", "1",
+                           "--dir", str(tmp_path), "--json", str(out)],
+                          capture_output=True, text=True, timeout=230, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert set(doc["saves"]) == {"torch.save", "dcp.save", "dcp.async_save", "Checkpointer.save"}
+    for row in doc["saves"].values():
+        assert 0 < row["blocked_s"] <= row["durable_s"] and len(row["blocked_runs"]) == 1
+    assert doc["saves"]["Checkpointer.save"]["staging_allocations"] == 1
+    assert doc["write"]["feedline_MBps"] > 0 and doc["write"]["dd_MBps"] > 0
+    assert doc["loop"]["plain_s"] > 0 and doc["loop"]["saving_s"] > 0
+    assert len(doc["comparisons"]) == 4 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
+                                                 for c in doc["comparisons"])
+    assert "blocked per save" in proc.stdout
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("bench-checkpoint-")]  # cleaned up
