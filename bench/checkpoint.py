@@ -13,7 +13,12 @@ without saves (stall %). Torch runs with one thread (the writer thread needs the
 core of a 2-core host). Goals: blocked <= 0.1x torch.save and <= 0.5x
 dcp.async_save; direct write >= 0.9x dd; loop within 3 %.
 
-    .venv/bin/python bench/checkpoint.py [--quick] [--repeat N] [--dir DIR] [--json PATH]
+    .venv/bin/python bench/checkpoint.py [--quick] [--repeat N] [--dir DIR] [--json PATH] [--device cuda]
+
+With ``--device cuda`` (the GPU check) the state lives on the GPU instead and
+the script reports the blocked time against state size / measured D2H
+bandwidth, and ``io="gds"`` (KvikIO from device memory) vs ``io="direct"``
+(pinned bounce buffer).
 """
 
 from __future__ import annotations
@@ -196,12 +201,58 @@ def bench_loop(root: Path, steps: int, every: int, repeat: int, d_model: int) ->
             "ratio": ratio, "stall_pct": (ratio - 1) * 100, "goal_pct": 3.0}
 
 
+def bench_gpu(device: str, d_model: int, layers: int, root: Path, repeat: int) -> dict[str, Any]:
+    """CUDA state: blocked time vs state size / D2H bandwidth; GDS writes vs the pinned bounce buffer."""
+    model, opt = make_state(d_model, layers)
+    model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model(torch.randn(1, 4, d_model, device=device)).sum().backward()
+    opt.step()
+    state = state_of(model, opt)
+    size = nbytes_of(state)
+    src = torch.empty(size, dtype=torch.uint8, device=device)
+    dst = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    d2h = []
+    for _ in range(repeat + 1):
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize(device)
+        d2h.append(size / (time.perf_counter() - t0))
+    del src, dst
+    bw = statistics.median(d2h[1:])
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "state_bytes": size, "d2h_GBps": bw / 1e9,
+                           "ideal_blocked_s": size / bw, "io": {}}
+    for io in ("direct", "gds"):
+        try:
+            ck = Checkpointer(root / io, keep=1, io=io)
+            blocked, durable = [], []
+            for r in range(repeat + 1):
+                b, d = save_feedline(state, root, ck)
+                if r:
+                    blocked.append(b)
+                    durable.append(d)
+            ck.close()
+            out["io"][io] = {"blocked_s": statistics.median(blocked), "durable_s": statistics.median(durable),
+                             "blocked_vs_ideal": statistics.median(blocked) / (size / bw),
+                             "write_MBps": size / statistics.median(d - b for d, b in zip(durable, blocked, strict=True)) / 1e6,
+                             "writer": ck.writer_choice.name if ck.writer_choice else None}
+        except Exception as e:  # kvikio missing: say so in the result, keep the other row
+            out["io"][io] = {"error": f"{type(e).__name__}: {e}"}
+    for io, row in out["io"].items():
+        print(f"  {io:7s} " + (f"blocked {row['blocked_s'] * 1e3:.1f} ms ({row['blocked_vs_ideal']:.2f}x size/D2H), "
+                               f"durable {row['durable_s']:.2f} s, write {row['write_MBps']:.0f} MB/s"
+                               if "error" not in row else row["error"]))
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny state for smoke tests")
     p.add_argument("--repeat", type=int, default=None, help="counted rounds per contender (median reported)")
     p.add_argument("--dir", default=None, help="folder on the disk to measure (default: bench/results)")
     p.add_argument("--json", default=None, help="write results to this JSON file")
+    p.add_argument("--device", default="cpu", help="cpu (the comparisons) or cuda[:N] (D2H-bound staging, GDS)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # 2 shared cores: more threads oversubscribe them (and the writer needs one)
     repeat = args.repeat or (1 if args.quick else 5)
@@ -209,6 +260,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = Path(args.dir or Path(__file__).resolve().parent / "results")
     base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(dir=base, prefix="bench-checkpoint-"))
+    if args.device != "cpu":
+        try:
+            print(f"CUDA state, {repeat} rounds, folder {base}")
+            gpu = bench_gpu(args.device, d_model, layers, root, repeat)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump({"quick": args.quick, "repeat": repeat, "gpu": gpu}, fh, indent=1)
+        return gpu
     try:
         model, opt = make_state(d_model, layers)
         state = state_of(model, opt)

@@ -30,6 +30,7 @@ GPU_BENCHES: list[tuple[str, str, list[str]]] = [
     ("read_gds", "bench/read_gds.py", []),
     ("diagnose_overhead", "bench/diagnose_overhead.py", []),
     ("gpu_decode", "bench/gpu_decode.py", []),
+    ("checkpoint", "bench/checkpoint.py", []),
     ("demo", "-m", ["feedline", "demo", "--device", "cuda"]),
     # not a GPU bench: the JPEG loader goals (1.5x vs DataLoader / WebDataset) on a host
     # with many cores, since 2 cores cap them (see the ceiling line it prints)

@@ -1,0 +1,95 @@
+"""GPU-machine checks of feedline.checkpoint: CUDA states staged through pinned memory, GDS writes.
+
+Collected only with FEEDLINE_GPU=1 (bench/gpu_check.py). Fails, never skips,
+without CUDA; the gds test needs kvikio (the GPU check installs it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from feedline.checkpoint import Checkpointer, CheckpointStager, load
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    base = Path(__file__).resolve().parents[2] / ".pytest_cache"  # a disk-backed folder (GDS needs one)
+    base.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(dir=base, prefix="ckpt-"))
+    yield path
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _cuda_state() -> dict:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 77)).cuda()
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(8, 256, device="cuda")).sum().backward()
+    opt.step()
+    return {"model": model.state_dict(), "optim": opt.state_dict(), "odd": torch.arange(1001, device="cuda",
+                                                                                      dtype=torch.int16)}
+
+
+def _same(a: dict, b: dict) -> None:
+    for k in a["model"]:
+        assert torch.equal(a["model"][k].cpu(), b["model"][k].cpu()), k
+    for i, s in a["optim"]["state"].items():
+        for k, v in s.items():
+            assert torch.equal(v.cpu(), b["optim"]["state"][i][k].cpu()), (i, k)
+    assert torch.equal(a["odd"].cpu(), b["odd"].cpu())
+
+
+@pytest.mark.parametrize("io", ["direct", "auto"])
+def test_cuda_state_round_trips_through_pinned_staging(scratch: Path, io: str) -> None:
+    state = _cuda_state()
+    expect = {"model": {k: v.clone() for k, v in state["model"].items()}, "optim": state["optim"],
+              "odd": state["odd"].clone()}
+    with Checkpointer(scratch, io=io) as ck:
+        ck.save(1, state)
+        for v in state["model"].values():
+            v.add_(1)  # a kernel right after save() must not reach the checkpoint
+        ck.wait()
+        assert ck._arena is not None and (ck._arena.pinned or ck.writer_choice.name == "gds")
+        got = ck.load()
+        assert ck.writer_choice is not None and ck.writer_choice.reason
+    _same(expect, got)
+    target = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}}
+    load(scratch, into=target)
+    assert target["model"]["0.weight"].is_cuda
+    assert torch.equal(target["model"]["0.weight"].cpu(), expect["model"]["0.weight"].cpu())
+
+
+def test_gds_writes_from_device_memory(scratch: Path) -> None:
+    state = _cuda_state()
+    with Checkpointer(scratch, io="gds") as ck:
+        ck.save(3, state)
+        ck.wait()
+        assert ck.writer_choice is not None and ck.writer_choice.name == "gds"
+        assert ck._arena is not None and ck._arena.device.startswith("cuda")
+        _same(state, ck.load())
+
+
+def test_repeated_cuda_saves_allocate_pinned_staging_once(scratch: Path) -> None:
+    state = _cuda_state()
+    with Checkpointer(scratch, io="direct", keep=2) as ck:
+        for step in range(5):
+            ck.save(step, state)
+        ck.wait()
+        assert ck.staging_allocations == 1 and ck.steps() == [3, 4]
+
+
+def test_dcp_stager_pins_cuda_states() -> None:
+    stager = CheckpointStager()
+    live = {"w": torch.randn(1000, 10, device="cuda")}
+    staged = stager.stage(live)
+    live["w"].mul_(2)
+    assert staged["w"].device.type == "cpu" and staged["w"].is_pinned()
+    assert torch.equal(staged["w"] * 2, live["w"].cpu())
+    stager.close()
