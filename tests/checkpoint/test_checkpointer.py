@@ -213,3 +213,20 @@ def test_resume_a_real_training_loop(tmp_path: Path) -> None:
     full = run(False, 20)
     os.unlink(tmp_path / "ck" / "step-0000000019.json")  # pretend the run died after step 14's save
     assert run(True, 20) == full[15:]
+
+
+def test_feedline_watch_reports_checkpoint_as_its_own_stage(tmp_path: Path) -> None:
+    import feedline
+    from feedline.observe import render_text
+
+    model = torch.nn.Linear(64, 64)
+    batches = [torch.randn(8, 64) for _ in range(12)]
+    with Checkpointer(tmp_path, io="buffered") as ck:
+        w = feedline.watch(batches, device="cpu")
+        for i, x in enumerate(w):
+            model(x).sum().backward()
+            if i % 4 == 3:
+                ck.save(i, {"model": model.state_dict()})
+        rep = w.report()
+    assert rep.stages["checkpoint"].count == 3
+    assert "checkpoint" in render_text(rep)
