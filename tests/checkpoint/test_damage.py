@@ -114,3 +114,22 @@ def test_load_into_updates_arrays_and_tensors_in_place(tmp_path: Path) -> None:
     assert out["a"] is dst["a"] and out["m"]["weight"] is dst["m"]["weight"]
     np.testing.assert_array_equal(dst["a"], src["a"])
     assert torch.equal(dst["m"]["weight"], src["m"]["weight"])
+
+
+@pytest.mark.parametrize("edit", ["shape", "dtype", "kind", "skeleton", "nbytes"])
+def test_a_hostile_header_is_a_format_error_not_a_crash(saved: tuple[Path, dict], edit: str) -> None:
+    d, header = saved
+    t = next(t for t in header["tensors"] if t["nbytes"] >= 16)
+    if edit == "shape":
+        t["shape"] = [t["nbytes"] * 1000]
+    elif edit == "dtype":
+        t["dtype"] = "no_such_dtype" if t["kind"] == "torch" else "|O"
+    elif edit == "kind":
+        t["kind"] = "pickle"
+    elif edit == "skeleton":
+        header["state"] = {"x": {"__tensor__": 10_000}}
+    else:
+        t["nbytes"] = 3
+    (d / "step-0000000001.json").write_text(json.dumps(header))
+    with pytest.raises(FormatError):
+        load(d, verify=False)

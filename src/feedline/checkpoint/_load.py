@@ -87,13 +87,23 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
         step = steps[-1]
     header = read_header(d, step)
     buf = read_data(d, header, verify=verify)
+    leaves = []
+    for entry in header.entries:
+        try:
+            leaves.append(bytes_view(buf, entry))
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise FormatError(f"tensor {entry.name!r}: dtype {entry.dtype!r}, shape {list(entry.shape)} and "
+                              f"{entry.nbytes} bytes do not fit ({e})", path=str(d), tensor=entry.name,
+                              fix=_DAMAGED) from e
     try:
-        leaves = [bytes_view(buf, e) for e in header.entries]
-    except (ValueError, TypeError) as e:
-        raise FormatError(f"checkpoint header has an unusable tensor ({e})", path=str(d), fix=_DAMAGED) from e
-    if into is not None:
-        _copy_into(header, leaves, into)
-    return rebuild(header.skeleton, leaves)
+        if into is not None:
+            _copy_into(header, leaves, into)
+        return rebuild(header.skeleton, leaves)
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, StateError):
+            raise
+        raise FormatError(f"checkpoint header's state is malformed ({type(e).__name__}: {e})", path=str(d),
+                          fix=_DAMAGED) from e
 
 
 def _copy_into(header: Header, leaves: list[Any], into: Any) -> None:

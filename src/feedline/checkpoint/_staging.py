@@ -31,7 +31,10 @@ def bytes_view(buf: Any, entry: TensorEntry) -> Any:
     if entry.kind == "numpy":
         if not isinstance(raw, np.ndarray):
             raw = raw.cpu().numpy()
-        return raw.view(np.dtype(entry.dtype)).reshape(entry.shape)
+        dtype = np.dtype(entry.dtype)
+        if dtype.hasobject:
+            raise ValueError(f"dtype {entry.dtype!r} holds Python objects")
+        return raw.view(dtype).reshape(entry.shape)
     import torch
 
     t = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else raw
