@@ -31,10 +31,10 @@ def bytes_view(buf: Any, entry: TensorEntry) -> Any:
     if entry.kind == "numpy":
         if not isinstance(raw, np.ndarray):
             raw = raw.cpu().numpy()
-        dtype = np.dtype(entry.dtype)
-        if dtype.hasobject:
+        np_dtype = np.dtype(entry.dtype)
+        if np_dtype.hasobject:
             raise ValueError(f"dtype {entry.dtype!r} holds Python objects")
-        return raw.view(dtype).reshape(entry.shape)
+        return raw.view(np_dtype).reshape(entry.shape)
     import torch
 
     t = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else raw
