@@ -12,10 +12,11 @@ the report:
 * on SIGTERM, when the script has no handler of its own: the report is
   written, then the signal is delivered again with its default action, so the
   exit status stays "killed by SIGTERM";
-* as a partial report when a loader reaches 8, 16, 32... steps and every few
-  seconds (on a background thread; the timed ones take at most about 1% of the
-  run's time), so a script killed by SIGKILL, the OOM killer, a segfault or
-  ``os._exit`` still leaves the steps it ran.
+* as a partial report when a loader reaches 16, 64, 256... steps and every few
+  seconds (on a background thread; the timed ones take at most about 0.5% of
+  the run's time, the others a geometric series of it), so a script killed by
+  SIGKILL, the OOM killer, a segfault or ``os._exit`` still leaves the steps
+  it ran.
 
 At the ``--steps`` limit on the main thread the run ends with ``SystemExit(0)``;
 on another thread (a producer thread feeding a queue) the report is written
@@ -41,7 +42,7 @@ from feedline.observe._session import Session
 CONFIG_ENV = "FEEDLINE_DIAGNOSE"
 PID_ENV = "FEEDLINE_DIAGNOSE_PID"
 MAX_RESULT_SPANS = 200_000
-PARTIAL_DUTY = 0.01
+PARTIAL_DUTY = 0.005
 """Largest share of the run's time the partial-report thread may take."""
 
 
@@ -103,7 +104,7 @@ class Child:
         os.kill(os.getpid(), signum)
 
     def milestone(self) -> None:
-        """A loader reached 8, 16, 32... steps: take a partial report now (off this thread)."""
+        """A loader reached 16, 64, 256... steps: take a partial report now (off this thread)."""
         self._due.set()
 
     def _partials(self) -> None:
@@ -146,5 +147,6 @@ def bootstrap() -> None:
     child = Child(session, Path(cfg["result"]), Path(cfg["partial"]),
                   float(cfg.get("partial_every", 5.0)))
     holder.append(child)
+    session.warm_up()  # the report's imports and first numpy calls: not inside the steps
     session.start()
     child.start()

@@ -16,6 +16,7 @@ pays for nothing at an epoch end.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable
@@ -116,18 +117,16 @@ class LoaderClock:
         n = len(self.starts)
         waits = list(self.waits)
         bodies: list[float] = []
-        tids = self.tids
-        gaps = sorted(self.gaps)
+        gaps = _Intervals(self.gaps)
+        taken_from = _Intervals([(t0, t1) for tid, t0, t1 in others if tid in self.tids])
         for i in range(n):
             b0 = self.starts[i] + self.waits[i]
-            b1 = self.starts[i + 1] if i + 1 < n else next(
-                (g0 for g0, _ in gaps if g0 >= b0), end)
+            b1 = self.starts[i + 1] if i + 1 < n else gaps.first_start_after(b0, end)
             b1 = min(b1, self.done.get(i, b1))
-            moved = sum(_overlap(b0, b1, g0, g1) for g0, g1 in gaps)
+            moved = gaps.overlap(b0, b1)
             if i + 1 < n:
                 waits[i + 1] += moved  # a new pass's start-up is data time of its first step
-            taken = sum(_overlap(b0, b1, t0, t1) for tid, t0, t1 in others if tid in tids)
-            bodies.append(max(0.0, b1 - b0 - moved - taken))
+            bodies.append(max(0.0, b1 - b0 - moved - taken_from.overlap(b0, b1)))
         gpu: list[float] = []
         if self.timer is not None:
             gpu = self.timer.finish() if final else self.timer.snapshot()
@@ -142,6 +141,36 @@ class LoaderClock:
 
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+class _Intervals:
+    """Sorted intervals answering "how much of [a, b) do you cover" in O(log n + hits)."""
+
+    def __init__(self, items: list[tuple[float, float]]) -> None:
+        self.items = sorted(items)
+        self.starts = [a for a, _ in self.items]
+        self.reach: list[float] = []  # running maximum of the ends
+        top = float("-inf")
+        for _, b in self.items:
+            top = max(top, b)
+            self.reach.append(top)
+
+    def overlap(self, a: float, b: float) -> float:
+        i = bisect.bisect_left(self.starts, a)
+        j = i - 1
+        while j >= 0 and self.reach[j] > a:  # earlier intervals still open at a
+            j -= 1
+        total = 0.0
+        for k in range(j + 1, len(self.items)):
+            s0, s1 = self.items[k]
+            if s0 >= b:
+                break
+            total += _overlap(a, b, s0, s1)
+        return total
+
+    def first_start_after(self, a: float, default: float) -> float:
+        i = bisect.bisect_left(self.starts, a)
+        return self.starts[i] if i < len(self.starts) else default
 
 
 class StepClocks:
@@ -163,8 +192,8 @@ class StepClocks:
                  on_milestone: Callable[[], None] | None = None) -> None:
         self._make_timer, self._runq = make_timer, runq
         self.on_milestone = on_milestone
-        """Called (cheaply, on the consumer thread) when a loader's step count reaches a
-        power of two from 8 on: partial reports are taken there, off the consumer thread."""
+        """Called (cheaply, on the consumer thread) when a loader's step count reaches 16,
+        64, 256... (powers of 4): partial reports are taken there, off the consumer thread."""
         self.steps, self.on_limit = steps, on_limit
         self.clocks: dict[int, LoaderClock] = {}
         self._owners: list[Any] = []  # keeps owners alive so their ids stay theirs
@@ -239,7 +268,7 @@ class StepClocks:
             c.batch_bytes = nbytes or c.batch_bytes
         c.last = batch
         n = c.steps
-        if n >= 8 and n & (n - 1) == 0 and self.on_milestone is not None:
+        if n >= 16 and n & (n - 1) == 0 and n.bit_length() % 2 == 1 and self.on_milestone:
             self.on_milestone()
         if c.timer is not None:
             c.token = c.timer.start()
