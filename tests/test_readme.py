@@ -138,7 +138,7 @@ def test_every_readme_block_runs(tmp_path: Path) -> None:
     # what the blocks promise exists
     for path in ("demo-run/report.html", "loader_state.json", "report.json", "report.html",
                  "data/train/manifest.json",
-                 "trace.json", "data/manifest.json", "data-wds/manifest.json",
+                 "trace.json", "data/manifest.json", "data-wds/manifest.json", "verify.json",
                  "loader.json"):
         assert (tmp_path / path).exists(), path
     assert "resuming at epoch 2" in proc.stdout

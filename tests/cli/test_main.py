@@ -63,6 +63,15 @@ def test_help_shows_no_bool_type_and_no_test_options(cmd):
     assert "--sysfs" not in out.stdout and "for testing" not in out.stdout
 
 
+@pytest.mark.parametrize("cmd", ["demo", "pack", "index", "inspect", "verify", "model",
+                                 "doctor", "diagnose"])
+def test_every_command_takes_json_path(cmd):
+    """One convention: --json PATH (or -), never a bare flag."""
+    out = _cli(cmd, "--help")
+    line = next(ln for ln in out.stdout.splitlines() if "--json" in ln)
+    assert "PATH" in line, line
+
+
 def test_model_duration_without_unit_is_an_argument_error():
     out = _cli("model", "--read", "12", "--decode", "8ms", "--h2d", "5ms", "--gpu", "20ms")
     assert out.returncode == 2
