@@ -25,7 +25,7 @@ from feedline.checkpoint._load import load as _load
 from feedline.checkpoint._staging import StagingArena, stage_into
 from feedline.checkpoint._store import commit, committed_steps, new_data_name, rotate
 from feedline.checkpoint._writers import IO_CHOICES, WriterChoice, choose_writer, make_writer
-from feedline.errors import ConfigError, FeedlineError, WriteError
+from feedline.errors import ConfigError, WriteError
 from feedline.format._atomic import remove_quietly
 from feedline.units import parse_bytes
 
@@ -198,24 +198,24 @@ class Checkpointer:
     def _write(self, step: int, layout: Layout, buf: Any, t0: float) -> None:
         name = new_data_name(step)
         path = self.directory / name
+        committed = False
         try:
-            host = buf if not hasattr(buf, "is_cuda") else None
-            checksums = [_checksum(buf, e.offset, e.nbytes, host is not None) for e in layout.entries]
+            host = not hasattr(buf, "is_cuda")
+            checksums = [_checksum(buf, e.offset, e.nbytes, host) for e in layout.entries]
             self._writer.write(str(path), buf, layout.data_bytes)
             commit(self.directory, step, header_json(layout, checksums, step=step, data_name=name),
                    durable=self.durable)
-            rotate(self.directory, self.keep, protect=name)
+            committed = True
             self.stats.committed += 1
             self.stats.last_durable_s = time.perf_counter() - t0
-        except FeedlineError as e:
-            remove_quietly(path)
-            self._error = e
-        except OSError as e:
-            remove_quietly(path)
-            self._error = WriteError(f"committing step {step} failed: {e.strerror or e}", path=str(self.directory),
-                                     fix="free space on that file system or check its permissions")
+            rotate(self.directory, self.keep, protect=name)
         except BaseException as e:  # surfaced to the caller at the next save()/wait()
-            remove_quietly(path)
+            if not committed:
+                remove_quietly(path)  # never a committed checkpoint's data
+            if isinstance(e, OSError):
+                where = "rotating old checkpoints after" if committed else "committing"
+                e = WriteError(f"{where} step {step} failed: {e.strerror or e}", path=str(self.directory),
+                               fix="free space on that file system or check its permissions")
             self._error = e
 
 
