@@ -76,9 +76,12 @@ def test_an_arena_of_a_dead_owner_is_reaped_by_the_next_loader(tmp_path: Path) -
     assert other.exists() and alive.exists()
 
 
-def test_while_workers_run_the_arena_has_no_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_while_workers_run_the_arena_has_no_name(tmp_path: Path, method: str) -> None:
+    """Workers open the unlinked arena through /proc/<parent>/fd/<fd>, also when they are
+    children of the forkserver rather than of the training process."""
     with feedline.Loader(Numbers(32), batch_size=4, workers=2, worker_type="process",
-                         shm_dir=str(tmp_path), shuffle=False) as loader:
+                         shm_dir=str(tmp_path), shuffle=False, start_method=method) as loader:
         it = iter(loader)
         assert ids(next(it)) == [0, 1, 2, 3]
         assert arenas(tmp_path) == []
