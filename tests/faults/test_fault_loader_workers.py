@@ -44,7 +44,7 @@ def _kill_case(point: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("point", ["fallocate", "mapping"])
+@pytest.mark.parametrize("point", ["mapping"])
 def test_kill_9_of_the_parent_during_worker_start_leaves_no_arena(point: str,
                                                                  tmp_path: Path) -> None:
     _kill_case(point, tmp_path)
@@ -52,7 +52,7 @@ def test_kill_9_of_the_parent_during_worker_start_leaves_no_arena(point: str,
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("point", ["created", "release", "batch"])
+@pytest.mark.parametrize("point", ["fallocate", "created", "release", "batch"])
 def test_kill_9_of_the_parent_at_more_points_leaves_no_arena(point: str,
                                                             tmp_path: Path) -> None:
     _kill_case(point, tmp_path)

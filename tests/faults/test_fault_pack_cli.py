@@ -91,7 +91,7 @@ def test_cli_argument_faults_exit_2_with_one_line(source: Path, tmp_path: Path,
 
 
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("status", [0, 3])
+@pytest.mark.parametrize("status", [3, pytest.param(0, marks=pytest.mark.slow)])
 def test_diagnose_passes_the_training_exit_status_through(tmp_path: Path,
                                                           status: int) -> None:
     train = tmp_path / "train.py"
