@@ -13,10 +13,12 @@ same decoder (simplejpeg) for all. Peers come from ``.peers/`` (``bash
 scripts/install_peers.sh``); one that is not installed is reported as such.
 
 Method: every run of a contender is its own child process (imports, worker start-up,
-one warm-up epoch, then ``--epochs`` timed epochs); the parent samples the child's
+then ``--epochs`` epochs, default 1: the rate counts the samples after the first batch
+over the time after it, including the wait for work a loader started ahead, so worker
+start-up is measured once, as time to first batch); the parent samples the child's
 process tree (the child and all its workers) every 50 ms and keeps the peak of the summed
 RSS (and of the summed PSS, which counts shared pages once). The page cache is warm
-(the data was just written, and every run has its warm-up epoch). Contenders are
+(the data was just written and is read by every round). Contenders are
 interleaved: round r runs each contender once, in an order rotated every round, and
 each figure is the median over ``--rounds`` rounds with the min-max beside it. Time to
 first batch is measured from building the loader to its first batch (cold workers).
@@ -62,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--markdown", metavar="PATH", help="also write the tables as Markdown to PATH")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 3; 1 with --quick)")
-    p.add_argument("--epochs", type=int, default=1, help="timed epochs per run (after a warm-up)")
+    p.add_argument("--epochs", type=int, default=1,
+                   help="epochs per run (timed from the first batch to the end)")
     p.add_argument("--workers", type=int, default=2, help="workers of every contender")
     p.add_argument("--workloads", default="W1,W2,W3,W4", help="comma-separated subset of W1-W4")
     p.add_argument("--contenders", help="comma-separated subset of the contenders (default all)")
@@ -79,27 +82,25 @@ def parser() -> argparse.ArgumentParser:
 # --- one run, in a child process ---------------------------------------------------
 
 def child(args: argparse.Namespace) -> int:
-    """Build contender ``args.child``, time its first batch, a warm-up epoch and the timed
-    epochs; print one JSON line."""
+    """Build contender ``args.child``, time its first batch, then ``--epochs`` epochs; print
+    one JSON line. The rate counts the samples after the first batch over the time after
+    it (worker start-up is what the first batch measures, not the rate)."""
     pc.add_peers_path(args.peers_dir)
     w = peers_data.Workload.from_json(json.loads(args.workload))
     t0 = time.perf_counter()
     runner = pc.make(args.child, w, Path(args.root), args.workers)
     it = iter(runner.epoch(0))
-    n = pc.batch_len(next(it))
-    first = time.perf_counter() - t0
-    n += sum(pc.batch_len(b) for b in it)
-    runner.settle()
+    n = first_n = pc.batch_len(next(it))
     t1 = time.perf_counter()
-    timed = 0
-    for e in range(1, args.epochs + 1):
-        timed += sum(pc.batch_len(b) for b in runner.epoch(e))
+    n += sum(pc.batch_len(b) for b in it)
+    for e in range(1, args.epochs):
+        n += sum(pc.batch_len(b) for b in runner.epoch(e))
     runner.settle()
     seconds = time.perf_counter() - t1
     runner.close()
-    if n != w.n or timed != w.n * args.epochs:
-        raise SystemExit(f"{args.child} delivered {n} and {timed} samples, expected {w.n} per epoch")
-    print(json.dumps({"samples": timed, "seconds": seconds, "first_batch_s": first,
+    if n != w.n * args.epochs:
+        raise SystemExit(f"{args.child} delivered {n} samples in {args.epochs} epochs of {w.n}")
+    print(json.dumps({"samples": n - first_n, "seconds": seconds, "first_batch_s": t1 - t0,
                       "note": runner.note}), flush=True)
     return 0
 
@@ -171,7 +172,7 @@ def run_child(name: str, w: peers_data.Workload, folder: Path, args: argparse.Na
         return {"error": tail[0][:200], "stderr_tail": err[-2000:]}
     doc: dict[str, Any] = json.loads(lines[-1])
     doc.update(samples_per_s=doc["samples"] / doc["seconds"], peak_rss=mem.peak_rss,
-               peak_pss=mem.peak_pss)
+               peak_pss=mem.peak_pss, load_avg_1min=os.getloadavg()[0])
     return doc
 
 
@@ -239,6 +240,7 @@ def measure(w: peers_data.Workload, names: list[str], args: argparse.Namespace,
                 peak_rss_mb=_stats([g["peak_rss"] / 2**20 for g in got]),
                 peak_pss_mb=_stats([g["peak_pss"] / 2**20 for g in got]),
                 note=next((g["note"] for g in got if g.get("note")), ""),
+                load_avg_1min=[g["load_avg_1min"] for g in got],
             )
         rows.append(row)
     doc: dict[str, Any] = {"workload": w.to_json(), "description": w.describe(), **facts,
@@ -355,12 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         lines = table(result, rounds, args.workers)
         md += [*lines, ""]
         print("\n".join(lines) + "\n", flush=True)
-    doc["host"]["load_avg_at_end"] = os.getloadavg()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1))
-    if args.markdown:
-        Path(args.markdown).write_text("\n".join(md))
+        doc["host"]["load_avg_at_end"] = os.getloadavg()
+        if args.json:  # after every workload, so a long run's finished part is kept
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(doc, indent=1))
+        if args.markdown:
+            Path(args.markdown).write_text("\n".join(md))
     return 0
 
 
