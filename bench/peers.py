@@ -14,8 +14,8 @@ scripts/install_peers.sh``); one that is not installed is reported as such.
 
 Method: every run of a contender is its own child process (imports, worker start-up,
 then ``--epochs`` epochs, default 1: the rate counts the samples after the first batch
-over the time after it, including the wait for work a loader started ahead, so worker
-start-up is measured once, as time to first batch); the parent samples the child's
+over the time from it to the last batch, so worker start-up is measured once, as time
+to first batch); the parent samples the child's
 process tree (the child and all its workers) every 50 ms and keeps the peak of the summed
 RSS (and of the summed PSS, which counts shared pages once). The page cache is warm
 (the data was just written and is read by every round). Contenders are
@@ -84,7 +84,9 @@ def parser() -> argparse.ArgumentParser:
 def child(args: argparse.Namespace) -> int:
     """Build contender ``args.child``, time its first batch, then ``--epochs`` epochs; print
     one JSON line. The rate counts the samples after the first batch over the time after
-    it (worker start-up is what the first batch measures, not the rate)."""
+    it up to the last batch (worker start-up is what the first batch measures, not the
+    rate). Work a loader starts ahead for an epoch that never comes is not waited for:
+    it only competes with the last batches of the timed epoch."""
     pc.add_peers_path(args.peers_dir)
     w = peers_data.Workload.from_json(json.loads(args.workload))
     t0 = time.perf_counter()
@@ -95,7 +97,6 @@ def child(args: argparse.Namespace) -> int:
     n += sum(pc.batch_len(b) for b in it)
     for e in range(1, args.epochs):
         n += sum(pc.batch_len(b) for b in runner.epoch(e))
-    runner.settle()
     seconds = time.perf_counter() - t1
     runner.close()
     if n != w.n * args.epochs:

@@ -123,12 +123,10 @@ class PackedSamples:
 
 @dataclass
 class Runner:
-    """``epoch(e)`` -> batches of one shuffled pass; ``settle()`` waits for work started
-    ahead (timed with the pass); ``close()`` stops workers."""
+    """``epoch(e)`` -> batches of one shuffled pass; ``close()`` stops workers."""
 
     epoch: Callable[[int], Iterable[Any]]
     close: Callable[[], None] = lambda: None
-    settle: Callable[[], None] = lambda: None
     note: str = ""
 
 
@@ -151,7 +149,7 @@ def _feedline(w: Workload, root: Path, workers: int, kind: str) -> Runner:
         loader.set_epoch(e)
         return loader
 
-    return Runner(epoch, loader.close, loader.wait_idle)
+    return Runner(epoch, loader.close)
 
 
 def _dataloader(dataset: Any, batch: int | None, workers: int, **kw: Any) -> Runner:

@@ -102,7 +102,6 @@ def test_contenders_deliver_every_sample(bench: dict[str, ModuleType], tmp_path:
         runner = contenders.make(name, w, tmp_path, workers)
         try:
             batches = list(runner.epoch(0))
-            runner.settle()
         finally:
             runner.close()
         assert sum(contenders.batch_len(b) for b in batches) == w.n, name
