@@ -147,6 +147,5 @@ def bootstrap() -> None:
     child = Child(session, Path(cfg["result"]), Path(cfg["partial"]),
                   float(cfg.get("partial_every", 5.0)))
     holder.append(child)
-    session.warm_up()  # the report's imports and first numpy calls: not inside the steps
     session.start()
     child.start()

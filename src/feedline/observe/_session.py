@@ -130,12 +130,6 @@ class Session:
             self.recorder.add(read_worker_spans(self._worker_dir))
             shutil.rmtree(self._worker_dir, ignore_errors=True)
 
-    def warm_up(self) -> None:
-        """Build one empty report now, so its first-use costs (imports, numpy's first
-        percentile) are paid before the run, not by a partial report during it."""
-        build_report(Measurements(name="warm-up", device_type="cpu", wait=[0.0, 0.0],
-                                  body=[0.0, 0.0], gpu=[0.0, 0.0], spans=[]))
-
     def _new_timer(self) -> DeviceTimer | None:
         return make_timer(self.device) if self.device_type == "cuda" else None
 
