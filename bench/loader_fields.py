@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import io
 import os
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -113,19 +112,6 @@ def _count(loader: Any, field: str) -> int:
     return n
 
 
-def _per_round(report: Report, ours: str, baseline: str, goal: float) -> None:
-    rows = {r["name"]: r for r in report.doc["rows"]}
-    a, b = rows[ours], rows[baseline]
-    ratios = [(a["samples"] / ta) / (b["samples"] / tb)
-              for ta, tb in zip(a["runs_s"], b["runs_s"], strict=True)]
-    ratio = statistics.median(ratios)
-    report.doc["comparisons"].append({"ours": ours, "baseline": baseline, "ratio": ratio,
-                                      "goal": goal, "meets_goal": ratio >= goal,
-                                      "per_round": ratios})
-    print(f"  {ours} vs {baseline}: {ratio:.2f}x median per round (goal >= {goal}x); rounds "
-          + " ".join(f"{x:.2f}" for x in ratios))
-
-
 def run_case(args: Any, case: str) -> dict[str, Any]:
     from torch.utils.data import DataLoader
 
@@ -162,7 +148,7 @@ def run_case(args: Any, case: str) -> dict[str, Any]:
         report.doc["recipes"] = first.stats.get("recipes")
         print(f"  recipes: {report.doc['recipes']}")
         for name in loaders:
-            _per_round(report, name, base, 2.0 if case != "jpgcls" else 1.0)
+            report.per_round(name, base, 2.0 if case != "jpgcls" else 1.0)
         if case == "jpgcls":
             rows = {r["name"]: r for r in report.doc["rows"]}
             cores = min(2, os.cpu_count() or 1)
