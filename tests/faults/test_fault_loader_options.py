@@ -101,6 +101,14 @@ def test_a_second_pass_without_set_epoch_warns_once() -> None:
             list(loader)
 
 
+def test_an_unshuffled_loader_repeats_without_a_warning() -> None:
+    # a validation loader (shuffle=False) run every epoch: the order is the same anyway
+    with feedline.Loader(Numbers(16), batch_size=4, workers=1, shuffle=False) as loader, \
+            warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [ids(b) for b in loader] == [ids(b) for b in loader]
+
+
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("n", [37, 41, 50])
 def test_drop_last_false_shares_as_documented(world: int, n: int) -> None:

@@ -322,7 +322,7 @@ class Loader:
         plan = self._plan(epoch)
         if self._pos.done(plan.num_batches) and not self._restored:
             self._pos = state.Position(epoch)  # a new pass over the same epoch
-            if not self._warned_repeat:
+            if self.shuffle and not self._warned_repeat:  # unshuffled, every epoch is alike
                 self._warned_repeat = True
                 options.warn_repeated_epoch(epoch)
         self._restored = False
