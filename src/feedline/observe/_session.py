@@ -241,7 +241,7 @@ class Session:
             blocking_copy_s=sum(d for r, d in recs if not (r.pinned and r.non_blocking)),
             copies=self.copy_log.summary(), loader=dict(train.config) | {"label": train.label},
             batch_samples=self.batch_size or train.batch_samples, batch_bytes=train.batch_bytes,
-            host=self.sampler.summary(), pinned_series=list(self.pinned),
+            host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),
             cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
             wall=wall, loaders_other=others_out,
         )
@@ -312,3 +312,8 @@ def _gpu_count(kind: str) -> int:
     import torch
 
     return max(1, torch.cuda.device_count())
+
+
+def _measured_window(starts: list[float], end: float, warmup: int = 1) -> tuple[float, float]:
+    """From the first measured step (after warm-up) to the end of the run."""
+    return (starts[warmup] if len(starts) > warmup else float("-inf")), end

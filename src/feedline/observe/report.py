@@ -43,7 +43,7 @@ DATA_STAGES = ("read", "decode", "transform", "collate")
 MAX_IO_WORKERS = 64
 HEADROOM = 1.25
 GIL_BOUND_WAIT = 0.002
-"""A thread waking from sleep waits this long for the GIL (median): Python threads hold it."""
+"""A thread waking from sleep waits this long for the GIL (mean): Python threads hold it."""
 
 
 @dataclass
@@ -191,7 +191,7 @@ class PerBatch:
     gil_share: float = 0.0
     """CPU seconds of the decode/transform stages per second of the run."""
     gil_wait: float = 0.0
-    """Median wait for the GIL of a probe thread waking from sleep (see ``_host.gil_wait``)."""
+    """Mean wait for the GIL of a probe thread waking from sleep (see ``_host.gil_wait``)."""
     fetch_p99: float = 0.0
     """p99 of the time one batch takes to prepare (fetch + collate, or the Loader's stages)."""
     gpu_p50: float = 0.0
