@@ -12,4 +12,4 @@ echo "== mypy src/" >&2
 .venv/bin/mypy
 echo "== pytest" >&2
 if [ $# -eq 0 ]; then set -- -m "not slow"; fi
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=15 "$@"
