@@ -11,7 +11,7 @@ import pytest
 import webdataset as wds
 
 from feedline.errors import ConfigError
-from feedline.format import pack, read_manifest, split_name
+from feedline.format import index_tars, pack, read_manifest, split_name
 from feedline.format._pack import PackWarning
 from feedline.format._sources import SourceRules, collect
 
@@ -94,6 +94,16 @@ def test_pack_imagefolder_writes_labels_and_classes_that_tar_and_webdataset_read
     labels = {"cls": np.zeros(len(ds), np.int64)}
     ds.gather_labels(np.arange(len(labels["cls"])), labels)
     assert labels["cls"].tolist() == [0, 0, 1, 2, 2, 2, 2]
+
+
+def test_reindexing_a_packed_imagefolder_keeps_its_class_names(tmp_path: Path) -> None:
+    root = _phone_photos(tmp_path / "train")
+    out = tmp_path / "data"
+    with pytest.warns(PackWarning):
+        manifest = pack(root, out, rules=FOLDER, shard_size=1 << 10)
+    assert len(manifest.shards) > 1
+    again = index_tars([out / s.name for s in manifest.shards])
+    assert again.classes == manifest.classes == read_manifest(out).classes
 
 
 def test_multi_field_layouts_still_group_by_the_first_dot(tmp_path: Path) -> None:

@@ -188,13 +188,18 @@ def _link_into(root: Path, tar: Path, name: str) -> None:
     os.symlink(os.path.relpath(os.path.realpath(tar), os.path.realpath(root)), link)
 
 
-def _check_existing(root: Path, shard_names: list[str]) -> None:
+def _check_existing(root: Path, shard_names: list[str]) -> tuple[str, ...] | None:
     """Refuse to replace the manifest of a dataset already in ``root`` unless these
-    tars are exactly its shards (re-indexing it, e.g. to upgrade its format)."""
+    tars are exactly its shards (re-indexing it, e.g. to upgrade its format).
+
+    Returns that dataset's class names (kept by the re-index: the tars hold the
+    label numbers, not the names), else None.
+    """
     if not (root / MANIFEST_NAME).exists():
-        return
+        return None
     try:
-        existing = sorted(s.name for s in read_manifest(root).shards)
+        old = read_manifest(root)
+        existing = sorted(s.name for s in old.shards)
     except FormatError as e:
         raise ConfigError(
             f"{str(root)!r} holds a manifest.json that cannot be read ({e.message}); indexing into it "
@@ -214,6 +219,7 @@ def _check_existing(root: Path, shard_names: list[str]) -> None:
             fix="give --out another folder for the adopted tars, or pass every shard of that dataset "
                 "to re-index it",
         )
+    return old.classes
 
 
 def index_tars(
@@ -236,7 +242,7 @@ def index_tars(
     A folder that already holds a dataset (a ``manifest.json``) is only written
     when the tars are exactly that dataset's shards (re-indexing it, e.g. to
     upgrade a version-1 dataset to the field schema); its manifest is removed
-    first and written again last.
+    first and written again last, keeping its class names.
 
     Raises:
         ConfigError: no tars, a missing file, or ``out_dir`` holding another
@@ -257,7 +263,7 @@ def index_tars(
         raise ConfigError(f"two tars are named {dup!r}: their indexes would collide", fix="rename one of them")
     root = Path(out_dir) if out_dir is not None else paths[0].parent
     shard_names = [_shard_name(root, p) for p in paths]
-    _check_existing(root, shard_names)
+    classes = _check_existing(root, shard_names)
     root.mkdir(parents=True, exist_ok=True)
     for p, shard_name in zip(paths, shard_names, strict=True):
         _link_into(root, p, shard_name)
@@ -296,6 +302,7 @@ def index_tars(
         shards=tuple(infos),
         fields=field_stats(indexes),
         num_samples=sum(i.num_samples for i in infos),
+        classes=classes,
     )
     write_manifest(root, manifest)
     return manifest
