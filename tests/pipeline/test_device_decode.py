@@ -66,6 +66,22 @@ def test_decode_size_makes_mixed_orientations_dense(tmp_path):
     assert shapes == {(8, 24, 32, 3)}
 
 
+@pytest.mark.parametrize("decode_on", ["cpu", "auto"])
+def test_decode_size_is_honoured_when_jpegs_decode_on_the_cpu(tmp_path, decode_on):
+    ds = _dataset(tmp_path, portrait_every=3)
+    with feedline.Loader(ds, batch_size=8, workers=2, decode_on=decode_on,
+                         decode_size=(16, 20)) as loader:
+        shapes = {tuple(b["jpg"].shape) for b in loader}
+        assert "decode_size=(16, 20)" in loader.stats["decode_on"]["reason"]
+    assert shapes == {(8, 16, 20, 3)}
+    src = tmp_path / "raw"
+    src.mkdir()
+    (src / "a.f32").write_bytes(np.zeros(4, np.float32).tobytes())
+    pack([os.fspath(src)], os.fspath(tmp_path / "nojpeg"))
+    with pytest.raises(ConfigError, match="decode_size resizes JPEG fields"):
+        feedline.Loader(os.fspath(tmp_path / "nojpeg"), batch_size=1, decode_size=(16, 20))
+
+
 def test_a_bad_jpeg_names_its_sample(tmp_path):
     ds = _dataset(tmp_path, bad=5)
     with feedline.Loader(ds, batch_size=8, workers=1, shuffle=False,

@@ -165,19 +165,27 @@ def make_device_decode(decode_on: Any, fields: Sequence[str], *, device: str, wo
         raise ConfigError(f"decode_on must be one of {DECODE_ON} or a JpegBatchDecoder, "
                           f"got {decode_on!r}", field="decode_on")
     if not jpegs:
+        if size is not None:
+            raise ConfigError("decode_size resizes JPEG fields, and this dataset has none",
+                              field="decode_size",
+                              fix="resize in transform= (feedline.vision.resize), or drop decode_size")
         return None, "no JPEG fields"
     if not isinstance(decode_on, str):  # a JpegBatchDecoder, used as given
         why = f"decoder given: {decode_on.name} on {decode_on.device}"
         return DeviceDecode(jpegs, decode_on, why, device=device, workers=workers, size=size,
                             limits=limits), why
-    if decode_on == "cpu":
+    if decode_on == "cpu" and size is None:
         return None, "in the workers (decode_on='cpu')"
     dec: JpegBatchDecoder | None
     dec, why = choose_jpeg_decoder(decode_on, device, limits=limits)
     if decode_on == "auto":
-        if dec.device == "cpu" and "no measurement" not in why:
+        if dec.device == "cpu" and "no measurement" not in why and size is None:
             return None, f"in the workers ({why})"
-        dec, why = None, "auto: deciding from the first batches"
+        if dec.device != "cpu" or "no measurement" in why:
+            dec, why = None, "auto: deciding from the first batches"
+    if dec is not None and dec.device == "cpu":
+        # decode_size asks for one dense tensor: decode + resize after delivery, on CPU
+        why = f"{why}; decode_size={size}: decoded and resized after delivery, on CPU"
     return DeviceDecode(jpegs, dec, why, device=device, workers=workers, size=size,
                         limits=limits), why
 

@@ -129,8 +129,10 @@ class Loader:
             present and the CPU decode measured on the first batch would bind, else the
             CPU. A :class:`~feedline.decode.jpeg_batch.JpegBatchDecoder` is used as given.
             ``stats["decode_on"]`` says which and why (:mod:`feedline.pipeline.device_decode`).
-        decode_size: ``(h, w)``: images decoded after delivery are resized to it on their
-            device so the field is one dense ``(N, h, w, 3)`` tensor (default: a list).
+        decode_size: ``(h, w)``: JPEG fields are decoded after delivery and resized to it
+            on their device, so the field is one dense ``(N, h, w, 3)`` uint8 tensor
+            (default: a list when sizes vary). With ``decode_on="cpu"`` that decode runs on
+            CPU threads after delivery, and a ``transform=`` sees those fields as ``bytes``.
         stages: extra per-sample stages run in the workers after decode and transform,
             each a value with a ``name`` and ``__call__(sample, place) -> sample`` (see
             :mod:`feedline.pipeline.stages`); a stage that raises makes a bad sample
