@@ -15,7 +15,9 @@ scripts/install_peers.sh``); one that is not installed is reported as such.
 Method: every run of a contender is its own child process (imports, worker start-up,
 then ``--epochs`` epochs, default 1: the rate counts the samples after the first batch
 over the time from it to the last batch, so worker start-up is measured once, as time
-to first batch); the parent samples the child's
+to first batch); the child also reports the CPU seconds its process tree spent in that
+window ("samples per CPU-s": other load on a shared host does not lower it, unlike the
+rate). The parent samples the child's
 process tree (the child and all its workers) every 50 ms and keeps the peak of the summed
 RSS (and of the summed PSS, which counts shared pages once). The page cache is warm
 (the data was just written and is read by every round). Contenders are
@@ -23,7 +25,10 @@ interleaved: round r runs each contender once, in an order rotated every round, 
 each figure is the median over ``--rounds`` rounds with the min-max beside it. Time to
 first batch is measured from building the loader to its first batch (cold workers).
 W1 is also compared with the decode ceiling of ``bench/loader_jpeg.py``: cores x
-one-core simplejpeg decode into one reused array, measured in the same rounds.
+one-core simplejpeg decode into one reused array, measured in the same rounds, and (for
+information) with the same bare decode run on every core at once, which shows how much
+of the cores the host actually gave in those rounds; each contender's samples per
+CPU-second over the one-core rate is the share of its CPU time that was the decode.
 
 Goals (issue 10): Loader >= 1.2x the best other contender on every workload; >= 2x the
 best torch DataLoader on W2 and W3; W1 >= 0.95 of the decode ceiling; peak RSS no
@@ -93,22 +98,43 @@ def child(args: argparse.Namespace) -> int:
     runner = pc.make(args.child, w, Path(args.root), args.workers)
     it = iter(runner.epoch(0))
     n = first_n = pc.batch_len(next(it))
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), tree_cpu_s()
     n += sum(pc.batch_len(b) for b in it)
     for e in range(1, args.epochs):
         n += sum(pc.batch_len(b) for b in runner.epoch(e))
-    seconds = time.perf_counter() - t1
+    seconds, cpu = time.perf_counter() - t1, tree_cpu_s() - cpu1
     runner.close()
     if n != w.n * args.epochs:
         raise SystemExit(f"{args.child} delivered {n} samples in {args.epochs} epochs of {w.n}")
-    print(json.dumps({"samples": n - first_n, "seconds": seconds, "first_batch_s": t1 - t0,
-                      "note": runner.note}), flush=True)
+    print(json.dumps({"samples": n - first_n, "seconds": seconds, "cpu_s": cpu,
+                      "first_batch_s": t1 - t0, "note": runner.note}), flush=True)
     return 0
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by this process and its live descendants
+    (workers of every kind): the timed window's difference is the CPU a contender spent,
+    which other load on the host does not inflate (unlike wall time)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 class TreeMemory:
-    """Peak summed RSS and PSS of a process and all its descendants, sampled every 50 ms
-    (PSS every 4th sample: reading smaps costs more)."""
+    """Peak summed RSS and PSS of a process and all its descendants, sampled every 50 ms.
+
+    The sampler runs beside the measured contender on the same cores, so it is kept
+    cheap: RSS (``statm``) every sample, the list of descendants every 4th, PSS every
+    10th (reading ``smaps`` costs some 4-5 ms of CPU per process: every 4th sample, as
+    before, took about 3% of a core from the contender, more for process workers)."""
 
     def __init__(self, pid: int) -> None:
         import psutil
@@ -123,23 +149,26 @@ class TreeMemory:
         import psutil
 
         tick = 0
+        procs: list[psutil.Process] = []
         while not self._stop.is_set():
-            try:
-                procs = [self.proc, *self.proc.children(recursive=True)]
-            except psutil.Error:
-                return
+            if tick % 4 == 0:
+                try:
+                    procs = [self.proc, *self.proc.children(recursive=True)]
+                except psutil.Error:
+                    return
+            full = tick % 10 == 0
             rss = pss = 0
             for p in procs:
                 try:
-                    if tick % 4 == 0:
-                        full = p.memory_full_info()
-                        rss, pss = rss + full.rss, pss + full.pss
+                    if full:
+                        info = p.memory_full_info()
+                        rss, pss = rss + info.rss, pss + info.pss
                     else:
                         rss += p.memory_info().rss
                 except psutil.Error:
                     continue
             self.peak_rss = max(self.peak_rss, rss)
-            if tick % 4 == 0:
+            if full:
                 self.peak_pss = max(self.peak_pss, pss)
             tick += 1
             self._stop.wait(0.05)
@@ -172,7 +201,8 @@ def run_child(name: str, w: peers_data.Workload, folder: Path, args: argparse.Na
         tail = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
         return {"error": tail[0][:200], "stderr_tail": err[-2000:]}
     doc: dict[str, Any] = json.loads(lines[-1])
-    doc.update(samples_per_s=doc["samples"] / doc["seconds"], peak_rss=mem.peak_rss,
+    doc.update(samples_per_s=doc["samples"] / doc["seconds"],
+               samples_per_cpu_s=doc["samples"] / max(doc["cpu_s"], 1e-9), peak_rss=mem.peak_rss,
                peak_pss=mem.peak_pss, load_avg_1min=os.getloadavg()[0])
     return doc
 
@@ -190,6 +220,27 @@ def ceiling_run(blobs: list[bytes], shape: tuple[int, ...]) -> float:
     for b in blobs:
         _decode_into(b, frame)
     return len(blobs) / (time.perf_counter() - t0)
+
+
+def parallel_run(blobs: list[bytes], shape: tuple[int, ...], threads: int) -> float:
+    """Samples/s of the same bare decode on ``threads`` threads (one reused array each; the
+    decoder releases the GIL): what the host's cores actually gave a perfect loader in this
+    round. Below ``threads`` x the one-core rate when other load takes CPU time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from loader_jpeg import _decode_into
+
+    def part(k: int) -> None:
+        frame = np.empty(shape, np.uint8)
+        for b in blobs[k::threads]:
+            _decode_into(b, frame)
+
+    with ThreadPoolExecutor(threads) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(part, range(threads)))
+        return len(blobs) / (time.perf_counter() - t0)
 
 
 # --- the rounds and the table ---------------------------------------------------------
@@ -213,6 +264,7 @@ def measure(w: peers_data.Workload, names: list[str], args: argparse.Namespace,
                  if w.field == "jpg" else [])
         runs: dict[str, list[dict[str, Any]]] = {n: [] for n in runnable}
         ceiling: list[float] = []
+        parallel: list[float] = []
         timeout = 120.0 if args.quick else 900.0
         for r in range(rounds):
             alive = [n for n in runnable if status[n] is None]
@@ -229,6 +281,7 @@ def measure(w: peers_data.Workload, names: list[str], args: argparse.Namespace,
                       f"{res['peak_rss'] / 2**20:.0f} MB", file=sys.stderr, flush=True)
             if blobs:
                 ceiling.append(usable_cores() * ceiling_run(blobs, w.shape))
+                parallel.append(parallel_run(blobs, w.shape, usable_cores()))
     rows = []
     for name in names:
         row: dict[str, Any] = {"name": name, "status": status[name] or "ok"}
@@ -240,6 +293,7 @@ def measure(w: peers_data.Workload, names: list[str], args: argparse.Namespace,
                 first_batch_s=_stats([g["first_batch_s"] for g in got]),
                 peak_rss_mb=_stats([g["peak_rss"] / 2**20 for g in got]),
                 peak_pss_mb=_stats([g["peak_pss"] / 2**20 for g in got]),
+                samples_per_cpu_s=_stats([g["samples_per_cpu_s"] for g in got]),
                 note=next((g["note"] for g in got if g.get("note")), ""),
                 load_avg_1min=[g["load_avg_1min"] for g in got],
             )
@@ -247,8 +301,13 @@ def measure(w: peers_data.Workload, names: list[str], args: argparse.Namespace,
     doc: dict[str, Any] = {"workload": w.to_json(), "description": w.describe(), **facts,
                            "rows": rows}
     if ceiling:
-        doc["decode_ceiling"] = {"samples_per_s": _stats(ceiling), "cores": usable_cores()}
+        doc["decode_ceiling"] = {"samples_per_s": _stats(ceiling), "cores": usable_cores(),
+                                 "one_core_samples_per_s": _stats([c / usable_cores()
+                                                                   for c in ceiling])}
+        doc["bare_parallel_decode"] = {"samples_per_s": _stats(parallel),
+                                       "threads": usable_cores()}
     doc["goals"] = goals(w, doc)
+    doc["decode_efficiency"] = decode_efficiency(doc)
     return doc
 
 
@@ -286,6 +345,21 @@ def goals(w: peers_data.Workload, doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def decode_efficiency(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where each contender's W1 rate goes, against the decode measured in the same rounds
+    (information, not goals): its rate over the bare decoder on every core (what the host
+    gave a loader with nothing but decode to do), and its samples per CPU-second over the
+    one-core decode rate (the share of its CPU time that was the decode itself: other
+    load on the host does not change this one)."""
+    if "decode_ceiling" not in doc:
+        return []
+    par = doc["bare_parallel_decode"]["samples_per_s"]["median"]
+    one = doc["decode_ceiling"]["one_core_samples_per_s"]["median"]
+    return [{"name": r["name"], "of_bare_parallel": _rate(r) / par,
+             "cpu_efficiency": r["samples_per_cpu_s"]["median"] / one}
+            for r in doc["rows"] if r["status"] == "ok"]
+
+
 def _fmt(s: dict[str, float], scale: float = 1.0, digits: int = 0) -> str:
     return (f"{s['median'] * scale:,.{digits}f} [{s['min'] * scale:,.{digits}f}-"
             f"{s['max'] * scale:,.{digits}f}]")
@@ -300,23 +374,33 @@ def table(doc: dict[str, Any], rounds: int, workers: int) -> list[str]:
     best_dl = max(dls, key=_rate) if dls else None
     lines = [f"**{doc['workload']['name']}**: {doc['description']}; {workers} workers, "
              f"medians of {rounds} interleaved rounds [min-max]", "",
-             "| contender | samples/s | first batch (s) | peak RSS (MB) | peak PSS (MB) | "
-             "vs best DataLoader | vs best other |", "|---|---|---|---|---|---|---|"]
+             "| contender | samples/s | samples per CPU-s | first batch (s) | peak RSS (MB) | "
+             "peak PSS (MB) | vs best DataLoader | vs best other |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         if r["status"] != "ok":
-            lines.append(f"| {r['name']} | {r['status']} | | | | | |")
+            lines.append(f"| {r['name']} | {r['status']} | | | | | | |")
             continue
         vs_dl = f"{_rate(r) / _rate(best_dl):.2f}x" if best_dl else "-"
         vs_best = f"{_rate(r) / _rate(best):.2f}x" if best else "-"
         name = r["name"] + (" (*)" if r.get("note") else "")
-        lines.append(f"| {name} | {_fmt(r['samples_per_s'])} | {_fmt(r['first_batch_s'], digits=2)} "
+        lines.append(f"| {name} | {_fmt(r['samples_per_s'])} | {_fmt(r['samples_per_cpu_s'])} "
+                     f"| {_fmt(r['first_batch_s'], digits=2)} "
                      f"| {_fmt(r['peak_rss_mb'])} | {_fmt(r['peak_pss_mb'])} | {vs_dl} | {vs_best} |")
     if "decode_ceiling" in doc:
         c = doc["decode_ceiling"]
+        par = doc["bare_parallel_decode"]
         lines.append(f"| decode ceiling ({c['cores']} cores x one-core decode into a reused array) "
-                     f"| {_fmt(c['samples_per_s'])} | | | | | |")
+                     f"| {_fmt(c['samples_per_s'])} | {_fmt(c['one_core_samples_per_s'])} "
+                     "| | | | | |")
+        lines.append(f"| bare decode on {par['threads']} threads into reused arrays (info) "
+                     f"| {_fmt(par['samples_per_s'])} | | | | | | |")
     lines.append("")
     lines += [f"(*) {r['name']}: {r['note']}" for r in ok if r.get("note")]
+    for e in doc.get("decode_efficiency", []):
+        lines.append(f"- {e['name']}: {e['of_bare_parallel']:.2f} of the bare decode on every "
+                     f"core in the same rounds; samples per CPU-second {e['cpu_efficiency']:.2f} "
+                     "of the one-core decode rate (info)")
     for g in doc["goals"]:
         mark = "meets" if g["meets_goal"] else "MISSES"
         sign = ">=" if "RSS" not in g["goal"] else "<="

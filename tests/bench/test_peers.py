@@ -70,15 +70,25 @@ def test_peers_quick_reports_missing_peers(bench: dict[str, ModuleType], tmp_pat
                 assert row["status"] == "ok", (key, name, row["status"])
                 assert _finite(row["samples_per_s"]) and _finite(row["peak_rss_mb"])
                 assert _finite(row["first_batch_s"]) and row["runs"] == 1
+                assert _finite(row["samples_per_cpu_s"])  # CPU of the whole process tree
         ours = {g["ours"] for g in result["goals"]}
         assert ours == {"feedline Loader (threads)"}
         assert all(g["ratio"] > 0 and isinstance(g["meets_goal"], bool) for g in result["goals"])
-    assert doc["workloads"]["W1"]["decode_ceiling"]["samples_per_s"]["median"] > 0
+    w1 = doc["workloads"]["W1"]
+    assert w1["decode_ceiling"]["samples_per_s"]["median"] > 0
+    assert _finite(w1["decode_ceiling"]["one_core_samples_per_s"])
+    assert _finite(w1["bare_parallel_decode"]["samples_per_s"])
+    ran = [r["name"] for r in w1["rows"] if r["status"] == "ok"]
+    assert [e["name"] for e in w1["decode_efficiency"]] == ran
+    assert all(e["of_bare_parallel"] > 0 and e["cpu_efficiency"] > 0
+               for e in w1["decode_efficiency"])
+    assert "decode_efficiency" not in doc["workloads"]["W3"] or \
+        doc["workloads"]["W3"]["decode_efficiency"] == []
     assert any(g["goal"] == "samples/s vs the best torch DataLoader"
                for g in doc["workloads"]["W3"]["goals"])
     text = md.read_text()
     assert "| torchdata.nodes | not installed" in text or importlib.util.find_spec("torchdata")
-    assert "decode ceiling" in text
+    assert "decode ceiling" in text and "bare decode on" in text and "samples per CPU-s" in text
 
 
 @pytest.mark.timeout(300)

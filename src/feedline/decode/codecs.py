@@ -106,8 +106,10 @@ def _check_pixels(height: int, width: int, limits: Limits) -> None:
 
 
 def _fits_rgb(out: np.ndarray, height: int, width: int) -> bool:
-    return (out.shape == (height, width, 3) and out.dtype == np.uint8
-            and out.flags.c_contiguous and out.flags.writeable)
+    if out.shape != (height, width, 3) or out.dtype != np.uint8:
+        return False
+    flags = out.flags
+    return bool(flags.c_contiguous and flags.writeable)
 
 
 def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> np.ndarray:

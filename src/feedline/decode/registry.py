@@ -41,6 +41,9 @@ _BUILTIN: dict[str, Callable[[Buffer, Limits], Any]] = {
 }
 
 
+_UNKNOWN = object()
+
+
 def _raw_bytes(data: Buffer, limits: Limits) -> bytes:
     return bytes(data)
 
@@ -76,6 +79,7 @@ class Decoders:
         self.overrides = dict(overrides or {})
         self.limits = limits or Limits()
         self._cache: dict[str, Callable[[Buffer], Any]] = {}
+        self._into: dict[str, Any] = {}  # field -> its decode-into codec or None (cached)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"overrides": self.overrides, "limits": self.limits}
@@ -137,8 +141,13 @@ class Decoders:
                 field=field, key=key, fix="raise the decode limit max_bytes or split the sample",
             )
         try:
-            if out is not None and self.decodes_into(field):
-                return _INTO[extension(field)](data, self.limits, out)
+            if out is not None:
+                into = self._into.get(field, _UNKNOWN)
+                if into is _UNKNOWN:
+                    into = self._into[field] = (_INTO[extension(field)]
+                                                if self.decodes_into(field) else None)
+                if into is not None:
+                    return into(data, self.limits, out)
             return self.for_field(field)(data)
         except FeedlineError as exc:
             if exc.place.get("field") in (None, extension(field)):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -65,9 +66,10 @@ class Layout:
         count = int(np.prod((self.batch_size, *leaf.shape), dtype=np.int64))
         return count * np.dtype(leaf.dtype).itemsize
 
-    @property
+    @cached_property
     def flat(self) -> bool:
-        """True for a flat dict of fields (packed samples): the fast path."""
+        """True for a flat dict of fields (packed samples): the fast path (computed once:
+        every sample of every batch asks)."""
         return isinstance(self.skeleton, dict) and all(len(leaf.path) == 1 for leaf in self.leaves)
 
     @property

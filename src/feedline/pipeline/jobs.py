@@ -103,20 +103,20 @@ def _run_stages(stages: tuple[Stage, ...], items: list[Item], record: Record | N
     blocked (I/O, sleep, a lock) from CPU work inside the stage.
     """
     failed: Failed = [(it, "read", it.error) for it in items if it.error is not None]
-    rows = {id(it): base + k for k, it in enumerate(items)}
-    live: Live = [(it, it.value) for it in items if it.error is None]
+    places = [Place(it, base + k, into) for k, it in enumerate(items) if it.error is None]
+    live = [(place, place.item.value) for place in places]
     for stage in stages:
         t0, c0 = time.perf_counter(), time.thread_time()
-        ok: Live = []
-        for item, sample in live:
+        ok: list[tuple[Place, Any]] = []
+        for place, sample in live:
             try:
-                ok.append((item, stage(sample, Place(item, rows[id(item)], into))))
+                ok.append((place, stage(sample, place)))
             except Exception as exc:
-                failed.append((item, stage.name, exc))
+                failed.append((place.item, stage.name, exc))
         live = ok
         if record is not None:
             record(stage.name, t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
-    return live, failed
+    return [(place.item, sample) for place, sample in live], failed
 
 
 def _detach(sample: Any) -> Any:

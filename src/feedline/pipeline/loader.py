@@ -351,16 +351,21 @@ class Loader:
                     owner=self)
 
     def _prepare_ahead(self, epoch: int, room: int) -> None:
-        """Submit the first batches of ``epoch`` into ``room`` free places of the window.
+        """Submit the first batches of ``epoch`` into ``room`` free places of the window,
+        at most one per worker.
 
         Called by the running pass once all its batches are submitted, so the pass that
         follows starts with batches already prepared. They are used only if the next
         ``iter()`` is over ``epoch`` from its start; otherwise they are dropped unseen.
+        One batch per worker keeps every worker busy across the epoch boundary; filling
+        the whole window would hold a slot per batch (and spend the CPU) for a pass that
+        may never come (after the last epoch), while the pass that does come refills the
+        window itself.
         """
         if self._rt.closed or self._rt.pool_workers is None or not self._rt.ready:
             return  # closed, or a pass with nothing to do that started no workers
         plan = self._plan(epoch)
-        self._rt.sched.prepare_ahead(epoch, room, plan.num_batches,
+        self._rt.sched.prepare_ahead(epoch, min(room, self.workers), plan.num_batches,
                                      lambda b, run: self._job(plan, b, run), self._rt.submit)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
