@@ -76,6 +76,10 @@ class ThreadWorkers:
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+                # the batch is the consumer's now: a reference kept here would hold its
+                # slot (on CPU a lent slot comes back only once every reference is gone)
+                # until this worker finished its next batch: one extra slot per worker
+                del result
             del item, future, job  # hold no batch while waiting for the next job
 
     def close(self) -> None:
