@@ -13,6 +13,7 @@ are not installed, so they are reported as such rather than dropped.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import io
 import sys
@@ -172,8 +173,17 @@ def _torchdata(w: Workload, root: Path, workers: int) -> Runner:
                           in_order=True)
     node = Batcher(node, batch_size=w.batch, drop_last=False)
     node = Mapper(node, default_collate)
-    loader = Loader(Prefetcher(node, prefetch_factor=2))
-    return Runner(lambda e: loader)
+    held = [Loader(Prefetcher(node, prefetch_factor=2))]
+    del node
+
+    def close() -> None:
+        """Drop the nodes so their iterators shut their threads down now (in ``__del__``):
+        left to interpreter teardown, a mapper thread still inside torch could end the
+        process in ``std::terminate`` (seen on W4), after its figures were printed."""
+        held.clear()
+        gc.collect()
+
+    return Runner(lambda e: held[0], close)
 
 
 def _spdl(w: Workload, root: Path, workers: int) -> Runner:

@@ -210,3 +210,18 @@ def test_importing_feedline_io_loads_no_heavy_or_optional_dependency() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_release_buffers_drops_the_cache_and_keeps_held_views(dataset: Path,
+                                                              small_shards: list[Samples]) -> None:
+    ds = open_dataset(dataset)
+    assert ds.release_buffers() == 0  # nothing read yet: nothing cached
+    held = ds.read_many([0, 1])
+    want = {k: bytes(v) for k, v in held[0].items() if k != "__key__"}
+    ds.read_many([2])
+    assert ds._state().pool.cached_bytes() > 0
+    assert ds.release_buffers() > 0
+    assert ds._state().pool.cached_bytes() == 0 and ds.release_buffers() == 0
+    again = ds.read_many([0])[0]  # later reads allocate afresh
+    assert {k: bytes(v) for k, v in held[0].items() if k != "__key__"} == want
+    assert {k: bytes(v) for k, v in again.items() if k != "__key__"} == want

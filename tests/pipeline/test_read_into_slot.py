@@ -131,3 +131,22 @@ def test_a_damaged_shard_still_names_shard_key_and_field(tmp_path: Path, worker_
                          shuffle=False) as loader, pytest.raises(WorkerError) as err:
         list(loader)
     assert err.value.shard == shard.name and err.value.key and err.value.field, err.value
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_read_rows_plan_drops_the_read_buffers_of_the_first_batch(tmp_path: Path,
+                                                                  worker_type: str) -> None:
+    """Batch 0 is read through the dataset's buffers (per sample); once the plan reads every
+    field into its rows, those buffers are not kept for the rest of the run."""
+    root = _pack(tmp_path)
+    ds = feedline.open_dataset(os.fspath(root))
+    with feedline.Loader(ds, batch_size=8, workers=1, seed=3, worker_type=worker_type) as loader:
+        n = sum(len(b["__key__"]) for b in loader)
+        assert set(loader.stats["recipes"].values()) == {"read-rows"}
+    assert n == 48  # drop_last
+    if worker_type == "thread":  # process workers read through their own copy
+        assert ds._state().pool.cached_bytes() == 0
+    with feedline.Loader(ds, batch_size=8, workers=1, seed=3, transform=_keep) as loader:
+        assert sum(len(b["__key__"]) for b in loader) == 48  # per sample: buffers reused
+    assert ds._state().pool.cached_bytes() > 0

@@ -304,6 +304,22 @@ class PackedDataset:
         for lo in range(0, n, 64):
             yield from self.read_many(range(lo, min(lo + 64, n)))
 
+    def release_buffers(self) -> int:
+        """Drop the read buffers cached for reuse; the bytes they held (a buffer still
+        viewed by a caller stays valid and is freed with its last view).
+
+        A reader that from now on fills its own arrays (:meth:`read_fields_into` with the
+        buffered backend) no longer needs them: :class:`feedline.Loader` calls this once
+        its batch plan reads every field straight into slot rows, so the buffers the
+        first batch was read into do not stay resident for the whole run.
+        """
+        opened = self._opened
+        if opened is None or opened.pid != os.getpid():
+            return 0
+        held = opened.pool.cached_bytes()
+        opened.pool.clear()
+        return held
+
     # -- lifetime ----------------------------------------------------------------
     def close(self) -> None:
         """Close every shard handle; the dataset reopens lazily if used again."""

@@ -192,6 +192,8 @@ class Runtime:
                 return self.plan
             self.pool.configure(layout)
             plan = make_plan(self.ctx, layout)
+            if not plan.sampled:  # every field is read into its rows from now on
+                self.ctx.source.release_buffers()
             if isinstance(self.pool_workers, ProcessWorkers):
                 spec = shm.create(self.opts.shm_dir, layout, self.opts.window)
                 self.pool_workers.configure(spec, plan)

@@ -118,6 +118,13 @@ class Source:
         """True when ``read_columns`` reads ``.npy`` payloads too (datasets with a schema)."""
         return self.columnar and getattr(self.dataset, "schema", None) is not None
 
+    def release_buffers(self) -> None:
+        """Let the dataset drop its cached read buffers (see
+        ``PackedDataset.release_buffers``); nothing for datasets without them."""
+        release = getattr(self.dataset, "release_buffers", None)
+        if self.packed and callable(release):
+            release()
+
     def gather(self, indices: Sequence[int], out: dict[str, Any]) -> None:
         """Label ``f`` of sample ``indices[i]`` into ``out[f][i]`` (see
         ``PackedDataset.gather_labels``)."""

@@ -129,6 +129,8 @@ class _Worker:
         """The layout is known: map the arena, keep the plan; the slot the probe fills."""
         _, spec, self.plan, probe_slot = msg
         self.arena = shm.Arena(spec)
+        if self.plan is not None and not self.plan.sampled:
+            self.ctx.source.release_buffers()  # every field is read into its rows now
         self.conn.send(("mapped", self.name))
         return int(probe_slot)
 
