@@ -27,6 +27,7 @@ process by raising.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import signal
@@ -129,6 +130,34 @@ class Child:
             wait = max(self.partial_every, (time.perf_counter() - t0) / PARTIAL_DUTY)
 
 
+def warm_up() -> None:
+    """Pay diagnose's own start-up costs now, before the user's script starts.
+
+    Two costs used to land inside the run's first steps (found with per-step
+    times of ``bench/diagnose_overhead.py``'s script, +4.6 % on a 10 ms step):
+
+    * the first report built in a process imports the analysis
+      (``feedline.doctor``, the model, the findings) and runs numpy's first
+      percentile: 50 ms of CPU, 100-200 ms of wall time. Built by the
+      partial-report thread, it held the GIL while the training thread woke from
+      its step. A throwaway session with a few steps of a stand-in loader takes
+      the same path here instead;
+    * the objects of those imports (and of this warm-up) count towards
+      CPython's next full garbage collection, which then ran during the steps:
+      80-180 ms with torch loaded, a collection the plain run does not have at
+      that point. One full collection here leaves the process as CPython leaves
+      it after any full collection, before the user's code runs.
+    """
+    session = Session("warm-up", "cpu")
+    owner = object()
+    for _ in range(4):
+        session.clocks.on_next(owner, lambda: 0)
+    json.dumps(session.partial_report().to_dict(include_spans=False))
+    json.dumps(session.report().to_dict(include_spans=True))
+    del session
+    gc.collect()
+
+
 def bootstrap() -> None:
     """Start measuring this process (called from the generated sitecustomize)."""
     cfg = json.loads(Path(os.environ[CONFIG_ENV]).read_text(encoding="utf-8"))
@@ -147,5 +176,6 @@ def bootstrap() -> None:
     child = Child(session, Path(cfg["result"]), Path(cfg["partial"]),
                   float(cfg.get("partial_every", 5.0)))
     holder.append(child)
+    warm_up()
     session.start()
     child.start()
