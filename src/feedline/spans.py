@@ -14,6 +14,12 @@ Canonical stage names (use these so reports line up):
 ``transform``, ``collate``, ``pin``, ``h2d``, ``step``. Reports show any
 other stage name emitted here (``checkpoint``, for example) as its own line.
 
+A loader's spans carry its identity: a thread working for one loader (a worker
+thread, the thread that receives process workers' results) calls :func:`bind`
+once with the loader's id, and every span it emits from then on carries
+``owner=<id>``, so a measuring tool can tell a training loader's stages from a
+validation loader's.
+
 Loaders also publish their consumer side here: a loader's iterator passes each
 ``next()`` through :func:`step_hook` when one is installed, so a measuring
 tool sees step boundaries on whichever thread consumes the loader without
@@ -46,6 +52,7 @@ class StepHook(Protocol):
 _sinks: list[SpanSink] = []
 _step_hooks: list[StepHook] = []
 _lock = threading.Lock()
+_bound = threading.local()
 
 
 def install(sink: SpanSink) -> None:
@@ -67,8 +74,19 @@ def active() -> bool:
     return bool(_sinks)
 
 
+def bind(owner: int | None) -> None:
+    """File every span the calling thread emits from now on under ``owner`` (a loader's
+    ``id()``; None: under nobody). A span given its own ``owner=`` keeps it."""
+    _bound.owner = owner
+
+
 def emit(stage: str, start: float, end: float, **attrs: Any) -> None:
     """Report a stage interval measured by the caller (perf_counter seconds)."""
+    if not _sinks:
+        return
+    owner = getattr(_bound, "owner", None)
+    if owner is not None and "owner" not in attrs:
+        attrs["owner"] = owner
     for sink in tuple(_sinks):
         sink.record(stage, start, end, attrs)
 

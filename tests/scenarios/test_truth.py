@@ -52,6 +52,8 @@ CASES = {
     "io_workers": Case("io_workers", ("1",), 16, "data-bound", "read", (0.3, 1.0)),
     "gil_threads": Case("gil_threads", ("4", "thread"), 30, "data-bound", "transform", (0.0, 1.0)),
     "train_val": Case("train_val", (), 40, "compute-bound", "gpu", (0.0, 0.15)),
+    "train_val_loader": Case("train_val_loader", (), 40, "compute-bound", "gpu", (0.0, 0.15)),
+    "long_val": Case("long_val", (), 12, "compute-bound", "gpu", (0.0, 0.15)),
     "tail_stalls": Case("tail_stalls", (), 100, "data-bound", "read", (0.25, 0.8)),
     "checkpoint_stage": Case("checkpoint_stage", (), 30, "compute-bound", "gpu", (0.0, 0.15)),
 }
@@ -69,7 +71,8 @@ def diagnose(out: Path, name: str, case: Case, *more: str) -> tuple[int, dict, s
 
 
 def run_all(out: Path) -> dict[str, tuple[int, dict, str, str]]:
-    more = {"train_val": ("--html", str(out / "tv.html"), "--trace", str(out / "tv.trace.json"))}
+    more = {"train_val": ("--html", str(out / "tv.html"), "--trace", str(out / "tv.trace.json")),
+            "train_val_loader": ("--trace", str(out / "tvl.trace.json"))}
     with ThreadPoolExecutor(max_workers=2) as pool:
         futs = {n: pool.submit(diagnose, out, n, c, *more.get(n, ())) for n, c in CASES.items()}
         return {n: f.result() for n, f in futs.items()}
@@ -190,6 +193,35 @@ def test_a_validation_loader_is_its_own_line_in_every_output(runs: dict) -> None
 
 
 @pytest.mark.timeout(400)
+def test_two_feedline_loaders_keep_their_stages_apart_and_get_their_own_advice(runs: dict) -> None:
+    data = check("train_val_loader", runs["train_val_loader"])
+    (val,) = data["loaders"]
+    assert val["steps"] == 4 * 3 and val["passes"] == 4 and val["stall_fraction"] > 0.5
+    # the validation loader's stages are its own: none of them in the training loader's table
+    assert "device_decode" not in data["stages"] and "decode" not in data["stages"]
+    assert val["stages"]["device_decode"]["count"] == 12 and val["stages"]["decode"]["count"] > 0
+    assert data["stages"]["read"]["count"] <= 40 + 8  # training batches (and a few ahead) only
+    # its advice comes from its own stages: the decode after delivery binds, not the workers
+    assert val["binding"] == "device_decode", val["advice"]
+    assert 'decode_on="cpu"' in val["advice"] and "workers=" not in val["advice"]
+    assert data["stages"]["step"]["p50"] < 0.04  # validation time is not the training step's
+    trace = json.loads((runs["_dir"] / "tvl.trace.json").read_text())["traceEvents"]
+    assert {e["name"] for e in trace} >= {"wait", "step", f"wait [{val['label']}]"}
+    labelled = {e["args"].get("loader") for e in trace if e.get("name") == "device_decode"}
+    assert labelled == {val["label"]}
+
+
+@pytest.mark.timeout(400)
+def test_steps_counts_the_training_loaders_steps_only(runs: dict) -> None:
+    _code, data, out, err = runs["long_val"]
+    data = check("long_val", runs["long_val"])
+    assert "training steps: 12" in out, err  # not ended by the 30-batch validation pass
+    (val,) = data["loaders"]
+    assert val["steps"] == 30 and val["passes"] == 1
+    assert data["loader"]["label"] != val["label"]
+
+
+@pytest.mark.timeout(400)
 def test_an_unknown_stage_gets_its_own_line(runs: dict) -> None:
     _code, data, _, err = runs["checkpoint_stage"]
     assert data["stages"]["checkpoint"]["count"] == 6
@@ -226,6 +258,22 @@ def test_io_bound_advice_uses_more_workers_than_cores_and_its_gain_holds(runs: d
     measured = data["step_time"]["mean"] / after["step_time"]["mean"]
     assert measured >= 0.7 * data["predicted_gain"], (measured, data["predicted_gain"])
     assert "workers-above-cores" not in {f["code"] for f in after["findings"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_decode_after_delivery_advice_holds_when_applied(runs: dict, tmp_path: Path) -> None:
+    (val,) = check("train_val_loader", runs["train_val_loader"])["loaders"]
+    case = Case("train_val_loader", ("cpu",), 40, "compute-bound", "gpu", (0.0, 0.15))
+    code, after, _, err = diagnose(tmp_path, "tvl_after", case)
+    assert code == 0, err
+    (val_after,) = after["loaders"]
+
+    def step(line: dict) -> float:
+        return line["wait"]["mean"] + line["body"]["mean"]
+
+    measured = step(val) / step(val_after)
+    assert measured >= 0.7 * val["predicted_gain"], (measured, val["predicted_gain"])
 
 
 @pytest.mark.slow

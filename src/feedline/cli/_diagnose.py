@@ -17,7 +17,7 @@ HELP = (
     "(fork, spawn and forkserver workers) and host-to-device copies are timed in the child "
     "process; GPU time comes from CUDA events. Each loader is reported separately; the "
     "verdict (data-bound, compute-bound, balanced, or unknown with the reason) is about the "
-    "training loader, the one with the most steps. The run is the user's run: nothing is "
+    "training loader (not run inside another loader's pass, with the most steps); --steps counts its steps only. The run is the user's run: nothing is "
     "replayed unless --ab is given with --steps. Exits with the training command's exit "
     "status (128+N when it was killed by signal N); SIGTERM and SIGINT are passed on to it."
 )
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
     def diagnose(
         ctx: typer.Context,
         steps: int | None = typer.Option(
-            None, "--steps", help="End the run after N steps of a loader."),
+            None, "--steps", help="End the run after N steps of the training loader."),
         json_path: str | None = typer.Option(None, "--json", metavar="PATH", help=JSON_HELP),
         trace: Path | None = typer.Option(
             None, "--trace", help="Write a Chrome/Perfetto trace of every stage span."),

@@ -98,6 +98,15 @@ class LoaderClock:
     """Explicit body ends (``step_done``), by step index."""
     batch_samples: int | None = None
     batch_bytes: int | None = None
+    pass_step0: int = 0
+    """Steps taken before the current pass began."""
+    hosted: list[LoaderClock] = field(default_factory=list, repr=False)
+    """Loaders that stepped on this one's thread while its current pass was open."""
+    inside: LoaderClock | None = field(default=None, repr=False)
+    """The loader whose open pass (2 steps or more in) this one's current pass began inside."""
+    inner: bool = False
+    """A pass of this loader ran inside another loader's pass, which then went on (a
+    validation loader run every N training steps): it is not the training loader."""
     last: Any = field(default=None, repr=False)
     timer: DeviceTimer | None = field(default=None, repr=False)
     token: Any = field(default=None, repr=False)
@@ -105,6 +114,21 @@ class LoaderClock:
     @property
     def steps(self) -> int:
         return len(self.waits)
+
+    @property
+    def in_pass(self) -> int:
+        """Steps taken in the current pass while it is open (0 when no pass is open)."""
+        return self.steps - self.pass_step0 if len(self.pass_starts) > len(self.pass_ends) else 0
+
+    @property
+    def counts(self) -> bool:
+        """Whether this loader may be the training one (not run inside another's pass)."""
+        return not self.inner and self.inside is None
+
+    def begin_pass(self, t: float) -> None:
+        self.pass_starts.append(t)
+        self.pass_step0 = self.steps
+        self.hosted.clear()
 
     def steps_view(self, end: float, others: list[tuple[int, float, float]],
                    final: bool = True) -> StepsView:
@@ -180,7 +204,8 @@ class StepClocks:
         make_timer: a device timer for a new clock (CUDA events on a GPU), or None.
         runq: reads the calling thread's run-queue seconds (sampled around waits of
             loaders with workers).
-        steps: end the run once a loader has taken this many steps (None: never);
+        steps: end the run once the training loader (one not run inside another
+            loader's pass, see :meth:`_switch`) has taken this many steps (None: never);
             ``on_limit(clock)`` then decides (replay the last batch, or end).
         on_limit: called instead of the fetch once the limit is reached; returns
             the batch to hand out or raises.
@@ -230,7 +255,7 @@ class StepClocks:
         """``iter(owner)`` ran from ``t0`` to ``t1``: a new pass starts."""
         c = self.clock(owner)
         c.gaps.append((t0, t1))
-        c.pass_starts.append(t0)
+        c.begin_pass(t0)
 
     def on_next(self, owner: Any, fetch: Callable[[], Any]) -> Any:
         """Run one ``next()`` of ``owner`` (``fetch()``), timed on its clock."""
@@ -241,8 +266,15 @@ class StepClocks:
         now = time.perf_counter()
         self._close_body(c)
         if len(c.pass_starts) == len(c.pass_ends):  # a Loader (no iter hook): pass starts now
-            c.pass_starts.append(now)
-        if self.steps is not None and c.steps >= self.steps and self.on_limit is not None:
+            c.begin_pass(now)
+        prev = getattr(tls, "prev", None)
+        if prev is not c:
+            self._switch(prev, c)
+            tls.prev = c
+        elif c.inside is not None and c.steps == c.pass_step0:
+            c.inside = None  # a new pass straight after its own: it runs on its own
+        if (self.steps is not None and c.steps >= self.steps and c.counts
+                and self.on_limit is not None):
             return self.on_limit(c)
         workers = bool(c.config.get("num_workers"))
         q0 = self._runq() if workers else 0.0
@@ -274,6 +306,28 @@ class StepClocks:
             c.token = c.timer.start()
         return batch
 
+    @staticmethod
+    def _switch(prev: LoaderClock | None, c: LoaderClock) -> None:
+        """This thread steps ``c`` after ``prev``: note which loader runs inside which.
+
+        A loader that resumes its open pass after others stepped (training after
+        validation) hosted them: they are inner. A loader that starts while another's
+        pass is open with 2 steps or more in it is inside that one until it resumes
+        (so a long first validation pass does not count as training steps); a single
+        step (``next(iter(loader))`` to peek at a batch) does not count as a pass, and
+        a loader that starts a new pass straight after its own runs on its own.
+        """
+        if c.hosted and c.in_pass:
+            for other in c.hosted:
+                other.inner, other.inside = True, None
+            c.hosted.clear()
+        if prev is None:
+            return
+        if prev.in_pass >= 2 and c not in prev.hosted:
+            prev.hosted.append(c)
+            if c.steps == c.pass_step0:
+                c.inside = prev
+
     def step_done(self, owner: Any) -> None:
         """End the current body of ``owner``'s clock now (an explicit step boundary)."""
         c = self.clocks.get(id(owner))
@@ -293,8 +347,10 @@ class StepClocks:
 
     def training(self) -> LoaderClock | None:
         """The training loader: the one named by the caller, else the one with most steps
-        (ties: the one stepped first). None before any step."""
+        among those not run inside another loader's pass (ties: the one stepped first).
+        None before any step."""
         if self.primary is not None and id(self.primary) in self.clocks:
             return self.clocks[id(self.primary)]
         stepped = [c for c in self.clocks.values() if c.steps]
+        stepped = [c for c in stepped if not c.inner] or stepped
         return min(stepped, key=lambda c: (-c.steps, c.starts[0])) if stepped else None

@@ -86,8 +86,8 @@ def render_text(rep: Report, width: int = 100) -> str:
     sps = "n/a" if rep.samples_per_s is None else f"{rep.samples_per_s:,.0f}"
     label = rep.loader.get("label")
     if label:
-        con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, the loader with the "
-                  "most steps)")
+        con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, not run inside "
+                  "another loader's pass, with the most steps)")
     con.print(f"verdict: {rep.verdict.upper()} (binding: {rep.binding})  data stall: "
               f"{rep.stall_fraction:.0%} of each step  busy: {util}  samples/s: {sps}")
     if rep.reason:

@@ -53,7 +53,8 @@ class Session:
         name: label of the run in reports.
         device: where the loop body runs (``"cpu"``, ``"cuda:0"``, a torch.device).
         batch_size: samples per batch for throughput (inferred from the batch if None).
-        steps: the run ends once a loader has taken this many steps.
+        steps: the run ends once the training loader has taken this many steps (a loader
+            run inside another loader's pass does not count; see :class:`StepClocks`).
         ab: the synthetic-batch check after the measured steps (needs ``steps``).
         replay: steps of the synthetic-batch check (>= 2).
         host_interval: seconds between host samples.
@@ -103,8 +104,9 @@ class Session:
             return self
         self._t0 = time.perf_counter()
         stack = self._stack
-        spans.install(self.recorder)
-        stack.callback(spans.uninstall, self.recorder)
+        sink = _LoaderSink(self.recorder, self.clocks)
+        spans.install(sink)
+        stack.callback(spans.uninstall, sink)
         spans.install_step_hook(self.clocks.on_next)
         stack.callback(spans.uninstall_step_hook, self.clocks.on_next)
         if "torch" in sys.modules:
@@ -174,26 +176,22 @@ class Session:
 
     # ------------------------------------------------------------- reporting
     def _spans(self, final: bool = True) -> list[Span]:
+        """Every span so far, each filed under its loader's label (``loader``), with the
+        Loader's copy-stream events turned into the copy's device time."""
         out: list[Span] = []
         recorded = self.recorder.spans()
         if not final and self._worker_dir is not None and self._t_end is None:
             recorded += read_worker_spans(self._worker_dir)
+        labels = {key: c.label for key, c in self.clocks.clocks.items()}
         for s in recorded:
-            ev = s.attrs.get("events")
-            if ev is None:
+            ev, owner = s.attrs.get("events"), s.attrs.get("owner")
+            if ev is None and owner is None:
                 out.append(s)
                 continue
-            attrs = {k: v for k, v in s.attrs.items() if k != "events"}
-            try:  # the Loader's copy-stream events: the copy's device time
-                if not final and not ev[1].query():
-                    out.append(Span(s.stage, s.start, s.end, s.pid, s.tid, attrs))
-                    continue
-                ev[1].synchronize()
-                dur = ev[0].elapsed_time(ev[1]) / 1000.0
-                attrs["host_s"] = s.duration
-                out.append(Span(s.stage, s.start, s.start + dur, s.pid, s.tid, attrs))
-            except RuntimeError:
-                out.append(Span(s.stage, s.start, s.end, s.pid, s.tid, attrs))
+            attrs = {k: v for k, v in s.attrs.items() if k not in ("events", "owner")}
+            if owner in labels:
+                attrs["loader"] = labels[owner]
+            out.append(_device_timed(Span(s.stage, s.start, s.end, s.pid, s.tid, attrs), ev, final))
         return out
 
     def measurements(self, final: bool = True) -> tuple[Measurements | None, list[dict[str, Any]]]:
@@ -285,6 +283,37 @@ class Session:
         if self.notes:
             rep.host = rep.host | {"notes": list(self.notes)}
         return rep
+
+
+class _LoaderSink:
+    """The span sink of a session: files a span emitted on a thread that is inside a
+    loader's ``next()`` (a loader's consumer side) under that loader; spans of threads
+    bound to a loader (:func:`feedline.spans.bind`) carry their ``owner`` already."""
+
+    def __init__(self, recorder: Recorder, clocks: StepClocks) -> None:
+        self.recorder, self.clocks = recorder, clocks
+
+    def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
+        if "owner" not in attrs and "loader" not in attrs:
+            label = self.clocks.current()
+            if label is not None:
+                attrs["loader"] = label
+        self.recorder.record(stage, start, end, attrs)
+
+
+def _device_timed(s: Span, events: Any, final: bool) -> Span:
+    """``s`` lasting its copy's device time, from the Loader's copy-stream ``events``
+    (a partial report does not wait for a copy still running)."""
+    if events is None:
+        return s
+    try:
+        if not final and not events[1].query():
+            return s
+        events[1].synchronize()
+        dur = events[0].elapsed_time(events[1]) / 1000.0
+    except RuntimeError:
+        return s
+    return Span(s.stage, s.start, s.start + dur, s.pid, s.tid, s.attrs | {"host_s": s.duration})
 
 
 def _of(all_spans: list[Span], label: str) -> list[Span]:

@@ -9,6 +9,8 @@ against the compute step); the binding stage names what the time is:
 * ``decode`` / ``transform``: CPU time in the dataset's item code (DataLoader)
   or in the Loader's decode / transform stages;
 * ``collate``: the collate function;
+* ``device_decode``: decoding after delivery (``Loader(decode_on=...)``), on the
+  consumer's side of the loader, where workers do not share it;
 * ``h2d``: host-to-device copies; ``gpu``: the step itself.
 
 Advice comes from the binding stage (see :func:`_recommend`), and the
@@ -40,6 +42,8 @@ DATA_BOUND_STALL = 0.25
 COMPUTE_BOUND_STALL = 0.15
 BALANCED_RATIO = 0.7
 DATA_STAGES = ("read", "decode", "transform", "collate")
+AFTER_STAGES = ("device_decode",)
+"""Stages a loader runs on each batch as it delivers it (on the consumer's thread)."""
 MAX_IO_WORKERS = 64
 HEADROOM = 1.25
 GIL_BOUND_WAIT = 0.002
@@ -184,6 +188,8 @@ class PerBatch:
     collate: float = 0.0
     h2d: float = 0.0
     gpu: float = 0.0
+    after: float = 0.0
+    """Stages run after delivery, in the loop (:data:`AFTER_STAGES`): not shared by workers."""
     measured: bool = False
     """Whether any loader stage was seen (else ``read`` is only the wait)."""
     gil_bound: bool = False
@@ -259,6 +265,8 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     pb.measured = bool(fetches or by.get("read") or by.get("decode") or by.get("collate"))
     pb.read, pb.decode = read / n, cpu["decode"] / n
     pb.transform, pb.collate = cpu["transform"] / n, cpu["collate"] / n
+    after = [s.duration for k in AFTER_STAGES for s in by.get(k, [])]
+    pb.after = sum(after) / len(after) if after else 0.0
     pb.h2d = sum(m.copy_times) / max(steps, 1) if m.copy_times else (
         sum(s.duration for s in by.get("h2d", [])) / n)
     gpu_src = m.gpu[m.warmup:] or m.gpu
@@ -363,6 +371,13 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
             why = f"{binding} is CPU work; one worker per core at most"
         call = loader_call(cfg, w_rec, cuda)
         return f"{call}: {why}", gain(data_time_with(pb, w_rec, cores))
+    if binding == "device_decode":
+        w = max(workers, 1)
+        where = "on the device" if cuda else "on the training thread"
+        return (f"decoding after delivery (decode_on) takes {pb.after * 1e3:.1f} ms per batch "
+                f"{where}, inside the loop, where the {w} workers do not share it: decode in the "
+                f"workers instead, ahead of the loop, Loader(..., decode_on=\"cpu\")"), gain(
+            max((pb.data + pb.after) / w, (pb.cpu + pb.after) / max(cores, 1)))
     if binding == "collate":
         return (f"collate takes {pb.collate * 1e3:.1f} ms per batch: make the collate function "
                 "cheaper (preallocate, no per-sample Python loop), or move that work into the "
@@ -389,10 +404,15 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
 
 
 def _binding(verdict: str, pb: PerBatch, data_time: float) -> str:
+    """The stage that binds. ``data_time``: the data path's time per batch as the loop
+    sees it (the workers' stages divided among them, plus :attr:`PerBatch.after`)."""
     cands = {"read": pb.read, "decode": pb.decode, "transform": pb.transform,
              "collate": pb.collate, "h2d": pb.h2d}
     if verdict == "unknown":
         return "unknown"
+    if verdict != "compute-bound" and pb.after > 0 and pb.after >= max(
+            data_time - pb.after, pb.h2d) and not (verdict == "balanced" and pb.gpu >= data_time):
+        return "device_decode"
     if pb.gil_bound:
         cpu = {k: cands[k] for k in ("decode", "transform", "collate")}
         return max(cpu, key=lambda n: cpu[n])
@@ -458,7 +478,7 @@ def build_report(m: Measurements) -> Report:
     stall = min(1.0, max(0.0, stall_s) / total) if total > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
     workers = int(m.loader.get("num_workers") or 0)
-    data_time = pb.data / max(workers, 1)
+    data_time = pb.data / max(workers, 1) + pb.after
     reason = fix = ""
     if not iters:
         verdict = "unknown"
@@ -531,8 +551,9 @@ def other_loader(label: str, config: dict[str, Any], waits: list[float], bodies:
     """One line for a loader that is not the training one (validation, say).
 
     Its share of the run's wall time, its own wait for data and stages, and its
-    own advice: workers when it mostly waits for data, else "this time is the
-    loop body run on its batches" (evaluation compute).
+    own advice, from its own stages as for the training loader (the binding
+    stage and what it calls for) when it mostly waits for data, else "this time
+    is the loop body run on its batches" (evaluation compute).
     """
     active = sum(b - a for a, b in passes)
     wait_s = sum(waits)
@@ -541,13 +562,10 @@ def other_loader(label: str, config: dict[str, Any], waits: list[float], bodies:
     stages: dict[str, list[float]] = {}
     for s in spans:
         stages.setdefault(s.stage, []).append(s.duration)
-    workers = int(config.get("num_workers") or 0)
+    binding, gain = "", None
     if stall >= DATA_BOUND_STALL:
-        w = max(workers + 1, min(recommended_workers(cores, 1), 8))
-        extra = "" if workers == 0 or config.get("feedline") else (
-            "; persistent_workers=True keeps its workers between passes")
-        advice = (f"it waits for data {stall:.0%} of its time: "
-                  f"{loader_call(config, w, cuda)}{extra}")
+        binding, advice, gain = _other_advice(config, waits, bodies, spans, cores, cuda)
+        advice = f"it waits for data {stall:.0%} of its time: {advice}"
     else:
         advice = ("its time is the loop body on its batches (evaluation compute): run it less "
                   "often or on fewer batches if its share is too high")
@@ -555,6 +573,25 @@ def other_loader(label: str, config: dict[str, Any], waits: list[float], bodies:
         "label": label, "role": "other", "config": config, "steps": len(waits),
         "passes": len(passes), "active_s": active, "share_of_wall": active / wall if wall else 0.0,
         "wait": summarize(steady).to_dict(), "body": summarize(bodies).to_dict(),
-        "stall_fraction": stall,
+        "stall_fraction": stall, "binding": binding, "predicted_gain": gain,
         "stages": {k: summarize(v).to_dict() for k, v in stages.items()}, "advice": advice,
     }
+
+
+def _other_advice(config: dict[str, Any], waits: list[float], bodies: list[float],
+                  spans: list[Span], cores: int, cuda: bool) -> tuple[str, str, float | None]:
+    """(binding stage, advice, predicted gain) of a loader that mostly waits for data,
+    from its own stages, with the training loader's rules."""
+    m = Measurements(name="other", device_type="cuda" if cuda else "cpu", wait=waits,
+                     body=bodies, gpu=bodies, spans=spans, loader=config, cores=cores)
+    workers = int(config.get("num_workers") or 0)
+    pb = _per_batch(m, len(waits))
+    binding = _binding("data-bound", pb, pb.data / max(workers, 1) + pb.after)
+    if binding == "unknown":  # its stages were not seen: all that is known is the wait
+        w = max(workers + 1, min(recommended_workers(cores, 1), 8))
+        return binding, loader_call(config, w, cuda), None
+    k = 1 if len(waits) > 1 else 0
+    step = summarize(a + b for a, b in zip(waits[k:], bodies[k:], strict=False))
+    rec, gain = _recommend(m, pb, "data-bound", binding, step.mean, workers_for(pb, cores, 1),
+                           step.p50)
+    return binding, f"{binding} binds; {rec}", gain

@@ -218,6 +218,7 @@ class Loader:
         self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned,
                                                         reuse=engine.reuse_slots, allocate=allocate),
                            opts)
+        self._rt.owner = id(self)
         self._finalizer = weakref.finalize(self, self._rt.close)
         self._pos = state.Position()
         self._restored = False

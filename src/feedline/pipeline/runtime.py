@@ -98,6 +98,9 @@ class Runtime:
         self._retired: ThreadWorkers | None = None  # threads left after moving to processes
         self._mover: threading.Thread | None = None
         self.closed = False
+        self.owner: int | None = None
+        """The loader's ``id()``: the threads working for it file their spans under it
+        (:func:`feedline.spans.bind`), so each loader's stages are measured apart."""
         self.fallbacks: Counter[str] = Counter()
         """Dense field -> batches in which it was delivered as a list (another shape)."""
         self._lock = threading.Lock()
@@ -140,6 +143,7 @@ class Runtime:
 
     def _timed_job(self, job: Job, worker: str) -> Ready | None:
         """Thread workers: :meth:`run_job`, timed for ``worker_type="auto"``."""
+        spans.bind(self.owner)
         if self.auto is None or self.auto.decided is not None:
             return self.run_job(job, worker)
         t0, (c0, q0) = time.perf_counter(), thread_clock()
@@ -245,6 +249,7 @@ class Runtime:
     def on_result(self, res: Result, views: Mapping[collate.Path, np.ndarray]) -> Ready | None:
         """Process workers: runs in the parent's reader thread for each finished job;
         ``views`` are the dense rows of its arena slot."""
+        spans.bind(self.owner)
         for stage, t0, t1, attrs in res.timings:
             spans.emit(stage, t0, t1, **attrs)
         if not self.sched.wanted(res.job.run):
