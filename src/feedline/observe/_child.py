@@ -12,11 +12,14 @@ the report:
 * on SIGTERM, when the script has no handler of its own: the report is
   written, then the signal is delivered again with its default action, so the
   exit status stays "killed by SIGTERM";
-* as a partial report when a loader reaches 16, 64, 256... steps and every few
+* as a partial result when a loader reaches 16, 64, 256... steps and every few
   seconds (on a background thread; the timed ones take at most about 0.5% of
   the run's time, the others a geometric series of it), so a script killed by
   SIGKILL, the OOM killer, a segfault or ``os._exit`` still leaves the steps
-  it ran.
+  it ran. A partial result is the session's raw measurements
+  (:func:`~feedline.observe._snapshot.snapshot`, a copy of lists): the
+  ``diagnose`` process builds the report from it, only if it needs it, so
+  the training process never spends its CPU and GIL on analysis mid-run.
 
 At the ``--steps`` limit on the main thread the run ends with ``SystemExit(0)``;
 on another thread (a producer thread feeding a queue) the report is written
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from feedline.observe._session import Session
+from feedline.observe._snapshot import snapshot
 
 CONFIG_ENV = "FEEDLINE_DIAGNOSE"
 PID_ENV = "FEEDLINE_DIAGNOSE_PID"
@@ -105,7 +109,7 @@ class Child:
         os.kill(os.getpid(), signum)
 
     def milestone(self) -> None:
-        """A loader reached 16, 64, 256... steps: take a partial report now (off this thread)."""
+        """A loader reached 16, 64, 256... steps: keep a partial result now (off this thread)."""
         self._due.set()
 
     def _partials(self) -> None:
@@ -117,8 +121,7 @@ class Child:
                 return
             t0 = time.perf_counter()
             try:
-                data = self.session.partial_report().to_dict(include_spans=False)
-                data["partial"] = True
+                data = {"snapshot": snapshot(self.session)}
                 with self._lock:
                     if self._done:
                         return
@@ -130,31 +133,17 @@ class Child:
             wait = max(self.partial_every, (time.perf_counter() - t0) / PARTIAL_DUTY)
 
 
-def warm_up() -> None:
-    """Pay diagnose's own start-up costs now, before the user's script starts.
+def settle() -> None:
+    """One full garbage collection, before the user's script starts.
 
-    Two costs used to land inside the run's first steps (found with per-step
-    times of ``bench/diagnose_overhead.py``'s script, +4.6 % on a 10 ms step):
-
-    * the first report built in a process imports the analysis
-      (``feedline.doctor``, the model, the findings) and runs numpy's first
-      percentile: 50 ms of CPU, 100-200 ms of wall time. Built by the
-      partial-report thread, it held the GIL while the training thread woke from
-      its step. A throwaway session with a few steps of a stand-in loader takes
-      the same path here instead;
-    * the objects of those imports (and of this warm-up) count towards
-      CPython's next full garbage collection, which then ran during the steps:
-      80-180 ms with torch loaded, a collection the plain run does not have at
-      that point. One full collection here leaves the process as CPython leaves
-      it after any full collection, before the user's code runs.
+    The objects of diagnose's own start-up (its imports) count towards
+    CPython's next full collection, which then ran during the user's first
+    steps: 80-180 ms with torch loaded, a collection the plain run does not
+    have at that point (found with per-step times of
+    ``bench/diagnose_overhead.py``'s script). A full collection here leaves the
+    process as CPython leaves it after any full collection, before the user's
+    code runs.
     """
-    session = Session("warm-up", "cpu")
-    owner = object()
-    for _ in range(4):
-        session.clocks.on_next(owner, lambda: 0)
-    json.dumps(session.partial_report().to_dict(include_spans=False))
-    json.dumps(session.report().to_dict(include_spans=True))
-    del session
     gc.collect()
 
 
@@ -176,6 +165,6 @@ def bootstrap() -> None:
     child = Child(session, Path(cfg["result"]), Path(cfg["partial"]),
                   float(cfg.get("partial_every", 5.0)))
     holder.append(child)
-    warm_up()
+    settle()
     session.start()
     child.start()

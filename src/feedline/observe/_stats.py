@@ -133,6 +133,12 @@ class Recorder:
                 else:
                     self._merged.append(s)
 
+    def rows(self) -> list[tuple[str, float, float, int, int, dict[str, Any]]]:
+        """The stored spans as plain tuples (cheaper than :meth:`spans`; attrs not copied)."""
+        with self._lock:
+            rows, merged = list(self._rows), list(self._merged)
+        return rows + [(s.stage, s.start, s.end, s.pid, s.tid, s.attrs) for s in merged]
+
     def spans(self, stage: str | None = None) -> list[Span]:
         """A copy of the stored spans (recorded, then merged), optionally of one stage only."""
         with self._lock:

@@ -83,6 +83,25 @@ def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(s, h)
 
 
+def _read_report(result: Path, partial: Path) -> Report | None:
+    """The child's final report, else the report of its last partial result (built
+    here from its raw measurements, :mod:`feedline.observe._snapshot`), else None."""
+    if result.exists():
+        return Report.from_dict(json.loads(result.read_text(encoding="utf-8")))
+    if not partial.exists():
+        return None
+    from feedline.observe._snapshot import restore
+
+    session = restore(json.loads(partial.read_text(encoding="utf-8"))["snapshot"])
+    try:
+        report = session.partial_report()
+    finally:
+        if session._worker_dir is not None:  # the killed child could not remove it
+            shutil.rmtree(session._worker_dir, ignore_errors=True)
+    report.host = report.host | {"partial": True}
+    return report
+
+
 def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool = False,
                  replay: int = 10, device: str = "auto", name: str | None = None,
                  timeout: float | None = None, partial_every: float = 5.0
@@ -151,13 +170,6 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
                 proc.kill()
                 proc.wait()
                 raise
-        report = None
-        for path in (result, partial):
-            if path.exists():
-                report = Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
-                if path is partial:
-                    report.host = report.host | {"partial": True}
-                break
-        return exit_status(code), report
+        return exit_status(code), _read_report(result, partial)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

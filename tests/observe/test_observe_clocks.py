@@ -1,0 +1,168 @@
+"""Step clocks: which loader is the training one, and what ``steps=N`` counts.
+
+Loaders here are plain objects stepped through :class:`StepClocks` as the hooks
+would (one ``on_iter`` per pass, one ``on_next`` per batch, on one thread), in the
+orders real loops use: validation inside the training pass, a peek at one batch,
+validation before training, a long first validation pass.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from feedline import spans
+from feedline.observe._clock import StepClocks
+from feedline.observe._stats import Recorder
+
+
+class Limit(Exception):
+    pass
+
+
+def clocks(steps: int | None = None) -> StepClocks:
+    def stop(c: Any) -> Any:
+        raise Limit(c.label)
+
+    return StepClocks(lambda: None, lambda: 0.0, steps, stop)
+
+
+def run(sc: StepClocks, loader: object, n: int) -> Iterator[int]:
+    """One pass of ``n`` batches of ``loader``, yielding after each step."""
+    now = time.perf_counter()
+    sc.on_iter(loader, now, now)
+    for i in range(n):
+        yield sc.on_next(loader, lambda i=i: i)
+    with pytest.raises(StopIteration):
+        sc.on_next(loader, _stop)
+
+
+def _stop() -> Any:
+    raise StopIteration
+
+
+def test_validation_inside_training_is_not_the_training_loader_even_with_more_steps() -> None:
+    sc, train, val = clocks(), object(), object()
+    for k in run(sc, train, 12):
+        if k % 4 == 3:
+            for _ in run(sc, val, 10):  # 30 validation steps against 12 training steps
+                pass
+    t = sc.training()
+    assert t is sc.clock(train) and sc.clock(val).inner and sc.clock(val).steps == 30
+
+
+def test_steps_counts_the_training_loader_only() -> None:
+    sc, train, val = clocks(steps=8), object(), object()
+    taken = 0
+    with pytest.raises(Limit) as e:
+        for k in run(sc, train, 100):
+            taken += 1
+            if k == 2:  # a first validation pass longer than the limit
+                for _ in run(sc, val, 20):
+                    pass
+    assert str(e.value) == sc.clock(train).label and taken == 8
+    assert sc.clock(val).steps == 20
+
+
+def test_a_peek_at_one_batch_does_not_hide_the_training_loader() -> None:
+    sc, train, val = clocks(steps=5), object(), object()
+    now = time.perf_counter()
+    sc.on_iter(val, now, now)
+    sc.on_next(val, lambda: 0)  # next(iter(val)): one batch to look at, pass left open
+    with pytest.raises(Limit) as e:
+        for _ in run(sc, train, 50):
+            pass
+    assert str(e.value) == sc.clock(train).label
+    assert sc.training() is sc.clock(train)
+
+
+def test_validation_before_training_then_training_counts() -> None:
+    sc, train, val = clocks(steps=25), object(), object()
+    for _ in run(sc, val, 10):  # a sanity pass before training: not inside anything
+        pass
+    with pytest.raises(Limit) as e:
+        for _epoch in range(3):
+            for _ in run(sc, train, 10):
+                pass
+    assert str(e.value) == sc.clock(train).label and sc.clock(train).steps == 25
+
+
+def test_a_loader_alone_runs_epoch_after_epoch_after_leaving_another_open() -> None:
+    sc, first, second = clocks(steps=15), object(), object()
+    for k in run(sc, first, 100):
+        if k == 3:
+            break  # a pass left open after 4 steps
+    with pytest.raises(Limit) as e:
+        for _epoch in range(5):
+            for _ in run(sc, second, 6):
+                pass
+    assert str(e.value) == sc.clock(second).label
+
+
+def test_spans_bind_files_a_threads_spans_under_its_owner() -> None:
+    rec = Recorder()
+    spans.install(rec)
+    try:
+        def worker(owner: int) -> None:
+            spans.bind(owner)
+            spans.emit("read", 0.0, 1.0)
+            spans.emit("decode", 1.0, 2.0, owner=99)  # its own owner wins
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in (1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        spans.emit("wait", 0.0, 1.0)  # this thread is bound to nothing
+    finally:
+        spans.uninstall(rec)
+    got = sorted((s.stage, s.attrs.get("owner")) for s in rec.spans())
+    assert got == [("decode", 99), ("decode", 99), ("read", 1), ("read", 2), ("wait", None)]
+
+
+class _Items:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import numpy as np
+
+        return {"x": np.full((4,), float(i), dtype=np.float32)}
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_two_loaders_stages_are_filed_under_each_loader(worker_type: str) -> None:
+    import feedline
+    from feedline.observe._session import Session
+
+    session = Session("two", "cpu")
+    with feedline.Loader(_Items(64), batch_size=4, workers=2, shuffle=False,
+                         worker_type=worker_type) as train, \
+            feedline.Loader(_Items(16), batch_size=8, workers=1, shuffle=False,
+                            worker_type=worker_type) as val:
+        session.start()
+        try:
+            for k, _batch in enumerate(train):
+                if k % 8 == 7:
+                    for _vb in val:
+                        pass
+        finally:
+            session.stop()
+    labels = {c.config.get("batch_size"): c.label for c in session.clocks.clocks.values()}
+    by: dict[str | None, set[int]] = {}
+    for s in session._spans():
+        if s.stage in ("read", "collate"):
+            by.setdefault(s.attrs.get("loader"), set()).add(int(s.attrs.get("batch", -1)))
+    assert set(by) == {labels[4], labels[8]}  # nothing unfiled, nothing pooled
+    assert max(by[labels[8]]) < 2 and max(by[labels[4]]) >= 8  # val: 2 batches per pass
+    m, others = session.measurements()
+    assert m is not None and m.loader["label"] == labels[4]
+    (val_line,) = others
+    assert val_line["label"] == labels[8] and val_line["steps"] == 2 * 2
