@@ -72,7 +72,10 @@ def test_compute_bound_pipelined_run() -> None:
     rep = build_report(meas(wait=0.001, body=0.040, fetch=0.010, cpu=0.009, workers=2))
     assert rep.verdict == "compute-bound" and rep.binding == "gpu"
     assert rep.analysis["applies"] == "steady"
-    assert rep.analysis["predicted"] == pytest.approx(0.040)
+    # the steady step, plus taking a ready batch (the floor of the waits) once per step
+    assert rep.analysis["receive"] == pytest.approx(0.001)
+    assert rep.analysis["predicted"] == pytest.approx(0.040 + 0.001)
+    assert rep.analysis["predicted"] == pytest.approx(rep.step_time.mean)
     assert rep.predicted_gain == 1.0
 
 

@@ -504,11 +504,14 @@ def build_report(m: Measurements) -> Report:
     util = min(1.0, pb.gpu * len(iters) / total) if total > 0 else None
     an = analyze(pb.read, pb.cpu, pb.h2d, pb.gpu, workers=max(workers, 1))
     serial_loader = ("num_workers" in m.loader and workers == 0) or not pb.measured
-    predicted = an.serial if serial_loader else an.steady
+    # With workers, taking even a ready batch costs the loop something (a process worker's
+    # batch crosses a queue and is unpickled): the floor of the waits, paid once per step.
+    receive = 0.0 if serial_loader or not wait else min(wait)
+    predicted = an.serial if serial_loader else an.steady + receive
     analysis = an.to_dict() | {
         "predicted": predicted, "measured": step.mean,
         "error": (predicted - step.mean) / step.mean if step.mean > 0 else None,
-        "applies": "serial" if serial_loader else "steady",
+        "applies": "serial" if serial_loader else "steady", "receive": receive,
         "stages_measured": pb.measured, "blocked_fraction": pb.blocked_fraction,
         "per_batch": {"read": pb.read, "decode": pb.decode, "transform": pb.transform,
                       "collate": pb.collate, "h2d": pb.h2d, "gpu": pb.gpu},
