@@ -8,12 +8,14 @@ training loop blocked per save, and how long until the checkpoint is durable
 ``dcp.async_save``, and ``feedline.checkpoint.Checkpointer.save`` (io=auto).
 Also: write throughput of feedline's O_DIRECT writer vs
 ``dd if=/dev/zero oflag=direct bs=8M conv=fsync`` to the same folder
-(interleaved), and a training loop that saves every 50 steps vs the same loop
-without saves (stall %). Torch runs with one thread (the writer thread needs the other
+(interleaved), and a training loop on the same model that saves every 50 steps
+vs the same loop without saves (stall %, from ABBA-interleaved 50-step segments,
+with the floor: state bytes / memcpy bandwidth vs 50 steps). Torch runs with one thread (the writer thread needs the other
 core of a 2-core host). Goals: blocked <= 0.1x torch.save and <= 0.5x
 dcp.async_save; direct write >= 0.9x dd; loop within 3 %.
 
-    .venv/bin/python bench/checkpoint.py [--quick] [--repeat N] [--dir DIR] [--json PATH] [--device cuda]
+    .venv/bin/python bench/checkpoint.py [--quick] [--repeat N] [--loop-pairs N] [--dir DIR] [--json PATH]
+                                         [--device cuda]
 
 With ``--device cuda`` (the GPU check) the state lives on the GPU instead and
 the script reports the blocked time against state size / measured D2H
@@ -164,41 +166,110 @@ def bench_write(nbytes: int, root: Path, repeat: int) -> dict[str, Any]:
             "direct": writer.fallback_reason is None, "fallback_reason": writer.fallback_reason}
 
 
-def bench_loop(root: Path, steps: int, every: int, repeat: int, d_model: int) -> dict[str, Any]:
-    """A real training loop (Transformer encoder, AdamW) with a save every ``every`` steps vs without."""
-    model, opt = make_state(d_model, 2)
-    x = torch.randn(8, 32, d_model)
-
-    def run(save: bool) -> tuple[float, float]:
-        ck = Checkpointer(root / "loop", keep=1, io="auto") if save else None
+def memcpy_bandwidth(nbytes: int, repeat: int) -> float:
+    """Bytes per second of one host memcpy of ``nbytes`` between two resident buffers (median)."""
+    src, dst = aligned_empty(nbytes), aligned_empty(nbytes)
+    src[:] = 1
+    dst[:] = 0
+    runs = []
+    for _ in range(max(3, repeat)):
         t0 = time.perf_counter()
-        for step in range(steps):
-            loss = model(x).pow(2).mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if ck is not None and step % every == every - 1:
-                ck.save(step, {"model": model.state_dict(), "optim": opt.state_dict(), "step": step})
-        elapsed = time.perf_counter() - t0  # the loop's time; the last write may still finish below
-        blocked = sum(ck.stats.blocked_s) if ck is not None else 0.0
-        if ck is not None:
-            ck.close()
-        return elapsed, blocked
+        dst[:] = src
+        runs.append(nbytes / (time.perf_counter() - t0))
+    return statistics.median(runs)
 
-    run(True)  # warm-up
-    plain: list[float] = []
-    saving: list[float] = []
-    blocked: list[float] = []
-    for _ in range(repeat):
-        plain.append(run(False)[0])
-        t, b = run(True)
-        saving.append(t)
-        blocked.append(b)
-    ratio = statistics.median(s / p for s, p in zip(saving, plain, strict=True))
-    return {"steps": steps, "save_every": every, "state_bytes": nbytes_of(state_of(model, opt)),
-            "plain_s": statistics.median(plain), "saving_s": statistics.median(saving),
-            "plain_runs": plain, "saving_runs": saving, "blocked_s": statistics.median(blocked),
-            "ratio": ratio, "stall_pct": (ratio - 1) * 100, "goal_pct": 3.0}
+
+def bench_loop(root: Path, every: int, pairs: int, d_model: int, layers: int, tokens: int,
+               repeat: int) -> dict[str, Any]:
+    """A training loop that saves every ``every`` steps vs the same loop without saves.
+
+    The model is a Transformer encoder with AdamW (its state is the saves' ~1 GiB
+    at full size), one sequence of ``tokens`` per step: a small batch, so the
+    step is short and a save weighs as much as it can. Rather than two whole
+    runs (on a shared host the load drifts by more than the 3 % measured), the
+    loop runs ``every``-step segments in pairs, ABBA-interleaved: A = ``every``
+    plain steps; B = a save, then ``every`` steps while it is written, then
+    ``wait()`` for the write (normally 0): B's time is what one save costs the
+    loop, blocked time and the background write's interference included. The
+    ratio is the median over pairs of B / A. Its noise is the host's (segments
+    of the same kind vary by several % on a shared host), so the stall is also
+    attributed per save: blocked time + the extra time of the steps that ran
+    while the write was in flight (vs the median plain step) + the final wait,
+    as a % of ``every`` plain steps. The first save's staging memory
+    is prepared with ``reserve()`` before the loop; the cost of a first save
+    without it is measured separately (it is paid once per process).
+    """
+    model, opt = make_state(d_model, layers)
+    x = torch.randn(1, tokens, d_model)
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    def state() -> dict[str, Any]:
+        return {"model": model.state_dict(), "optim": opt.state_dict(), "rng": torch.get_rng_state()}
+
+    size = nbytes_of(state())
+    for _ in range(2):
+        step()
+    cold = Checkpointer(root / "cold", keep=1, io="auto")
+    t0 = time.perf_counter()
+    cold.save(0, state())
+    cold_first = time.perf_counter() - t0
+    cold.close()
+    del cold
+    ck = Checkpointer(root / "loop", keep=1, io="auto")
+    ck.reserve(state())
+    ck.wait()
+    t0 = time.perf_counter()
+    ck.save(0, state())
+    reserved_first = time.perf_counter() - t0
+    ck.wait()
+    plain_steps: list[float] = []
+    during_steps: list[float] = []
+    seg: dict[str, list[float]] = {"A": [], "B": []}
+    waits: list[float] = []
+    writer_cpu: list[float] = []
+    for i in range(pairs):
+        for kind in ("AB" if i % 2 == 0 else "BA"):
+            t0 = time.perf_counter()
+            if kind == "B":
+                ck.save(i + 1, state())
+            for _ in range(every):
+                s0 = time.perf_counter()
+                writing = ck._busy()
+                step()
+                (during_steps if writing else plain_steps).append(time.perf_counter() - s0)
+            w0 = time.perf_counter()
+            ck.wait()
+            seg[kind].append(time.perf_counter() - t0)
+            if kind == "B":
+                waits.append(time.perf_counter() - w0)
+                writer_cpu.append(ck.stats.last_writer_cpu_s)
+    blocked = ck.stats.blocked_s[1:]  # the warm first save is not part of the loop
+    durable = ck.stats.last_durable_s
+    ck.close()
+    ratios = [b / a for a, b in zip(seg["A"], seg["B"], strict=True)]
+    step_s = statistics.median(plain_steps)
+    bw = memcpy_bandwidth(size, repeat)
+    floor_s = size / bw
+    interference = (statistics.mean(during_steps) - step_s) * len(during_steps) / pairs if during_steps else 0.0
+    ratio = statistics.median(ratios)
+    per_save = statistics.median(blocked) + interference + statistics.median(waits)
+    return {"save_every": every, "pairs": pairs, "state_bytes": size, "tokens_per_step": tokens,
+            "step_s": step_s, "segment_plain_s": statistics.median(seg["A"]),
+            "segment_saving_s": statistics.median(seg["B"]), "plain_runs": seg["A"], "saving_runs": seg["B"],
+            "pair_ratios": ratios, "ratio": ratio, "stall_pct": (ratio - 1) * 100,
+            "total_ratio": sum(seg["B"]) / sum(seg["A"]), "goal_pct": 3.0,
+            "blocked_s": statistics.median(blocked), "blocked_runs": blocked,
+            "steps_while_writing_per_save": len(during_steps) / pairs,
+            "interference_s_per_save": interference, "wait_s_per_save": statistics.median(waits),
+            "writer_cpu_s_per_save": statistics.median(writer_cpu), "durable_s": durable,
+            "attributed_s_per_save": per_save, "attributed_pct": per_save / (every * step_s) * 100,
+            "memcpy_GBps": bw / 1e9, "floor_s": floor_s, "floor_pct": floor_s / (every * step_s) * 100,
+            "first_save_s": {"without_reserve": cold_first, "after_reserve": reserved_first}}
 
 
 def bench_gpu(device: str, d_model: int, layers: int, root: Path, repeat: int) -> dict[str, Any]:
@@ -252,6 +323,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--repeat", type=int, default=None, help="counted rounds per contender (median reported)")
     p.add_argument("--dir", default=None, help="folder on the disk to measure (default: bench/results)")
     p.add_argument("--json", default=None, help="write results to this JSON file")
+    p.add_argument("--loop-pairs", type=int, default=None,
+                   help="A/B segment pairs of the training-loop comparison (default 6; 2 with --quick)")
     p.add_argument("--device", default="cpu", help="cpu (the comparisons) or cuda[:N] (D2H-bound staging, GDS)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # 2 shared cores: more threads oversubscribe them (and the writer needs one)
@@ -277,8 +350,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         saves = bench_saves(state, root, repeat)
         del state, model, opt
         write = bench_write(size, root, repeat)
-        loop = bench_loop(root, 20 if args.quick else 200, 10 if args.quick else 50, repeat,
-                          32 if args.quick else 256)
+        loop = bench_loop(root, 10 if args.quick else 50, args.loop_pairs or (2 if args.quick else 6),
+                          d_model, layers, 16, repeat)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ours = saves["Checkpointer.save"]["blocked_s"]
@@ -305,8 +378,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"({saves['Checkpointer.save']['writer_reason']})")
     print(f"  write {write['bytes'] / 2**20:.0f} MiB: feedline direct {write['feedline_MBps']:.0f} MB/s, "
           f"dd oflag=direct bs=8M {write['dd_MBps']:.0f} MB/s")
-    print(f"  loop {loop['steps']} steps: plain {loop['plain_s']:.2f} s, saving every {loop['save_every']} "
-          f"{loop['saving_s']:.2f} s (stall {loop['stall_pct']:+.1f} %, blocked {loop['blocked_s'] * 1e3:.1f} ms)")
+    every = loop["save_every"]
+    print(f"  loop, {every}-step segments, {loop['pairs']} ABBA pairs, step {loop['step_s'] * 1e3:.0f} ms: "
+          f"plain {loop['segment_plain_s']:.2f} s, with a save {loop['segment_saving_s']:.2f} s "
+          f"(stall {loop['stall_pct']:+.2f} %, pairs {', '.join(f'{r:.3f}' for r in loop['pair_ratios'])})")
+    print(f"    per save: blocked {loop['blocked_s'] * 1e3:.0f} ms, {loop['steps_while_writing_per_save']:.1f} steps "
+          f"overlap the write ({loop['interference_s_per_save'] * 1e3:+.0f} ms vs plain steps), writer CPU "
+          f"{loop['writer_cpu_s_per_save'] * 1e3:.0f} ms, wait {loop['wait_s_per_save'] * 1e3:.0f} ms: "
+          f"{loop['attributed_pct']:+.2f} % of {every} plain steps")
+    print(f"    floor: {loop['state_bytes'] / 2**30:.3f} GiB / memcpy {loop['memcpy_GBps']:.1f} GB/s = "
+          f"{loop['floor_s'] * 1e3:.0f} ms = {loop['floor_pct']:.2f} % of {every} steps; first save "
+          f"{loop['first_save_s']['without_reserve']:.2f} s without reserve(), "
+          f"{loop['first_save_s']['after_reserve']:.2f} s after it")
     for c in comparisons:
         print(f"  {c['what']}: {c['ours']} / {c['baseline']} = {c['ratio']:.3f} (goal {c['goal']})")
     if args.json:

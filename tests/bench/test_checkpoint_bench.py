@@ -29,7 +29,10 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
         assert 0 < row["blocked_s"] <= row["durable_s"] and len(row["blocked_runs"]) == 1
     assert doc["saves"]["Checkpointer.save"]["staging_allocations"] == 1
     assert doc["write"]["feedline_MBps"] > 0 and doc["write"]["dd_MBps"] > 0
-    assert doc["loop"]["plain_s"] > 0 and doc["loop"]["saving_s"] > 0
+    loop = doc["loop"]
+    assert loop["segment_plain_s"] > 0 and loop["segment_saving_s"] > 0 and len(loop["pair_ratios"]) == 2
+    assert len(loop["blocked_runs"]) == 2 and 0 < loop["floor_s"] < loop["segment_plain_s"]
+    assert loop["memcpy_GBps"] > 0 and loop["first_save_s"]["without_reserve"] > 0
     assert len(doc["comparisons"]) == 4 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
                                                  for c in doc["comparisons"])
     assert "blocked per save" in proc.stdout
