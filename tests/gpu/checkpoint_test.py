@@ -93,3 +93,16 @@ def test_dcp_stager_pins_cuda_states() -> None:
     assert staged["w"].device.type == "cpu" and staged["w"].is_pinned()
     assert torch.equal(staged["w"] * 2, live["w"].cpu())
     stager.close()
+
+
+@pytest.mark.parametrize("io", ["direct", "gds"])
+def test_reserve_prepares_cuda_staging_on_the_writer_thread(scratch: Path, io: str) -> None:
+    state = _cuda_state()
+    with Checkpointer(scratch, io=io) as ck:
+        ck.reserve(state)  # pinned host memory (direct) or device memory (gds), allocated in the background
+        ck.save(1, state)
+        ck.save(2, state)
+        ck.wait()
+        assert ck.staging_allocations == 1
+        assert ck._arena is not None and (ck._arena.pinned if io == "direct" else ck._arena.device.startswith("cuda"))
+        _same(state, ck.load())
