@@ -55,6 +55,10 @@ class CheckpointStats:
 class Checkpointer:
     """Save nested states of tensors, arrays and plain values without stopping training.
 
+    Typical use: ``reserve(state)`` once the optimizer state exists (staging
+    memory prepared in the background), ``save(step, state)`` every N steps,
+    ``wait()`` or ``close()`` at the end.
+
     Args:
         directory: where checkpoints go (created if missing). One checkpointer
             per directory at a time.
