@@ -1,7 +1,7 @@
 """What does measuring cost? Step time with vs without ``feedline.watch`` and ``feedline diagnose``.
 
 Question: how much does ``feedline.watch``, and ``feedline diagnose`` around a
-whole training script (its hooks, host sampler, partial reports), add to a
+whole training script (its hooks, host sampler, partial results), add to a
 training step? The step is fixed-time work
 (on CPU a sleep, which releases the GIL like a host waiting on its GPU, or
 with ``--step busy`` a Python spin; on CUDA a fixed chain of matmuls), the loader a
