@@ -197,10 +197,14 @@ def run_child(name: str, w: peers_data.Workload, folder: Path, args: argparse.Na
     finally:
         mem.stop()
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
+    tail = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
+    if not lines:
         return {"error": tail[0][:200], "stderr_tail": err[-2000:]}
     doc: dict[str, Any] = json.loads(lines[-1])
+    if proc.returncode != 0:  # died after its figures were printed (at teardown): kept, said
+        doc["note"] = "; ".join(filter(None, [doc.get("note"), (
+            f"the process exited with code {proc.returncode} after printing its figures "
+            f"({tail[0][:80]})")]))
     doc.update(samples_per_s=doc["samples"] / doc["seconds"],
                samples_per_cpu_s=doc["samples"] / max(doc["cpu_s"], 1e-9), peak_rss=mem.peak_rss,
                peak_pss=mem.peak_pss, load_avg_1min=os.getloadavg()[0])
