@@ -127,3 +127,26 @@ def test_contenders_deliver_every_sample(bench: dict[str, ModuleType], tmp_path:
         assert got == pytest.approx(want_sum, rel=1e-6), name
         if w.label:
             assert sorted(np.concatenate(ys).tolist()) == sorted(i % 1000 for i in range(w.n))
+
+
+@pytest.mark.timeout(60)
+def test_a_child_that_dies_after_its_figures_keeps_them_marked(
+        bench: dict[str, ModuleType], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A contender process that prints its figures and then dies (torchdata.nodes on W4 ends
+    in std::terminate at teardown) keeps its figures with a note; one that dies before
+    printing them is an error."""
+    peers, data = bench["peers"], bench["peers_data"]
+    figures = {"samples": 10, "seconds": 0.5, "cpu_s": 0.25, "first_batch_s": 0.1, "note": ""}
+    after = tmp_path / "after.py"
+    after.write_text(f"import json, os\nprint(json.dumps({figures!r}), flush=True)\nos.abort()\n")
+    before = tmp_path / "before.py"
+    before.write_text("import os, sys\nprint('dying', file=sys.stderr, flush=True)\nos.abort()\n")
+    args = peers.parser().parse_args(["--peers-dir", str(tmp_path)])
+    w = data.workloads(quick=True)["W3"]
+    monkeypatch.setattr(peers, "HERE", after)
+    kept = peers.run_child("x", w, tmp_path, args, 30.0)
+    assert "error" not in kept and kept["samples_per_s"] == 20.0
+    assert kept["samples_per_cpu_s"] == 40.0 and "exited with code -6" in kept["note"]
+    monkeypatch.setattr(peers, "HERE", before)
+    lost = peers.run_child("x", w, tmp_path, args, 30.0)
+    assert lost["error"] == "dying"
