@@ -67,6 +67,34 @@ def test_idle_device_and_tail_stalls() -> None:
     assert "tail-stalls" not in codes(facts(step_p50=0.02, wait_p50=0.015, wait_p99=0.03))
 
 
+def _fix(f: RunFacts, code: str) -> str:
+    return next(x.fix for x in detect(f) if x.code == code)
+
+
+def test_prefetch_advice_never_repeats_the_depth_already_set() -> None:
+    dl = {"num_workers": 2, "prefetch_factor": 2}
+    deep = _fix(facts(step_p50=0.02, wait_p50=0.001, wait_p99=0.08, fetch_p99=0.2, loader=dl),
+                "tail-stalls")
+    assert "prefetch_factor=6" in deep  # ceil(0.2 / 0.02) = 10 batches over 2 workers, + 1
+    covered = _fix(facts(step_p50=0.02, wait_p50=0.001, wait_p99=0.08, fetch_p99=0.03,
+                         loader=dl | {"prefetch_factor": 4}), "tail-stalls")
+    assert "already covers" in covered and "prefetch_factor=4" in covered
+    mine = _fix(facts(step_p50=0.02, wait_p50=0.001, wait_p99=0.08, fetch_p99=0.03,
+                      loader={"num_workers": 2, "feedline": True, "prefetch": 8}), "tail-stalls")
+    assert "already covers" in mine and "prefetch=8" in mine
+
+
+def test_epoch_restarts_only_for_dataloaders_that_restart_their_workers() -> None:
+    restarts = dict(step_p50=0.02, wait_p50=0.001, wait_p99=0.002, epoch_start_wait=0.25,
+                    epoch_starts=3)
+    assert "epoch-restarts" in codes(facts(loader={"num_workers": 2}, **restarts))
+    assert "epoch-restarts" not in codes(facts(loader={"num_workers": 2, "persistent_workers": True},
+                                               **restarts))
+    assert "epoch-restarts" not in codes(facts(loader={"num_workers": 0}, **restarts))
+    assert "epoch-restarts" not in codes(facts(loader={"num_workers": 2, "feedline": True},
+                                               **restarts))
+
+
 def test_findings_sorted_by_severity() -> None:
     found = detect(facts(verdict="data-bound", stall_fraction=0.5, gpu_utilisation=0.4,
                          loader={"num_workers": 0}, copies={"count": 3, "pageable": 3}))

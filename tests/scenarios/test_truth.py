@@ -305,6 +305,8 @@ def test_tail_stall_prefetch_is_sized_from_the_measured_tail_and_hides_it(runs: 
     assert code == 0, err
     assert after["stall_fraction"] < 0.5 * data["stall_fraction"], (
         after["stall_fraction"], data["stall_fraction"])
+    measured = data["step_time"]["mean"] / after["step_time"]["mean"]
+    assert measured >= 0.7 * data["predicted_gain"], (measured, data["predicted_gain"])
 
 
 # -- unknowns, exit status, signals -----------------------------------------------------
@@ -354,3 +356,23 @@ def test_sigterm_to_diagnose_is_forwarded_and_leaves_no_orphan(tmp_path: Path) -
         os.kill(child, 0)  # the training process is gone, not reparented to init
     data = json.loads(out.read_text())
     assert data["steps"] == 99 and "the run was ended by SIGTERM" in data["host"]["notes"]
+
+
+@pytest.mark.timeout(200)
+def test_epoch_restarts_are_their_own_finding_and_persistent_workers_remove_them(
+        tmp_path: Path) -> None:
+    case = Case("epoch_restarts", ("0",), None, "data-bound", "read", (0.0, 1.0))
+    code, data, _, err = diagnose(tmp_path, "restarts", case)
+    assert code == 0, err
+    found = {f["code"]: f for f in data["findings"]}
+    assert "persistent_workers=True" in found["epoch-restarts"]["fix"], data["findings"]
+    assert "tail-stalls" not in found  # the restarts are not blamed on slow batches
+    assert "persistent_workers=True" in data["recommendation"]
+    case = Case("epoch_restarts", ("1",), None, "compute-bound", "gpu", (0.0, 1.0))
+    code, after, _, err = diagnose(tmp_path, "persistent", case)
+    assert code == 0, err
+    assert "epoch-restarts" not in {f["code"] for f in after["findings"]}
+    assert after["stall_fraction"] < 0.5 * data["stall_fraction"], (
+        after["stall_fraction"], data["stall_fraction"])
+    measured = data["step_time"]["mean"] / after["step_time"]["mean"]
+    assert measured >= 0.7 * data["predicted_gain"], (measured, data["predicted_gain"])

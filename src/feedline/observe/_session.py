@@ -18,6 +18,7 @@ user's threads; :meth:`report` does all the arithmetic once.
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import sys
@@ -242,6 +243,7 @@ class Session:
             host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),
             cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
             wall=wall, loaders_other=others_out,
+            pass_first=_pass_first(v.starts, train.pass_starts),
         )
         if self.replay is not None and self.replay.clock is train:
             m.ab = _ab(v, self.replay.steps(), m.warmup)
@@ -346,3 +348,13 @@ def _gpu_count(kind: str) -> int:
 def _measured_window(starts: list[float], end: float, warmup: int = 1) -> tuple[float, float]:
     """From the first measured step (after warm-up) to the end of the run."""
     return (starts[warmup] if len(starts) > warmup else float("-inf")), end
+
+
+def _pass_first(starts: list[float], pass_starts: list[float]) -> list[int]:
+    """Index of the step that opens each pass after the first (its first ``next()``)."""
+    out: list[int] = []
+    for p in pass_starts[1:]:
+        i = bisect.bisect_left(starts, p)
+        if i < len(starts) and (not out or i > out[-1]):
+            out.append(i)
+    return out

@@ -61,6 +61,10 @@ class RunFacts:
     fetch_p99: float = 0.0
     """p99 seconds to prepare one batch."""
     gil_bound: bool = False
+    epoch_start_wait: float = 0.0
+    """Median wait of the first step of the second and later epochs."""
+    epoch_starts: int = 0
+    """How many such steps were measured."""
     binding: str = ""
     """The stage that binds (``decode``, ``read``, ``gpu``...)."""
     decode_gain: tuple[float, float] | None = None
@@ -237,6 +241,17 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
             "give the trainer its cores: fewer workers (min(cores/gpus, 8)), other jobs off "
             "the machine, or pin processes (taskset / numactl)",
         ))
+    workers = int(f.loader.get("num_workers") or 0)
+    if (not f.loader.get("feedline") and workers > 0 and not f.loader.get("persistent_workers")
+            and f.epoch_starts and f.step_p50 > 0
+            and f.epoch_start_wait > max(3 * f.wait_p50, 0.25 * f.step_p50)):
+        out.append(Finding(
+            "epoch-restarts", "warning",
+            f"each epoch starts its {workers} worker processes again: the first batch of an "
+            f"epoch waited {f.epoch_start_wait * 1e3:.0f} ms (median of {f.epoch_starts}) "
+            f"against {f.wait_p50 * 1e3:.1f} ms for the others",
+            "keep the workers between epochs: DataLoader(..., persistent_workers=True)",
+        ))
     if f.step_p50 > 0 and f.wait_p99 > 0.5 * f.step_p50 and f.wait_p50 < 0.2 * f.step_p50:
         out.append(Finding(
             "tail-stalls", "warning",
@@ -269,6 +284,12 @@ def _prefetch_fix(f: RunFacts) -> str:
     depth = prefetch_depth(f.fetch_p99 or f.wait_p99, f.step_p50, w, feed)
     why = (f"(p99 batch preparation {(f.fetch_p99 or f.wait_p99) * 1e3:.0f} ms against a "
            f"{f.step_p50 * 1e3:.0f} ms step)")
+    now = f.loader.get("prefetch" if feed else "prefetch_factor")
+    now = now if isinstance(now, int) and not isinstance(now, bool) else (None if feed else 2)
+    if w > 0 and now is not None and depth <= now:
+        name = "prefetch" if feed else "prefetch_factor"
+        return (f"the prefetch depth already covers the slowest batches ({name}={now}; {why[1:-1]}): "
+                "the long waits come from elsewhere; open the trace (--trace) at those steps")
     if feed:
         return f"deepen the prefetch: Loader(..., prefetch={depth}) {why}"
     if w == 0:

@@ -83,6 +83,8 @@ class Measurements:
     """:func:`other_loader` summaries of the loaders that are not the training one."""
     extra_spans: list[Span] = field(default_factory=list)
     """Spans of other loaders: kept for the trace, not in the training figures."""
+    pass_first: list[int] = field(default_factory=list)
+    """Steps that open the second and later passes (epochs) over the loader."""
 
 
 @dataclass
@@ -517,11 +519,25 @@ def build_report(m: Measurements) -> Report:
                       "collate": pb.collate, "h2d": pb.h2d, "gpu": pb.gpu},
         "gil_bound": pb.gil_bound, "gil_wait": pb.gil_wait, "fetch_p99": pb.fetch_p99,
     }
-    w_rec = workers_for(pb, m.cores, m.gpus)
-    rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50)
     queued = m.wait_runq[k:len(m.wait)] if in_workers else []
     queued = queued + [0.0] * max(0, len(wait) - len(queued))
-    data_wait = summarize(max(0.0, a - b) for a, b in zip(wait, queued, strict=False))
+    # The first wait of each later epoch (a DataLoader starting its workers again) is its
+    # own finding; the tail of the other waits is what prefetching can hide.
+    opens = {i - k for i in m.pass_first if i >= k}
+    waits_q = [max(0.0, a - b) for a, b in zip(wait, queued, strict=False)]
+    data_wait = summarize(x for i, x in enumerate(waits_q) if i not in opens)
+    restart = [x for i, x in enumerate(waits_q) if i in opens]
+    w_rec = workers_for(pb, m.cores, m.gpus)
+    rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50)
+    restart_s = sum(restart) - len(restart) * data_wait.p50
+    if (verdict == "data-bound" and workers > 0 and not m.loader.get("feedline")
+            and not m.loader.get("persistent_workers") and iters and stall_s > 0
+            and restart_s > 0.5 * stall_s):
+        # most of the stall is the workers starting again at each epoch
+        call = loader_call(m.loader, workers, m.device_type == "cuda")
+        rec = (f"{call}: {restart_s / stall_s:.0%} of the wait for data is the first batch of "
+               "each epoch, while its worker processes start again")
+        gain = step.mean / max(step.mean - restart_s / len(iters), 1e-9)
     facts = RunFacts(
         device_type=m.device_type, verdict=verdict, stall_fraction=stall,
         gpu_utilisation=util, step_p50=step.p50, wait_p50=data_wait.p50, wait_p99=data_wait.p99,
@@ -529,6 +545,8 @@ def build_report(m: Measurements) -> Report:
         gpus=m.gpus, shm_free=m.shm_free, pinned_series=m.pinned_series, workers_rec=w_rec,
         blocked_fraction=pb.blocked_fraction, io_workers=io_workers(pb, m.cores),
         fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound, binding=binding,
+        epoch_start_wait=sorted(restart)[len(restart) // 2] if restart else 0.0,
+        epoch_starts=len(restart),
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0
