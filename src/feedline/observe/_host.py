@@ -8,8 +8,8 @@ NVML (``pynvml``) is importable and a GPU is present it also samples SM
 utilisation and PCIe receive bandwidth. :meth:`summary` reduces the samples to
 a JSON-able dict; :attr:`series` keeps the time series for plots.
 
-The GIL probe (:func:`gil_wait`) runs more often (every ``GIL_EVERY`` seconds)
-than the other signals, and :meth:`summary` can keep only the probes inside
+The GIL probe (:func:`gil_wait`) runs on its own thread, more often (every
+``GIL_EVERY`` seconds) than the other signals, and :meth:`summary` can keep only the probes inside
 the measured steps: a short run has few samples, and those taken before the
 loader starts say nothing about its threads.
 """
@@ -54,6 +54,7 @@ class HostSampler:
         self.series: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._gil_thread: threading.Thread | None = None
         self._nvml: Any = None
         self._extra = extra
         self.gil: list[tuple[float, float]] = []
@@ -68,13 +69,16 @@ class HostSampler:
         psutil.cpu_percent(percpu=True)  # prime the per-core counters
         self._thread = threading.Thread(target=self._run, name="feedline-host", daemon=True)
         self._thread.start()
+        self._gil_thread = threading.Thread(target=self._probe_gil, name="feedline-gil", daemon=True)
+        self._gil_thread.start()
         return self
 
     def stop(self) -> None:
         """Stop sampling and join the thread."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
+        for t in (self._thread, self._gil_thread):
+            if t is not None:
+                t.join(timeout=2.0)
 
     def _counters(self) -> dict[str, Any]:
         disk = psutil.disk_io_counters()
@@ -97,23 +101,25 @@ class HostSampler:
         return row
 
     def _run(self) -> None:
-        due = 0.0
         while not self._stop.is_set():
-            now = time.perf_counter()
-            if now >= due:
-                self.series.append(self._counters())
-                if self._extra is not None:
-                    self._extra()
-                due = now + self.interval
-            self.gil.append((time.perf_counter(), gil_wait() * 1e3))
-            self._stop.wait(min(GIL_EVERY, max(due - time.perf_counter(), 0.0)))
+            self.series.append(self._counters())
+            if self._extra is not None:
+                self._extra()
+            self._stop.wait(self.interval)
         self.series.append(self._counters())
+
+    def _probe_gil(self) -> None:
+        # its own thread: under GIL contention each psutil call of a sample waits for the
+        # GIL too, and probes taken between them would be too few in a short run
+        while not self._stop.is_set():
+            self.gil.append((time.perf_counter(), gil_wait() * 1e3))
+            self._stop.wait(GIL_EVERY)
 
     def summary(self, window: tuple[float, float] | None = None) -> dict[str, Any]:
         """Means over the run: CPU per core, switches/s, disk MB/s and wait, GPU SM %, PCIe RX.
 
         ``window`` (perf_counter start, end): the GIL wait is the mean of the
-        probes inside it, when it holds at least ``GIL_PROBES`` of them. A
+        probes inside it (of all probes when none falls inside). A
         waking thread gets the GIL either at once or at the holder's next switch
         (5 ms): the wait is bimodal, so a median of a few probes flips between
         the two and the mean is the stable figure.
@@ -122,7 +128,7 @@ class HostSampler:
         gil = [ms for _, ms in self.gil]
         if window is not None:
             inside = [ms for t, ms in self.gil if window[0] <= t <= window[1]]
-            gil = inside if len(inside) >= GIL_PROBES else gil
+            gil = inside or gil
         if gil:
             out["gil_wait_ms"] = round(sum(gil) / len(gil), 3)
         if self.gpu_index is not None and self._nvml is None:
