@@ -284,10 +284,11 @@ def _prefetch_fix(f: RunFacts) -> str:
     depth = prefetch_depth(f.fetch_p99 or f.wait_p99, f.step_p50, w, feed)
     why = (f"(p99 batch preparation {(f.fetch_p99 or f.wait_p99) * 1e3:.0f} ms against a "
            f"{f.step_p50 * 1e3:.0f} ms step)")
-    now = f.loader.get("prefetch" if feed else "prefetch_factor")
-    now = now if isinstance(now, int) and not isinstance(now, bool) else (None if feed else 2)
+    name = "prefetch" if feed else "prefetch_factor"
+    now = f.loader.get(name)
+    if not isinstance(now, int) or isinstance(now, bool):
+        now = None if feed else 2  # a DataLoader's default
     if w > 0 and now is not None and depth <= now:
-        name = "prefetch" if feed else "prefetch_factor"
         return (f"the prefetch depth already covers the slowest batches ({name}={now}; {why[1:-1]}): "
                 "the long waits come from elsewhere; open the trace (--trace) at those steps")
     if feed:

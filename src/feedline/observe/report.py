@@ -344,8 +344,13 @@ def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
 
 
 def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: float,
-               w_rec: int, step_p50: float) -> tuple[str, float | None]:
-    """The one change the binding stage calls for, and its predicted gain (step / after)."""
+               w_rec: int, step_p50: float, restarts: tuple[float, float] = (0.0, 0.0)
+               ) -> tuple[str, float | None]:
+    """The one change the binding stage calls for, and its predicted gain (step / after).
+
+    ``restarts``: the share of the data stall spent in the first wait of each later
+    epoch, and those waits' seconds per measured step.
+    """
     cfg, cores = m.loader, m.cores
     workers = int(cfg.get("num_workers") or 0)
     feedline = bool(cfg.get("feedline"))
@@ -360,6 +365,12 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
                 "batch, fused kernels)"), 1.0
     if verdict == "unknown":
         return "", None
+    share, per_step = restarts
+    if (verdict == "data-bound" and share > 0.5 and workers > 0 and not feedline
+            and not cfg.get("persistent_workers")):
+        return (f"{loader_call(cfg, workers, cuda)}: {share:.0%} of the wait for data is the "
+                "first batch of each epoch, while its worker processes start again"), (
+            step / max(step - per_step, 1e-9))
     if pb.gil_bound and binding in ("decode", "transform", "collate"):
         w = min(max(workers, 1), cores)
         return (f"thread workers run Python {binding} one at a time under the GIL: use "
@@ -528,16 +539,10 @@ def build_report(m: Measurements) -> Report:
     data_wait = summarize(x for i, x in enumerate(waits_q) if i not in opens)
     restart = [x for i, x in enumerate(waits_q) if i in opens]
     w_rec = workers_for(pb, m.cores, m.gpus)
-    rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50)
-    restart_s = sum(restart) - len(restart) * data_wait.p50
-    if (verdict == "data-bound" and workers > 0 and not m.loader.get("feedline")
-            and not m.loader.get("persistent_workers") and iters and stall_s > 0
-            and restart_s > 0.5 * stall_s):
-        # most of the stall is the workers starting again at each epoch
-        call = loader_call(m.loader, workers, m.device_type == "cuda")
-        rec = (f"{call}: {restart_s / stall_s:.0%} of the wait for data is the first batch of "
-               "each epoch, while its worker processes start again")
-        gain = step.mean / max(step.mean - restart_s / len(iters), 1e-9)
+    restart_s = sum(restart) - len(restart) * data_wait.p50  # beyond an ordinary wait
+    restarts = ((restart_s / stall_s, restart_s / len(iters)) if iters and stall_s > 0
+                else (0.0, 0.0))
+    rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50, restarts)
     facts = RunFacts(
         device_type=m.device_type, verdict=verdict, stall_fraction=stall,
         gpu_utilisation=util, step_p50=step.p50, wait_p50=data_wait.p50, wait_p99=data_wait.p99,
