@@ -133,6 +133,8 @@ class Loader:
             on their device, so the field is one dense ``(N, h, w, 3)`` uint8 tensor
             (default: a list when sizes vary). With ``decode_on="cpu"`` that decode runs on
             CPU threads after delivery, and a ``transform=`` sees those fields as ``bytes``.
+            A JPEG decoded after delivery that is damaged raises ``DecodeError`` (naming
+            its key) whatever ``on_error`` says: a delivered batch cannot be refilled.
         stages: extra per-sample stages run in the workers after decode and transform,
             each a value with a ``name`` and ``__call__(sample, place) -> sample`` (see
             :mod:`feedline.pipeline.stages`); a stage that raises makes a bad sample
