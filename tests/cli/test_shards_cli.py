@@ -77,6 +77,11 @@ def test_index_adopts_tars_made_by_tar(tmp_path: Path, capsys: pytest.CaptureFix
     assert _run(["index", str(tar), "--out", str(tmp_path / "meta")]) == 0
     assert "indexed 6 samples in 1 tar(s)" in capsys.readouterr().out
     assert _run(["verify", str(tmp_path / "meta")]) == 0
+    shards = tmp_path / "shards"  # a folder of tars, as WebDataset datasets are shipped
+    shards.mkdir()
+    subprocess.run(["tar", "-cf", str(shards / "b.tar"), "-C", str(src), *names], check=True)
+    assert _run(["index", str(shards)]) == 0
+    assert f"indexed 6 samples in 1 tar(s) -> {shards / 'manifest.json'}" in capsys.readouterr().out
 
 
 def test_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:

@@ -69,6 +69,7 @@ def _tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
     [
         ([("a.jpg", b"1"), ("b.jpg", b"2"), ("a.json", b"3")], "not contiguous", "a"),
         ([("a.jpg", b"1"), ("README", b"2")], "no field extension", None),
+        ([("a.txt", b"1"), ("a.txt", b"2")], "same field twice", "a"),
     ],
 )
 def test_tars_that_cannot_be_adopted(tmp_path: Path, members: list[tuple[str, bytes]], message: str, key: str | None) -> None:
@@ -76,7 +77,41 @@ def test_tars_that_cannot_be_adopted(tmp_path: Path, members: list[tuple[str, by
     with pytest.raises(FormatError, match=message) as e:
         index_tars([path])
     assert e.value.shard == "bad.tar" and e.value.key == key
+    assert "feedline pack" in (e.value.fix or "")  # the tar breaks a rule: re-indexing it cannot help
     assert not (tmp_path / "manifest.json").exists()
+
+
+def test_a_folder_stands_for_its_tars_in_name_order(tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for n in (2, 0, 1):
+        _tar(shards / f"train-{n:06d}.tar", [(f"{n:06d}.txt", b"shard %d" % n)])
+    (shards / "notes.md").write_text("not a shard")
+    manifest = index_tars([shards])
+    assert [s.name for s in manifest.shards] == [f"train-{n:06d}.tar" for n in range(3)]
+    assert (shards / "manifest.json").exists() and verify(shards) == []
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"holds no \.tar file"):
+        index_tars([tmp_path / "empty"])
+
+
+@pytest.mark.parametrize("opener", ["w:gz", "w:bz2", "w:xz"])
+def test_compressed_tars_are_refused_with_the_fix(tmp_path: Path, opener: str) -> None:
+    for name in ("shard.tar", "shard.tar.gz"):  # by content, whatever the name says
+        path = tmp_path / name
+        with tarfile.open(path, opener) as tar:
+            info = tarfile.TarInfo("a.txt")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"1"))
+        with pytest.raises(ConfigError, match="compressed") as e:
+            index_tars([path])
+        assert "decompress" in (e.value.fix or "")
+        path.unlink()
+    gz = tmp_path / "only" / "x.tar.gz"
+    gz.parent.mkdir()
+    gz.write_bytes(b"\x1f\x8b" + b"0" * 64)
+    with pytest.raises(ConfigError, match=r"no \.tar file \(compressed: x\.tar\.gz\)"):
+        index_tars([gz.parent])
 
 
 def test_truncated_and_non_tar_files(tmp_path: Path) -> None:

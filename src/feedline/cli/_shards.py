@@ -188,7 +188,7 @@ def pack_cmd(
 
 
 def index_cmd(
-    tars: Annotated[list[Path], typer.Argument(metavar="TAR...", help="existing WebDataset .tar files, in dataset order (never modified)")],
+    tars: Annotated[list[Path], typer.Argument(metavar="TAR...", help="existing WebDataset .tar files, in dataset order, or a folder of them (its *.tar in name order); never modified")],
     out: Annotated[Path | None, typer.Option("--out", "-o", help="dataset root for the .idx files and manifest.json (default: the first tar's folder; tars outside it are linked into it)")] = None,
     checksum: Annotated[str, typer.Option("--checksum", help="checksum algorithm: xxh3 or crc32c")] = "xxh3",
     json_dest: Annotated[str | None, json_option(JSON_HELP + ": the manifest written")] = None,
@@ -197,10 +197,12 @@ def index_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from feedline.format import index_tars
+    from feedline.format._adopt import expand_tars
 
     check_json_dest(json_dest)
     for tar in tars:
         _missing(tar, "tar file", "TARS")
+    tars = expand_tars(tars)
     if out is not None and out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{str(out)!r} is a file, not a folder", param_hint="--out")
     columns = (TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn())

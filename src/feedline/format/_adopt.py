@@ -33,6 +33,18 @@ from feedline.format._schema import HEAD_BYTES, SchemaBuilder, candidate_kind, s
 from feedline.format._tar import BLOCK, split_name
 
 _FIX = "repack the files with `feedline pack`"
+_COMPRESSED = (".tar.gz", ".tgz", ".tar.zst", ".tar.bz2", ".tar.xz")
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ": "xz"}
+
+
+def _compression(path: Path) -> str | None:
+    """The compressor whose magic number starts ``path``, or None for anything else."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return None  # unreadable: index_tar says so with its shard named
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
 
 
 def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
@@ -160,7 +172,10 @@ def index_tar(tar: str | os.PathLike[str], index_path: str | os.PathLike[str], *
     records, aux = shard_schema(fields, members, len(keys), facts)
     data = encode_index(keys, fields, members, shard_size=size, shard_checksum=whole, checksum_algo=checksum_algo,
                         field_records=records, aux=aux)
-    index = ShardIndex.from_bytes(data, shard_size=size, shard=shard)
+    try:
+        index = ShardIndex.from_bytes(data, shard_size=size, shard=shard)
+    except FormatError as e:  # the tar itself breaks a rule (a field twice...): re-indexing cannot help
+        raise FormatError(e.message, fix=_FIX, **e.place) from None
     write_atomic(index_path, data)
     return index
 
@@ -222,6 +237,39 @@ def _check_existing(root: Path, shard_names: list[str]) -> tuple[str, ...] | Non
     return old.classes
 
 
+def expand_tars(tars: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The tar files ``tars`` names, a folder standing for its ``*.tar`` files in name order.
+
+    Raises:
+        ConfigError: nothing given, a path that does not exist, a folder with no
+            ``.tar`` file, or a compressed tar (naming it, with the fix).
+    """
+    paths: list[Path] = []
+    for t in tars:
+        p = Path(t)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.name.endswith(".tar") and q.is_file())
+            if not found:
+                other = sorted(q.name for q in p.iterdir() if q.name.endswith(_COMPRESSED))
+                hint = f" (compressed: {', '.join(other[:3])})" if other else ""
+                raise ConfigError(
+                    f"folder {str(p)!r} holds no .tar file{hint}",
+                    fix="decompress .tar.gz/.tgz shards first (gunzip keeps them tars), or pass the tar files"
+                        if other else "pass the folder holding the .tar shards, or the tar files themselves")
+            paths.extend(found)
+        elif not p.is_file():
+            raise ConfigError(f"tar file {str(p)!r} does not exist", fix="check the path")
+        elif (kind := _compression(p)) is not None:
+            raise ConfigError(
+                f"{str(p)!r} is {kind}-compressed: its members cannot be read in place",
+                fix="decompress it first (e.g. gunzip -k FILE, or zstd -d FILE), then index the .tar")
+        else:
+            paths.append(p)
+    if not paths:
+        raise ConfigError("index_tars: no tar files given", fix="pass one or more .tar files, or their folder")
+    return paths
+
+
 def index_tars(
     tars: Iterable[str | os.PathLike[str]],
     out_dir: str | os.PathLike[str] | None = None,
@@ -232,7 +280,8 @@ def index_tars(
     """Build ``.idx`` files and a manifest for existing WebDataset tars.
 
     Args:
-        tars: tar files, in dataset order. They are never modified.
+        tars: tar files, in dataset order, or folders standing for their ``*.tar``
+            files in name order. They are never modified.
         out_dir: the dataset root, where indexes and ``manifest.json`` go
             (default: the folder of the first tar). Shards are named by their
             path relative to it.
@@ -251,12 +300,7 @@ def index_tars(
             that together hold no sample.
     """
     algo = check_algo(checksum_algo)
-    paths = [Path(t) for t in tars]
-    if not paths:
-        raise ConfigError("index_tars: no tar files given", fix="pass one or more .tar files")
-    for p in paths:
-        if not p.is_file():
-            raise ConfigError(f"tar file {str(p)!r} does not exist", fix="check the path")
+    paths = expand_tars(tars)
     names = [p.name for p in paths]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
