@@ -217,3 +217,22 @@ def test_loader_path_uses_a_host_backend_and_refuses_gds(tmp_path):
         assert loader._source.dataset.backend.name in ("buffered", "direct")
     with pytest.raises(ConfigError, match="gds"):
         feedline.Loader(str(root), batch_size=4, workers=1, io="gds")
+
+
+def test_io_is_checked_and_never_silently_ignored(tmp_path):
+    from loader_helpers import make_packed
+
+    import feedline
+    from feedline.errors import ConfigError
+
+    root = make_packed(tmp_path, 8)
+    with pytest.raises(ConfigError, match="io must be one of"):
+        feedline.Loader(str(root), batch_size=4, workers=1, io="nvme")
+    opened = feedline.open_dataset(root, io="buffered")
+    with feedline.Loader(opened, batch_size=4, workers=1, io="buffered") as loader:  # the same: fine
+        assert sum(1 for _ in loader) == 2
+    with pytest.raises(ConfigError, match="opened with io='buffered'") as e:
+        feedline.Loader(opened, batch_size=4, workers=1, io="direct")
+    assert "open_dataset(path, io=" in (e.value.fix or "")
+    with pytest.raises(ConfigError, match="not a packed feedline dataset"):
+        feedline.Loader(Numbers(8), batch_size=4, workers=1, io="direct")

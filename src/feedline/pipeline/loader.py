@@ -101,7 +101,8 @@ class Loader:
         prefetch: finished batches allowed to wait ahead of the consumer.
         pinned_budget: byte cap of the slot pool (``"2GiB"``); a batch bigger than it is a
             ResourceError at the first batch.
-        io: backend for a dataset given as a path.
+        io: backend for a dataset given as a path (``"auto"``, ``"buffered"``, ``"direct"``;
+            an opened dataset keeps its own, and another one asked for here is an error).
         decode: a :class:`feedline.decode.Decoders` or a mapping field/extension -> fn.
         transform: ``fn(sample) -> sample`` run in the workers after decoding (images are
             ``uint8`` HWC arrays; the contract and helpers: :mod:`feedline.vision`).
@@ -169,6 +170,7 @@ class Loader:
         options.check_unknown(unknown, Loader.__init__)
         shuffle, drop_last, in_order = (options.check_flag(n, v) for n, v in (
             ("shuffle", shuffle), ("drop_last", drop_last), ("in_order", in_order)))
+        options.check_io(io, dataset)
         if isinstance(dataset, (str, os.PathLike)):
             from feedline.io import open_dataset
 

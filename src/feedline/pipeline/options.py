@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -140,3 +141,29 @@ def warn_repeated_epoch(epoch: int) -> None:
         "epoch repeats it on purpose, without this warning)",
         RepeatedOrderWarning, stacklevel=3,
     )
+
+
+def check_io(io: Any, dataset: Any) -> None:
+    """``io=`` names a read backend and applies to a dataset given as a path.
+
+    An already opened dataset keeps the backend it was opened with; asking the
+    loader for another one would be silently ignored, so it is an error.
+
+    Raises:
+        ConfigError: an unknown backend, or one that differs from the opened dataset's.
+    """
+    from feedline.io import IO_CHOICES
+
+    if io not in IO_CHOICES:
+        raise ConfigError(f"io must be one of {IO_CHOICES}, got {io!r}")
+    if io == "auto" or isinstance(dataset, (str, os.PathLike)):
+        return
+    backend = getattr(dataset, "backend", None)
+    opened = getattr(backend, "requested", None)
+    if opened != io:
+        what = f"was opened with io={opened!r}" if opened else "is not a packed feedline dataset"
+        raise ConfigError(
+            f"io={io!r} applies to a dataset given as a path; this dataset {what}",
+            fix="pass the dataset's path to Loader, or open it with feedline.open_dataset(path, io=...)"
+            if opened else "remove io= (it only chooses how packed shards are read)",
+        )
