@@ -128,3 +128,27 @@ def test_drop_last_false_shares_as_documented(world: int, n: int) -> None:
     from feedline.pipeline.sampler import global_order
 
     assert sorted(twice) == sorted(global_order(n, 7, 0, True)[: (-n) % world].tolist())
+
+
+def test_a_lambda_for_process_workers_names_the_argument() -> None:
+    with (pytest.raises(ConfigError, match="cannot receive transform=: it does not pickle") as e,
+          feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process",
+                          transform=lambda s: s) as loader):
+        next(iter(loader))
+    assert "module level" in (e.value.fix or "")
+    with (pytest.raises(ConfigError, match="cannot receive collate="),
+          feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process",
+                          collate=lambda samples: samples) as loader):
+        next(iter(loader))
+
+
+def _always_fails(sample: Any) -> Any:
+    raise KeyError("label")
+
+
+def test_skip_that_runs_out_of_samples_says_which_stage_fails() -> None:
+    with (pytest.raises(WorkerError, match=r"\d+ x KeyError in transform") as e,
+          feedline.Loader(Numbers(16), batch_size=4, workers=1, on_error="skip",
+                          transform=_always_fails) as loader):
+        next(iter(loader))
+    assert e.value.stage == "transform" and "transform function" in (e.value.fix or "")

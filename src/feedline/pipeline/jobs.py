@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,14 +165,23 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
             out.indices.append(item.index)
         missing = want - len(out.samples)
         if missing and not refill:
-            raise WorkerError(
-                f"{len(out.skipped)} bad samples; not enough good ones left to refill batch "
-                f"{job.batch_id}", worker=worker, stage="read",
-                fix="repair the dataset (feedline verify) or lower batch_size",
-            )
+            raise _cannot_refill(out.skipped, job.batch_id, worker)
         if missing and ctx.source.packed:
             out.samples = [_detach(s) for s in out.samples]
         pending, refill = refill[:missing], refill[missing:]
     return out
 
 
+def _cannot_refill(skipped: list[dict[str, str]], batch_id: int, worker: str) -> WorkerError:
+    """Too many bad samples for one batch: what failed, where, and the fix that fits."""
+    causes = Counter((s["stage"], s["error"]) for s in skipped)
+    (stage, _), _ = causes.most_common(1)[0]
+    summary = ", ".join(f"{n} x {e} in {st}" for (st, e), n in causes.most_common(3))
+    data_stages = ("read", "decode", "verify")
+    fix = ("repair the dataset (feedline verify) or lower batch_size" if stage in data_stages
+           else f"fix the {stage} function: it fails on most samples (on_error='raise' shows the first "
+                "traceback)")
+    return WorkerError(
+        f"{len(skipped)} bad samples ({summary}); not enough good ones left to refill batch {batch_id}",
+        worker=worker, stage=stage, fix=fix,
+    )

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from feedline.errors import WorkerDied, WorkerError
+from feedline.errors import ConfigError, WorkerDied, WorkerError
 from feedline.pipeline import collate, shm
 from feedline.pipeline.jobs import Context, Job, Record, prepare
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
@@ -257,6 +257,8 @@ class ProcessWorkers:
                                            placement))
                 try:
                     proc.start()
+                except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                    raise _start_pickling_error(ctx, custom_collate, exc) from exc
                 finally:
                     child.close()
                 self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
@@ -457,3 +459,21 @@ class ProcessWorkers:
         self._fail_all(WorkerDied("process workers closed", stage="close"))
         if self.arena is not None:
             self.arena.close()
+
+
+def _start_pickling_error(ctx: Context, custom_collate: Any, exc: BaseException) -> ConfigError:
+    """Starting a process worker pickles the job context: name the argument that does not."""
+    parts = {"transform=": ctx.transform, "collate=": custom_collate, "stages=": ctx.stages,
+             "decode=": ctx.decoders, "the dataset": ctx.source}
+    name = "an argument"
+    for candidate, value in parts.items():
+        try:
+            pickle.dumps(value)
+        except Exception:  # any failure names the culprit
+            name = candidate
+            break
+    return ConfigError(
+        f"process workers cannot receive {name}: it does not pickle ({exc})",
+        fix="define functions at module level (not lambdas or closures) and keep locks, open files "
+            'and sockets out of them, or use worker_type="thread"',
+    )
