@@ -72,13 +72,15 @@ def test_decode_size_is_honoured_when_jpegs_decode_on_the_cpu(tmp_path, decode_o
     with feedline.Loader(ds, batch_size=8, workers=2, decode_on=decode_on,
                          decode_size=(16, 20)) as loader:
         shapes = {tuple(b["jpg"].shape) for b in loader}
-        assert "decode_size=(16, 20)" in loader.stats["decode_on"]["reason"]
+        assert "in the workers, decoded and resized to decode_size=(16, 20)" in \
+            loader.stats["decode_on"]["where"]
+        assert loader.stats["recipes"]["jpg"] == "decode-rows"
     assert shapes == {(8, 16, 20, 3)}
     src = tmp_path / "raw"
     src.mkdir()
     (src / "a.f32").write_bytes(np.zeros(4, np.float32).tobytes())
     pack([os.fspath(src)], os.fspath(tmp_path / "nojpeg"))
-    with pytest.raises(ConfigError, match="decode_size resizes JPEG fields"):
+    with pytest.raises(ConfigError, match="decode_size resizes image fields"):
         feedline.Loader(os.fspath(tmp_path / "nojpeg"), batch_size=1, decode_size=(16, 20))
 
 

@@ -97,7 +97,7 @@ def decode_npy(data: Buffer, limits: Limits) -> np.ndarray:
     return arr.reshape(shape, order="F" if fortran else "C")
 
 
-def _check_pixels(height: int, width: int, limits: Limits) -> None:
+def check_pixels(height: int, width: int, limits: Limits) -> None:
     if height * width > limits.max_pixels:
         raise DecodeError(
             f"image of {width}x{height} pixels exceeds max_pixels={limits.max_pixels}",
@@ -133,7 +133,7 @@ def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> 
         height, width, _, _ = simplejpeg.decode_jpeg_header(buf)
     except ValueError as exc:
         raise DecodeError(f"JPEG header unreadable: {exc}") from exc
-    _check_pixels(height, width, limits)
+    check_pixels(height, width, limits)
     try:
         if out is not None and _fits_rgb(out, height, width):
             simplejpeg.decode_jpeg(buf, colorspace="RGB", buffer=out)
@@ -144,14 +144,24 @@ def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> 
 
 
 def decode_png(data: Buffer, limits: Limits) -> np.ndarray:
-    """A ``uint8`` array (H, W[, C]) via Pillow; the size is checked before pixels load."""
+    """An array (H, W[, C]) via Pillow; the size is checked before pixels load.
+
+    A palette image comes out as its colours (RGB, or RGBA when it has transparency),
+    not as palette indices; CMYK as RGB; other modes as Pillow stores them (grey: (H, W)).
+    """
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(bytes(data))) as img:
-            _check_pixels(img.size[1], img.size[0], limits)
+            check_pixels(img.size[1], img.size[0], limits)
+            if img.mode in ("P", "PA"):
+                alpha = img.mode == "PA" or "transparency" in img.info
+                return np.asarray(img.convert("RGBA" if alpha else "RGB"))
+            if img.mode == "CMYK":
+                return np.asarray(img.convert("RGB"))
             return np.asarray(img)
-    except (UnidentifiedImageError, OSError, SyntaxError) as exc:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError,
+            Image.DecompressionBombError) as exc:
         raise DecodeError(f"image unreadable: {exc}") from exc
 
 

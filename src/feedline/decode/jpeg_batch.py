@@ -110,6 +110,30 @@ def check_headers(batch: CompressedBatch, limits: Limits) -> list[tuple[int, int
     return shapes
 
 
+def checked_jpeg(data: Buffer, limits: Limits) -> bytes:
+    """``data`` as bytes once its JPEG header reads and fits ``limits``: the cheap check
+    the workers run on a JPEG field they keep compressed for a decode after delivery, so
+    that an empty, headerless or non-JPEG payload is a bad sample in the worker
+    (``on_error`` decides) instead of a failed batch after delivery.
+
+    Raises:
+        DecodeError: not a JPEG, or over ``max_bytes`` / ``max_pixels``.
+    """
+    import simplejpeg
+
+    if len(data) > limits.max_bytes:
+        raise DecodeError(f"JPEG of {len(data)} bytes is over max_bytes={limits.max_bytes}")
+    blob = bytes(data)
+    try:
+        h, w, _, _ = simplejpeg.decode_jpeg_header(blob)
+    except ValueError as e:
+        raise DecodeError(f"not a JPEG: {e}",
+                          fix="remove or replace the file, or skip it with on_error='skip'") from e
+    if h * w > limits.max_pixels:
+        raise DecodeError(f"JPEG of {h}x{w} pixels is over max_pixels={limits.max_pixels}")
+    return blob
+
+
 class JpegBatchDecoder(Protocol):
     """Decode a :class:`CompressedBatch` into HWC uint8 tensors on :attr:`device`."""
 
@@ -123,7 +147,7 @@ class JpegBatchDecoder(Protocol):
         ...
 
 
-def _resize_stack(images: list[torch.Tensor], size: tuple[int, int] | None) -> list[torch.Tensor] | torch.Tensor:
+def resize_stack(images: list[torch.Tensor], size: tuple[int, int] | None) -> list[torch.Tensor] | torch.Tensor:
     """Bilinear resize (on the images' device) of HWC uint8 images into one NHWC batch."""
     if size is None:
         return images
@@ -172,7 +196,7 @@ class CpuJpegDecoder:
             images = list(self._pool.map(lambda i: self._one(batch, i), range(len(batch))))
         else:
             images = [self._one(batch, i) for i in range(len(batch))]
-        return _resize_stack(images, size)
+        return resize_stack(images, size)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_pool": None}
@@ -204,7 +228,7 @@ class TorchvisionJpegDecoder:
         except RuntimeError as e:
             raise DecodeError(f"GPU JPEG decode failed: {e}", field="jpg",
                               fix="decode_on='cpu' names the bad sample") from e
-        return _resize_stack([im.permute(1, 2, 0) for im in chw], size)
+        return resize_stack([im.permute(1, 2, 0) for im in chw], size)
 
 
 class NvImageCodecDecoder:
@@ -231,7 +255,7 @@ class NvImageCodecDecoder:
             if im is None:
                 raise DecodeError("nvImageCodec could not decode the image", key=batch.key(i), field="jpg")
             out.append(torch.as_tensor(im, device=self.device))
-        return _resize_stack(out, size)
+        return resize_stack(out, size)
 
 
 def gpu_decoders_available() -> list[str]:
@@ -322,6 +346,8 @@ __all__ = [
     "NvImageCodecDecoder",
     "TorchvisionJpegDecoder",
     "check_headers",
+    "checked_jpeg",
     "choose_jpeg_decoder",
     "gpu_decoders_available",
+    "resize_stack",
 ]

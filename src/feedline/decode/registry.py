@@ -17,6 +17,7 @@ import numpy as np
 
 from feedline.decode import codecs
 from feedline.decode.codecs import Buffer, Limits
+from feedline.decode.resized import IMAGE_EXTENSIONS, JPEG_EXTENSIONS, check_size, decode_resized
 from feedline.errors import DecodeError, FeedlineError
 
 FieldDecoder = Callable[[Buffer], Any]
@@ -60,6 +61,9 @@ class Decoders:
         overrides: field name or extension -> ``fn(buffer) -> value``; a value of
             ``None`` keeps the field's raw bytes. Field names win over extensions.
         limits: size bounds checked before any decode allocates.
+        size: ``(height, width)``: every image field (``jpg``, ``png``... not overridden)
+            decodes to ``uint8`` RGB of exactly that shape
+            (:func:`feedline.decode.resized.decode_resized`); ``None`` (default): as stored.
 
     Unknown extensions decode to ``bytes``. Raw dtype extensions (``f32``,
     ``u8``, ``i64``...) and ``.npy`` decode to zero-copy array views.
@@ -70,6 +74,7 @@ class Decoders:
         self,
         overrides: Mapping[str, FieldDecoder | None] | None = None,
         limits: Limits | None = None,
+        size: tuple[int, int] | None = None,
     ) -> None:
         if overrides is not None and not isinstance(overrides, Mapping):
             raise TypeError(f"decode must be a mapping of field -> function, got {overrides!r}")
@@ -78,14 +83,28 @@ class Decoders:
                 raise TypeError(f"decode[{name!r}] must be callable or None, got {fn!r}")
         self.overrides = dict(overrides or {})
         self.limits = limits or Limits()
+        self.size = None if size is None else check_size(size)
         self._cache: dict[str, Callable[[Buffer], Any]] = {}
         self._into: dict[str, Any] = {}  # field -> its decode-into codec or None (cached)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"overrides": self.overrides, "limits": self.limits}
+        return {"overrides": self.overrides, "limits": self.limits, "size": self.size}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["overrides"], state["limits"])  # type: ignore[misc]
+        self.__init__(state["overrides"], state["limits"], state.get("size"))  # type: ignore[misc]
+
+    def replace(self, *, overrides: Mapping[str, FieldDecoder | None] | None = None,
+                limits: Limits | None = None, size: tuple[int, int] | None = None) -> Decoders:
+        """A copy with the given settings changed (the others kept)."""
+        return Decoders(self.overrides if overrides is None else overrides,
+                        self.limits if limits is None else limits,
+                        self.size if size is None else size)
+
+    def resizes(self, field: str) -> bool:
+        """Whether ``field`` is an image field that decodes to :attr:`size` (built-in codec)."""
+        ext = extension(field)
+        return (self.size is not None and ext in IMAGE_EXTENSIONS
+                and field not in self.overrides and ext not in self.overrides)
 
     def for_field(self, field: str) -> Callable[[Buffer], Any]:
         """The function that decodes ``field`` (cached per field name)."""
@@ -101,6 +120,9 @@ class Decoders:
             if name in self.overrides:
                 user = self.overrides[name]
                 return partial(_raw_bytes, limits=self.limits) if user is None else user
+        if self.size is not None and ext in IMAGE_EXTENSIONS:
+            return partial(decode_resized, limits=self.limits, size=self.size,
+                           jpeg=ext in JPEG_EXTENSIONS)
         if ext in _BUILTIN:
             codec = _BUILTIN[ext]
             return lambda data: codec(data, self.limits)
@@ -119,9 +141,20 @@ class Decoders:
 
     def decodes_into(self, field: str) -> bool:
         """True when ``field`` is decoded by a built-in codec that can write into a
-        caller's array (JPEG, not overridden): see ``into=`` of :meth:`decode_sample`."""
+        caller's array (JPEG, or any image field with :attr:`size`; not overridden): see
+        ``into=`` of :meth:`decode_sample`."""
         ext = extension(field)
-        return ext in _INTO and field not in self.overrides and ext not in self.overrides
+        return ((ext in _INTO or self.resizes(field))
+                and field not in self.overrides and ext not in self.overrides)
+
+    def _into_codec(self, field: str) -> Callable[[Buffer, np.ndarray], Any] | None:
+        if not self.decodes_into(field):
+            return None
+        if self.size is not None and self.resizes(field):
+            size, jpeg = self.size, extension(field) in JPEG_EXTENSIONS
+            return lambda data, out: decode_resized(data, self.limits, size, out, jpeg=jpeg)
+        codec = _INTO[extension(field)]
+        return lambda data, out: codec(data, self.limits, out)
 
     def decode_field(self, field: str, data: Buffer, *, key: str | None = None,
                      out: np.ndarray | None = None) -> Any:
@@ -144,10 +177,9 @@ class Decoders:
             if out is not None:
                 into = self._into.get(field, _UNKNOWN)
                 if into is _UNKNOWN:
-                    into = self._into[field] = (_INTO[extension(field)]
-                                                if self.decodes_into(field) else None)
+                    into = self._into[field] = self._into_codec(field)
                 if into is not None:
-                    return into(data, self.limits, out)
+                    return into(data, out)
             return self.for_field(field)(data)
         except FeedlineError as exc:
             if exc.place.get("field") in (None, extension(field)):

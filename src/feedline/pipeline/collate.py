@@ -151,10 +151,23 @@ def _leaves(layout: Layout, sample: Any) -> list[Any]:
     skeleton, leaves = flatten(sample, layout.max_depth)
     if skeleton != layout.skeleton:
         raise DecodeError(
-            "sample structure differs from the first batch",
-            stage="collate", fix="return the same fields from every sample, or pass collate=",
+            f"sample structure differs from the first batch{_field_difference(layout.skeleton, skeleton)}",
+            stage="collate", fix="return the same fields from every sample (a dataset that "
+            "mixes image formats, jpg and png: pack one format, or map them to one field in "
+            "transform=, e.g. feedline.vision.ImageTransform(('jpg', 'png'))), or pass collate=",
         )
     return [value for _, value in leaves]
+
+
+def _field_difference(want: Any, got: Any) -> str:
+    """``": it lacks 'jpg' and has 'png'"`` for two top-level field sets ('' otherwise)."""
+    if not isinstance(want, dict) or not isinstance(got, dict) or want.keys() == got.keys():
+        return ""
+    lacks = [k for k in want if k not in got]
+    extra = [k for k in got if k not in want]
+    parts = ([f"lacks {', '.join(map(repr, lacks))}"] if lacks else []) + \
+        ([f"has {', '.join(map(repr, extra))}"] if extra else [])
+    return ": it " + " and ".join(parts)
 
 
 def check(layout: Layout, sample: Any) -> None:

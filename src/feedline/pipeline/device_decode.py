@@ -16,25 +16,44 @@ one CPU core to measure it, takes the consumer's time per batch from the next
 delivery, and then keeps the GPU decoder if the CPU decode would bind (CPU time
 per batch / workers > step time), or decodes on the CPU otherwise; the choice
 and the measurements are in ``loader.stats["decode_on"]``.
+
+Bad JPEGs: the workers check each JPEG field's header (:func:`checked_jpeg`:
+cheap, no pixel decoded), so an empty, headerless or non-JPEG payload is an
+ordinary bad sample there (``on_error="skip"`` skips and refills it). A file
+whose header reads but whose body the device decoder rejects is only found
+after delivery, when its batch can no longer be refilled: the batch is then
+decoded image by image, the image the device rejects is decoded on the CPU
+instead (counted in ``stats["decode_on"]["cpu_fallbacks"]``), and only if the
+CPU cannot decode it either is ``DecodeError`` raised, naming its key.
+
+``decode_size`` with ``decode_on="cpu"`` (or ``"auto"`` deciding the CPU up
+front) does not come here: the workers decode and resize every image field
+into the batch slot rows (:func:`worker_decoders`,
+:mod:`feedline.decode.resized`). With a device decoder, the non-JPEG image
+fields (PNG...) are still resized in the workers.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from feedline.decode import Limits
+from feedline.decode import Decoders, Limits
 from feedline.decode.jpeg_batch import (
     DECODE_ON,
     CompressedBatch,
     CpuJpegDecoder,
     JpegBatchDecoder,
+    checked_jpeg,
     choose_jpeg_decoder,
+    resize_stack,
 )
-from feedline.errors import ConfigError
+from feedline.decode.resized import IMAGE_EXTENSIONS, check_size
+from feedline.errors import ConfigError, DecodeError
 
 JPEG_EXTENSIONS = ("jpg", "jpeg")
 
@@ -42,6 +61,11 @@ JPEG_EXTENSIONS = ("jpg", "jpeg")
 def jpeg_fields(fields: Sequence[str]) -> list[str]:
     """The dataset's fields that hold JPEGs (by extension, as the CPU decoders pick them)."""
     return [f for f in fields if f.rsplit(".", 1)[-1].lower() in JPEG_EXTENSIONS]
+
+
+def image_fields(fields: Sequence[str]) -> list[str]:
+    """The dataset's image fields (JPEG, PNG...: what ``decode_size`` resizes)."""
+    return [f for f in fields if f.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS]
 
 
 class _Ring:
@@ -99,6 +123,7 @@ class DeviceDecode:
         self._cpu_s: float | None = None
         self._returned_at: float | None = None
         self._pending = False  # auto: first batch measured, the decision comes at the next step
+        self.cpu_fallbacks: list[str] = []
 
     def __call__(self, batch: Any) -> Any:
         if not isinstance(batch, dict):
@@ -112,8 +137,7 @@ class DeviceDecode:
                 continue
             i, buf = self._ring.take(sum(len(b) for b in blobs))
             packed = CompressedBatch.pack(blobs, out=buf, keys=keys if isinstance(keys, list) else ())
-            assert self.decoder is not None
-            out = self.decoder.decode(packed, size=self.size)
+            out = self._decode(packed, f)
             self._ring.guard(i)
             batch[f] = out
             self.compressed_bytes += packed.nbytes
@@ -121,6 +145,43 @@ class DeviceDecode:
         self.batches += 1
         self._returned_at = time.perf_counter()
         return batch
+
+    def _decode(self, packed: CompressedBatch, field: str) -> Any:
+        """The batch on the decoder; when it fails, image by image with a CPU fallback."""
+        assert self.decoder is not None
+        try:
+            return self.decoder.decode(packed, size=self.size)
+        except Exception as exc:
+            first = exc
+        images = [self._one(packed, k, field, first) for k in range(len(packed))]
+        if self.size is None:
+            return images
+        return resize_stack(images, self.size)
+
+    def _one(self, packed: CompressedBatch, k: int, field: str, batch_error: BaseException) -> Any:
+        """Image ``k`` alone on the decoder, else on the CPU (moved to the decoder's device).
+
+        Raises:
+            DecodeError: neither could decode it (naming its key).
+        """
+        assert self.decoder is not None
+        one = CompressedBatch.pack([packed.item(k)], keys=[packed.key(k) or ""])
+        try:
+            return self.decoder.decode(one)[0]
+        except Exception as exc:
+            device_error = exc
+        try:
+            image = CpuJpegDecoder(self.limits).decode(one)[0]
+        except DecodeError as exc:
+            raise DecodeError(
+                f"JPEG undecodable after delivery: the {self.decoder.name} decoder said "
+                f"{device_error}; the CPU fallback said {exc.message}",
+                key=packed.key(k), field=field,
+                fix="repair or remove the file (decoded after delivery, the batch cannot "
+                    "be refilled, so on_error='skip' cannot skip it); decode_on='cpu' "
+                    "skips it in the workers") from batch_error
+        self.cpu_fallbacks.append(packed.key(k) or f"#{k}")
+        return image.to(self.decoder.device) if self.decoder.device != "cpu" else image
 
     def _decide(self, batch: dict[str, Any]) -> None:
         """``auto``: time one CPU decode of the first batch (one core); decide at the next step."""
@@ -149,7 +210,9 @@ class DeviceDecode:
                 "device": dec.device if dec else None, "reason": self.reason,
                 "batches": self.batches, "compressed_bytes": self.compressed_bytes,
                 "decoded_bytes": self.decoded_bytes,
-                "cpu_decode_s_first_batch": self._cpu_s}
+                "cpu_decode_s_first_batch": self._cpu_s,
+                "cpu_fallbacks": len(self.cpu_fallbacks),
+                "cpu_fallback_keys": self.cpu_fallbacks[-100:]}
 
 
 def make_device_decode(decode_on: Any, fields: Sequence[str], *, device: str, workers: int,
@@ -158,36 +221,49 @@ def make_device_decode(decode_on: Any, fields: Sequence[str], *, device: str, wo
     """The stage for ``decode_on`` (``None`` when JPEGs decode in the workers) and why.
 
     Raises:
-        ConfigError: ``decode_on="gpu"`` without CUDA or a GPU JPEG library, or a bad value.
+        ConfigError: ``decode_on="gpu"`` without CUDA or a GPU JPEG library, a bad value,
+            or ``decode_size`` for a dataset with no image field.
+        ValueError: ``size`` is not two positive integers.
     """
     jpegs = jpeg_fields(fields)
+    size = None if size is None else check_size(size)
     if isinstance(decode_on, str) and decode_on not in DECODE_ON:
         raise ConfigError(f"decode_on must be one of {DECODE_ON} or a JpegBatchDecoder, "
                           f"got {decode_on!r}", field="decode_on")
+    if size is not None and not image_fields(fields):
+        raise ConfigError("decode_size resizes image fields (JPEG, PNG...), and this dataset "
+                          "has none", field="decode_size",
+                          fix="resize in transform= (feedline.vision.resize), or drop decode_size")
+    in_workers = "in the workers" + (f", decoded and resized to decode_size={size}"
+                                     if size is not None else "")
     if not jpegs:
-        if size is not None:
-            raise ConfigError("decode_size resizes JPEG fields, and this dataset has none",
-                              field="decode_size",
-                              fix="resize in transform= (feedline.vision.resize), or drop decode_size")
-        return None, "no JPEG fields"
+        return None, f"no JPEG fields; {in_workers}"
     if not isinstance(decode_on, str):  # a JpegBatchDecoder, used as given
         why = f"decoder given: {decode_on.name} on {decode_on.device}"
         return DeviceDecode(jpegs, decode_on, why, device=device, workers=workers, size=size,
                             limits=limits), why
-    if decode_on == "cpu" and size is None:
-        return None, "in the workers (decode_on='cpu')"
+    if decode_on == "cpu":
+        return None, f"{in_workers} (decode_on='cpu')"
     dec: JpegBatchDecoder | None
     dec, why = choose_jpeg_decoder(decode_on, device, limits=limits)
     if decode_on == "auto":
-        if dec.device == "cpu" and "no measurement" not in why and size is None:
-            return None, f"in the workers ({why})"
-        if dec.device != "cpu" or "no measurement" in why:
-            dec, why = None, "auto: deciding from the first batches"
-    if dec is not None and dec.device == "cpu":
-        # decode_size asks for one dense tensor: decode + resize after delivery, on CPU
-        why = f"{why}; decode_size={size}: decoded and resized after delivery, on CPU"
+        if dec.device == "cpu" and "no measurement" not in why:
+            return None, f"{in_workers} ({why})"
+        dec, why = None, "auto: deciding from the first batches"
     return DeviceDecode(jpegs, dec, why, device=device, workers=workers, size=size,
                         limits=limits), why
 
 
-__all__ = ["DeviceDecode", "jpeg_fields", "make_device_decode"]
+def worker_decoders(decoders: Decoders, stage: DeviceDecode | None,
+                    size: tuple[int, int] | None) -> Decoders:
+    """The decoders the workers run: with ``stage`` (a decode after delivery) its JPEG
+    fields stay compressed, header-checked (:func:`checked_jpeg`); with ``size`` every
+    other image field is decoded and resized to it (:mod:`feedline.decode.resized`)."""
+    if stage is not None:
+        check = partial(checked_jpeg, limits=decoders.limits)
+        decoders = decoders.replace(
+            overrides={**dict(decoders.overrides), **dict.fromkeys(stage.fields, check)})
+    return decoders if size is None else decoders.replace(size=size)
+
+
+__all__ = ["DeviceDecode", "image_fields", "jpeg_fields", "make_device_decode", "worker_decoders"]

@@ -26,7 +26,7 @@ from feedline.decode import Decoders, Limits, as_decoders
 from feedline.decode.jpeg_batch import JpegBatchDecoder
 from feedline.errors import ConfigError
 from feedline.pipeline import options, sampler, state
-from feedline.pipeline.device_decode import make_device_decode
+from feedline.pipeline.device_decode import make_device_decode, worker_decoders
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
 from feedline.pipeline.runtime import Options, Ready, Runtime
@@ -123,19 +123,27 @@ class Loader:
             chosen and why:
             ``stats["placement"]`` (see :mod:`feedline.placement`).
         decode_on: where JPEG fields decode. ``"cpu"`` (default): in the workers, into the
-            slot rows. ``"gpu"``: the workers keep them compressed, and each delivered
+            slot rows. ``"gpu"``: the workers keep them compressed (checking each header,
+            so a payload that is not a JPEG is a bad sample there), and each delivered
             batch's images are decoded on the device (nvJPEG via torchvision, or
             nvImageCodec): only compressed bytes cross PCIe; a ``transform=`` sees those
-            fields as ``bytes``. ``"auto"``: the GPU when CUDA and a GPU JPEG library are
+            fields as ``bytes``. An image the device decoder rejects after delivery is
+            decoded on the CPU instead; one that neither can decode raises
+            ``DecodeError`` naming its key, whatever ``on_error`` says (a delivered batch
+            cannot be refilled). ``"auto"``: the GPU when CUDA and a GPU JPEG library are
             present and the CPU decode measured on the first batch would bind, else the
             CPU. A :class:`~feedline.decode.jpeg_batch.JpegBatchDecoder` is used as given.
             ``stats["decode_on"]`` says which and why (:mod:`feedline.pipeline.device_decode`).
-        decode_size: ``(h, w)``: JPEG fields are decoded after delivery and resized to it
-            on their device, so the field is one dense ``(N, h, w, 3)`` uint8 tensor
-            (default: a list when sizes vary). With ``decode_on="cpu"`` that decode runs on
-            CPU threads after delivery, and a ``transform=`` sees those fields as ``bytes``.
-            A JPEG decoded after delivery that is damaged raises ``DecodeError`` (naming
-            its key) whatever ``on_error`` says: a delivered batch cannot be refilled.
+        decode_size: ``(h, w)``: every image field (JPEG, PNG...) is decoded to RGB and
+            resized to it, so the field is one dense ``(N, h, w, 3)`` uint8 tensor (default:
+            as stored; a list when sizes vary). Grey, CMYK, palette and alpha images all
+            come out as 3-channel RGB; the aspect ratio is not kept; EXIF orientation is
+            not applied (as in torchvision's ImageFolder). With ``decode_on="cpu"`` this
+            runs in the workers, into the slot rows (:mod:`feedline.decode.resized`): a
+            ``transform=`` sees the resized ``(h, w, 3)`` array, and a damaged image is an
+            ordinary bad sample (``on_error`` decides). With a device decoder, JPEG fields
+            are resized on the device after delivery (bilinear, antialiased; the CPU path
+            agrees with it to within a grey level or two).
         stages: extra per-sample stages run in the workers after decode and transform,
             each a value with a ``name`` and ``__call__(sample, place) -> sample`` (see
             :mod:`feedline.pipeline.stages`); a stage that raises makes a bad sample
@@ -194,7 +202,7 @@ class Loader:
         self.rank, self.world_size = rank_and_world(process_group, rank, world_size)
         decoders = as_decoders(decode)
         if limits is not None:
-            decoders = Decoders(decoders.overrides, limits)
+            decoders = decoders.replace(limits=limits)
         self._source = Source(dataset)
         options.check_decode_fields(decoders.overrides,
                                     dataset.fields if self._source.packed else None)
@@ -208,10 +216,7 @@ class Loader:
         self._device_decode, self.decode_on = make_device_decode(
             decode_on, list(getattr(dataset, "fields", None) or ()), device=str(self.device),
             workers=self.workers, size=decode_size, limits=decoders.limits)
-        if self._device_decode is not None:  # the workers keep JPEG fields compressed
-            decoders = Decoders({**dict(decoders.overrides),
-                                 **dict.fromkeys(self._device_decode.fields, bytes)},
-                                decoders.limits)
+        decoders = worker_decoders(decoders, self._device_decode, decode_size)
         budget = parse_bytes(pinned_budget, name="pinned_budget")
         ctx = Context(self._source, decoders, transform, self.on_error, tuple(stages))
         opts = Options(self.batch_size, self.workers, self.worker_type,

@@ -1,0 +1,178 @@
+"""Decode an image field straight to RGB of one size: what ``Loader(decode_size=(h, w))`` runs.
+
+The result is always a ``uint8`` array of shape ``(h, w, 3)`` (HWC, RGB),
+whatever the stored image: colour, grayscale, CMYK/YCCK, baseline or
+progressive JPEG, or any format Pillow reads (PNG with a palette, alpha or
+16-bit depth, BMP, TIFF, WebP...). The image is stretched to ``(h, w)``: the
+aspect ratio is not kept (crop in ``transform=`` for that).
+
+How (chosen by measurement, see ``bench/loader_jpeg.py --decode-size``):
+
+* JPEG: libjpeg-turbo (simplejpeg) decodes at a reduced scale when the image
+  is much larger than the target (a power-of-two DCT downscale, stopping while
+  the decoded image is still at least twice the target on both axes), then
+  Pillow's antialiased bilinear ``Image.resize`` makes it ``(h, w)``. On a
+  12-megapixel photo to 224x224 that is about 3x faster than decoding every
+  pixel, and within 1-2 grey levels of a full decode + resize.
+* CMYK/YCCK JPEGs (Adobe inversion) and every other format: Pillow decodes
+  (``draft`` gives JPEG the same reduced-scale decode), converts to RGB
+  (a palette through its colours, transparency dropped, grey repeated) and
+  resizes the same way. A ``.jpg`` field that holds another format Pillow
+  recognises (a PNG saved as ``.jpg``) is decoded the same way.
+
+The resize matches ``torch.nn.functional.interpolate(mode="bilinear",
+antialias=True, align_corners=False)`` followed by rounding, what the
+after-delivery decoders apply (:mod:`feedline.decode.jpeg_batch`), to within
+one grey level (Pillow's filter is the one torch's antialias copies).
+
+EXIF orientation is **not** applied, as in ``torchvision.datasets.ImageFolder``
+(PIL's ``Image.open``), ``torchvision.io.decode_jpeg`` and every other feedline
+decode path: pixels come out as stored, so a phone photo taken upright may be
+stored (and delivered) on its side. Apply it when packing (e.g. Pillow's
+``ImageOps.exif_transpose``) if your model should see photos upright.
+
+Every size is checked against :class:`~feedline.decode.Limits` before any
+pixel is allocated; a damaged or unknown image raises
+:class:`~feedline.errors.DecodeError`.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from feedline.decode.codecs import Buffer, Limits, check_pixels
+from feedline.errors import DecodeError
+
+JPEG_EXTENSIONS = ("jpg", "jpeg", "jpe")
+IMAGE_EXTENSIONS = (*JPEG_EXTENSIONS, "png", "ppm", "pgm", "pbm", "bmp", "gif", "tif", "tiff",
+                    "webp")
+"""Field extensions that ``decode_size`` applies to."""
+
+MARGIN = 2
+"""A reduced-scale decode stops while the image is still this many times the target."""
+
+_PILLOW_JPEG = ("CMYK", "YCCK")
+
+
+def check_size(size: Any, name: str = "decode_size") -> tuple[int, int]:
+    """``size`` as ``(height, width)`` of positive ints up to 32768.
+
+    Raises:
+        ValueError: anything else (named by ``name``).
+    """
+    ok = (isinstance(size, (tuple, list)) and len(size) == 2
+          and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= 1 << 15
+                  for v in size))
+    if not ok:
+        raise ValueError(f"{name} must be (height, width), two integers in 1..32768, got {size!r}")
+    return int(size[0]), int(size[1])
+
+
+def scale_for(height: int, width: int, size: tuple[int, int]) -> int:
+    """The power-of-two downscale (1, 2, 4 or 8) libjpeg applies while decoding: the
+    largest that keeps the image at least ``MARGIN`` times ``size`` on both axes."""
+    s = 1
+    while (s < 8 and -(-height // (2 * s)) >= MARGIN * size[0]
+           and -(-width // (2 * s)) >= MARGIN * size[1]):
+        s *= 2
+    return s
+
+
+def _bytes_of(data: Buffer) -> Buffer:
+    if isinstance(data, memoryview) and (data.format not in ("B", "b", "c")
+                                         or not data.c_contiguous):
+        return bytes(data)
+    return data
+
+
+def _finish(img: Any, size: tuple[int, int], out: np.ndarray | None) -> np.ndarray:
+    """Resize a Pillow RGB image to ``size`` into ``out`` when it fits (else a new array)."""
+    from PIL import Image
+
+    h, w = size
+    if img.size != (w, h):
+        img = img.resize((w, h), Image.Resampling.BILINEAR)
+    arr = np.asarray(img)
+    if out is not None and out.shape == (h, w, 3) and out.dtype == np.uint8:
+        np.copyto(out, arr)
+        return out
+    return arr
+
+
+def _jpeg(data: Buffer, limits: Limits, size: tuple[int, int], out: np.ndarray | None
+          ) -> np.ndarray | None:
+    """simplejpeg's path; ``None`` when Pillow should decode instead (not a plain JPEG)."""
+    import simplejpeg
+    from PIL import Image
+
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    check_pixels(height, width, limits)
+    if colorspace in _PILLOW_JPEG:
+        return None
+    s = scale_for(height, width, size)
+    try:
+        arr = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-height // s),
+                                     min_width=-(-width // s))
+    except ValueError as exc:
+        raise DecodeError(f"JPEG data unreadable: {exc}") from exc
+    return _finish(Image.fromarray(arr), size, out)
+
+
+def _pillow(data: Buffer, limits: Limits, size: tuple[int, int], out: np.ndarray | None,
+            why: str | None) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as img:
+            check_pixels(img.size[1], img.size[0], limits)
+            if img.format == "JPEG":
+                img.draft(img.mode, (MARGIN * size[1], MARGIN * size[0]))
+            if img.mode in ("P", "PA") and "transparency" in img.info:
+                img = img.convert("RGBA")
+            if img.mode == "I" or img.mode.startswith("I;16"):
+                img = _sixteen(img)
+            return _finish(img.convert("RGB"), size, out)
+    except UnidentifiedImageError as exc:
+        raise DecodeError(why or f"not an image Pillow can read: {exc}",
+                          fix="remove or replace the file, or skip it with on_error='skip'") from exc
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise DecodeError(f"image unreadable: {exc}") from exc
+
+
+def _sixteen(img: Any) -> Any:
+    """A 16-bit (or 32-bit integer) grey image scaled to 8 bits (Pillow's own conversion would clip at 255)."""
+    from PIL import Image
+
+    arr = np.clip(np.asarray(img), 0, 65535).astype(np.uint32)
+    return Image.fromarray((arr >> 8).astype(np.uint8))
+
+
+def decode_resized(data: Buffer, limits: Limits, size: tuple[int, int],
+                   out: np.ndarray | None = None, *, jpeg: bool = True) -> np.ndarray:
+    """The image in ``data`` as ``uint8`` RGB of shape ``size + (3,)`` (see the module doc).
+
+    Args:
+        jpeg: the field is a JPEG by name (try libjpeg-turbo first); else Pillow.
+        out: a C-contiguous ``uint8`` array of shape ``(h, w, 3)`` (a batch slot row) to
+            write into; it is returned. Otherwise a new array is returned.
+
+    Raises:
+        DecodeError: damaged, unknown or over the declared limits.
+    """
+    buf = _bytes_of(data)
+    if jpeg:
+        arr = _jpeg(buf, limits, size, out)
+        if arr is not None:
+            return arr
+        return _pillow(buf, limits, size, out, "not a JPEG (and no other image format "
+                       "Pillow recognises)")
+    return _pillow(buf, limits, size, out, None)
+
+
+__all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "check_size", "decode_resized", "scale_for"]
