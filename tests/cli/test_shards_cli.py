@@ -102,3 +102,14 @@ def test_pack_no_fsync_flag_packs_a_valid_dataset(tmp_path: Path, capsys: pytest
     assert _run(["pack", str(src), "--out", str(out), "--no-fsync", "-q"]) == 0
     assert "packed 5 samples (10 files)" in capsys.readouterr().out
     assert _run(["verify", str(out)]) == 0
+
+
+def test_verify_and_inspect_take_the_manifest_or_a_file_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ds"
+    assert _run(["pack", str(_source(tmp_path / "src", n=3)), "--out", str(out), "-q"]) == 0
+    for name in (str(out / "manifest.json"), out.as_uri()):
+        capsys.readouterr()
+        assert _run(["verify", name]) == 0
+        assert "3 samples" in capsys.readouterr().out
+        assert _run(["inspect", name]) == 0
+        assert f"dataset   {out}: 3 samples" in capsys.readouterr().out

@@ -225,3 +225,16 @@ def test_release_buffers_drops_the_cache_and_keeps_held_views(dataset: Path,
     again = ds.read_many([0])[0]  # later reads allocate afresh
     assert {k: bytes(v) for k, v in held[0].items() if k != "__key__"} == want
     assert {k: bytes(v) for k, v in again.items() if k != "__key__"} == want
+
+
+def test_the_ways_users_name_a_dataset(dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    n = len(open_dataset(dataset))
+    monkeypatch.setenv("HOME", str(dataset.parent))
+    for name in (dataset.as_uri(), str(dataset / "manifest.json"), (dataset / "manifest.json").as_uri(),
+                 f"~/{dataset.name}"):
+        with open_dataset(name) as ds:
+            assert len(ds) == n and Path(ds.root) == dataset, name
+    shard = next(dataset.glob("*.tar"))
+    with pytest.raises(ConfigError, match="is a file") as e:
+        open_dataset(shard)
+    assert str(dataset) in (e.value.fix or "")

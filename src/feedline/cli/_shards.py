@@ -245,10 +245,17 @@ def _inspect_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _dataset_root(root: Path) -> None:
+def _dataset_root(root: Path) -> Path:
+    """The dataset folder ``root`` names: a ``file:`` URL or its ``manifest.json`` stand for it."""
+    text = str(root)
+    if text.startswith("file:"):  # a Path folds file:///x into file:/x
+        root = Path(text[len("file:"):])
+    if root.name == "manifest.json" and root.is_file():
+        root = root.parent
     _missing(root, "dataset folder", "DIR")
     if not root.is_dir():
         raise typer.BadParameter(f"{str(root)!r} is a file; give the dataset folder (it holds manifest.json)", param_hint="DIR")
+    return root
 
 
 def inspect_cmd(
@@ -259,7 +266,7 @@ def inspect_cmd(
     from feedline.format import inspect
 
     check_json_dest(json_dest)
-    _dataset_root(root)
+    root = _dataset_root(root)
     info = inspect(root)
     write_json(info, json_dest)
     if not to_stdout(json_dest):
@@ -276,7 +283,7 @@ def verify_cmd(
     from feedline.format import read_manifest, verify_shard
 
     check_json_dest(json_dest)
-    _dataset_root(root)
+    root = _dataset_root(root)
     as_json = to_stdout(json_dest)
     manifest = read_manifest(root)
     problems = []

@@ -8,11 +8,35 @@ end)``), copied once into the caller's host buffer.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from feedline.errors import ConfigError, ReadError
 
 _FIX = "pip install 'feedline[remote]' (fsspec, s3fs)"
+
+
+def normalise_root(root: str) -> str:
+    """The dataset root a user means: ``file://`` URLs and ``~`` become local paths, and a
+    path to the dataset's ``manifest.json`` stands for its folder.
+
+    Raises:
+        ConfigError: a local path to another file (a shard, an index): the dataset is the
+            folder holding them.
+    """
+    if root.startswith("file://"):
+        from urllib.parse import unquote, urlparse
+
+        root = unquote(urlparse(root).path)
+    if is_remote(root):
+        return root[: -len("/manifest.json")] if root.endswith("/manifest.json") else root
+    root = os.path.expanduser(root)
+    if os.path.basename(root) == "manifest.json":
+        return os.path.dirname(root) or "."
+    if os.path.isfile(root):
+        raise ConfigError(f"{root!r} is a file; a dataset is the folder holding manifest.json",
+                          path=root, fix=f"pass its folder: {os.path.dirname(root) or '.'!r}")
+    return root
 
 
 def is_remote(root: str) -> bool:

@@ -22,7 +22,7 @@ from feedline.errors import ConfigError
 from feedline.format import FieldSchema
 from feedline.io._catalog import Catalog, load_catalog
 from feedline.io._columns import gather_labels, read_columns
-from feedline.io._remote import RemoteReader, is_remote, open_filesystem
+from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
 from feedline.io._window import ShardJob, ShardReadState, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
 from feedline.io.planner import DEFAULT_MAX_GAP, DEFAULT_MAX_WINDOW, Window, coalesce
@@ -73,7 +73,7 @@ class PackedDataset:
         max_window: int = DEFAULT_MAX_WINDOW,
         max_gap: int = DEFAULT_MAX_GAP,
     ) -> None:
-        self._root = os.fspath(root)
+        self._root = normalise_root(os.fspath(root))
         self._io = io
         self._verify = bool(verify)
         self._storage_options = dict(storage_options or {})
@@ -393,7 +393,8 @@ def open_dataset(
     """Open a packed dataset (a folder, or an fsspec URL such as ``s3://bucket/prefix``).
 
     Args:
-        root: the dataset folder holding ``manifest.json``, or a remote URL.
+        root: the dataset folder holding ``manifest.json`` (or that file, a ``file://`` URL, ``~``
+            expanded), or a remote URL such as ``s3://bucket/prefix``.
         io: ``"auto"`` (GDS when engaged, else buffered; see ``ds.backend``),
             ``"buffered"``, ``"direct"`` (O_DIRECT) or ``"gds"`` (device memory;
             fields come back as CUDA ``uint8`` tensors, so use it from the main
