@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,14 +30,63 @@ from feedline.errors import ConfigError
 from feedline.observe._child import CONFIG_ENV, PID_ENV
 from feedline.observe.report import Report
 
+HOOK_ERROR = "hook_error.txt"
+"""Written next to the config by a child whose Python cannot import the hook."""
+
 SITECUSTOMIZE = f'''"""Written by feedline diagnose: measure this process only."""
 import os
 
 if os.environ.get("{CONFIG_ENV}") and os.environ.get("{PID_ENV}") in (None, str(os.getpid())):
-    from feedline.observe._child import bootstrap
+    try:
+        from feedline.observe._child import bootstrap
+    except ImportError as e:  # another Python than feedline's: the parent says so
+        import sys
 
-    bootstrap()
+        with open(os.path.join(os.path.dirname(os.environ["{CONFIG_ENV}"]), "{HOOK_ERROR}"), "w") as f:
+            f.write(f"{{sys.executable}}: {{type(e).__name__}}: {{e}}")
+    else:
+        bootstrap()
 '''
+
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def _hook_fix() -> str:
+    return (f"run the command with the Python feedline is installed in: -- {sys.executable} "
+            "train.py ... (or activate its environment first)")
+
+
+def _check_interpreter(cmd: list[str], env: dict[str, str]) -> None:
+    """Before the run: a bare ``python`` that is another interpreter than feedline's must
+    still import the measuring hook, or the whole run would go unmeasured.
+
+    Raises:
+        ConfigError: that interpreter cannot import it (naming it and why).
+    """
+    exe = shutil.which(cmd[0], path=env.get("PATH"))
+    if exe is None or not _PYTHON.fullmatch(Path(cmd[0]).name) or exe == sys.executable:
+        return
+    probe_env = {k: v for k, v in env.items() if k != CONFIG_ENV}
+    try:
+        probe = subprocess.run([exe, "-c", "import feedline.observe._child"], env=probe_env,
+                               capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # the run itself will say what is wrong
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        why = lines[-1] if lines else f"exit status {probe.returncode}"
+        raise ConfigError(f"{cmd[0]!r} here is {exe}, which cannot load feedline's measuring hook "
+                          f"({why})", fix=_hook_fix())
+
+
+def _hook_error(tmp: Path) -> ConfigError | None:
+    """After the run: the child's Python could not import the hook (a wrapper script that
+    starts another interpreter), so nothing was measured."""
+    path = tmp / HOOK_ERROR
+    if not path.exists():
+        return None
+    return ConfigError("the command ran unmeasured: its Python could not load feedline's "
+                       f"measuring hook ({path.read_text(encoding='utf-8').strip()})", fix=_hook_fix())
 
 
 def exit_status(returncode: int) -> int:
@@ -130,8 +180,9 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
         signal N) and its report: the final one, else the last partial one, else None.
 
     Raises:
-        ConfigError: empty command, a bad option (``ab`` without ``steps``), or a
-            command that cannot start.
+        ConfigError: empty command, a bad option (``ab`` without ``steps``), a
+            command that cannot start, or a Python that cannot import feedline's hook
+            (checked before the run for a bare ``python`` that is not feedline's).
     """
     cmd = list(command)
     if not cmd:
@@ -158,6 +209,7 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
         root = str(Path(feedline.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp), root, env.get("PYTHONPATH")) if p)
         env[CONFIG_ENV] = str(tmp / "config.json")
+        _check_interpreter(cmd, env)
         try:
             proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
         except (FileNotFoundError, PermissionError) as e:
@@ -170,6 +222,9 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
                 proc.kill()
                 proc.wait()
                 raise
-        return exit_status(code), _read_report(result, partial)
+        report = _read_report(result, partial)
+        if report is None and (err := _hook_error(tmp)) is not None:
+            raise err
+        return exit_status(code), report
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
