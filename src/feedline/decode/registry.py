@@ -9,7 +9,7 @@ name or extension, enforces :class:`Limits`, and wraps any failure in a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -64,6 +64,9 @@ class Decoders:
         size: ``(height, width)``: every image field (``jpg``, ``png``... not overridden)
             decodes to ``uint8`` RGB of exactly that shape
             (:func:`feedline.decode.resized.decode_resized`); ``None`` (default): as stored.
+        labels: field names that decode as integer labels whatever their extension
+            (``label``, ``idx``, ``class.txt``...): the fields a dataset's schema found to
+            hold an integer in every sample (:meth:`with_labels`). Overrides still win.
 
     Unknown extensions decode to ``bytes``. Raw dtype extensions (``f32``,
     ``u8``, ``i64``...) and ``.npy`` decode to zero-copy array views.
@@ -75,6 +78,8 @@ class Decoders:
         overrides: Mapping[str, FieldDecoder | None] | None = None,
         limits: Limits | None = None,
         size: tuple[int, int] | None = None,
+        *,
+        labels: Iterable[str] = (),
     ) -> None:
         if overrides is not None and not isinstance(overrides, Mapping):
             raise TypeError(f"decode must be a mapping of field -> function, got {overrides!r}")
@@ -84,21 +89,29 @@ class Decoders:
         self.overrides = dict(overrides or {})
         self.limits = limits or Limits()
         self.size = None if size is None else check_size(size)
+        self.labels = frozenset(labels)
         self._cache: dict[str, Callable[[Buffer], Any]] = {}
         self._into: dict[str, Any] = {}  # field -> its decode-into codec or None (cached)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"overrides": self.overrides, "limits": self.limits, "size": self.size}
+        return {"overrides": self.overrides, "limits": self.limits, "size": self.size,
+                "labels": self.labels}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["overrides"], state["limits"], state.get("size"))  # type: ignore[misc]
+        self.__init__(state["overrides"], state["limits"], state.get("size"),  # type: ignore[misc]
+                      labels=state.get("labels", ()))
 
     def replace(self, *, overrides: Mapping[str, FieldDecoder | None] | None = None,
                 limits: Limits | None = None, size: tuple[int, int] | None = None) -> Decoders:
         """A copy with the given settings changed (the others kept)."""
         return Decoders(self.overrides if overrides is None else overrides,
                         self.limits if limits is None else limits,
-                        self.size if size is None else size)
+                        self.size if size is None else size, labels=self.labels)
+
+    def with_labels(self, fields: Iterable[str]) -> Decoders:
+        """A copy that also decodes ``fields`` as integer labels (see ``labels``)."""
+        return Decoders(self.overrides, self.limits, self.size,
+                        labels=self.labels | frozenset(fields))
 
     def resizes(self, field: str) -> bool:
         """Whether ``field`` is an image field that decodes to :attr:`size` (built-in codec)."""
@@ -120,6 +133,8 @@ class Decoders:
             if name in self.overrides:
                 user = self.overrides[name]
                 return partial(_raw_bytes, limits=self.limits) if user is None else user
+        if field in self.labels:
+            return partial(codecs.decode_cls, limits=self.limits)
         if self.size is not None and ext in IMAGE_EXTENSIONS:
             return partial(decode_resized, limits=self.limits, size=self.size,
                            jpeg=ext in JPEG_EXTENSIONS)

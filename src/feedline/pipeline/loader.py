@@ -104,6 +104,9 @@ class Loader:
         io: backend for a dataset given as a path (``"auto"``, ``"buffered"``, ``"direct"``;
             an opened dataset keeps its own, and another one asked for here is an error).
         decode: a :class:`feedline.decode.Decoders` or a mapping field/extension -> fn.
+            A field the dataset's schema found to hold an integer in every sample
+            (``cls``, ``label``, ``idx``, ``target``, ``class``, ``label.txt``...) is an int64
+            column gathered from the index unless ``decode`` names it or its extension.
         transform: ``fn(sample) -> sample`` run in the workers after decoding (images are
             ``uint8`` HWC arrays; the contract and helpers: :mod:`feedline.vision`).
         collate: ``fn(list_of_samples) -> batch``; bypasses the slot pool (each batch is
@@ -218,6 +221,9 @@ class Loader:
             workers=self.workers, size=decode_size, limits=decoders.limits)
         decoders = worker_decoders(decoders, self._device_decode, decode_size)
         budget = parse_bytes(pinned_budget, name="pinned_budget")
+        # a field the schema found to hold an integer in every sample decodes as one, so
+        # its batches are gathered from the index (the same values the per-sample path gives)
+        decoders = decoders.with_labels(self._source.label_fields)
         ctx = Context(self._source, decoders, transform, self.on_error, tuple(stages))
         opts = Options(self.batch_size, self.workers, self.worker_type,
                        self.workers + self.prefetch, shm_dir, start_method, collate,

@@ -102,11 +102,9 @@ def _builtin(ctx: Context, name: str) -> bool:
 
 def _label_fields(ctx: Context) -> set[str]:
     """Fields the dataset holds as integer label columns of its index (schema ``label``)."""
-    schema = getattr(ctx.source.dataset, "schema", None) if ctx.source.packed else None
-    if not isinstance(schema, Mapping) or not ctx.source.can_gather:
+    if not ctx.source.can_gather:
         return set()
-    return {name for name, fs in schema.items() if getattr(fs, "kind", None) == "label"
-            and _builtin(ctx, name)}
+    return {name for name in ctx.source.label_fields if _builtin(ctx, name)}
 
 
 def _row_readable(ctx: Context, leaf: collate.Leaf) -> bool:

@@ -13,7 +13,7 @@ A source is picklable when its dataset is (process workers reopen it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +112,16 @@ class Source:
     def can_gather(self) -> bool:
         """True when integer label fields can be gathered from the index (:meth:`gather`)."""
         return self.packed and callable(getattr(self.dataset, "gather_labels", None))
+
+    @property
+    def label_fields(self) -> frozenset[str]:
+        """Fields the dataset's schema holds as integer label columns (kind ``label``: an
+        integer in every sample, whatever the field's name: ``cls``, ``label``,
+        ``class.txt``...); empty for a dataset without a schema."""
+        schema = getattr(self.dataset, "schema", None) if self.packed else None
+        if not isinstance(schema, Mapping):
+            return frozenset()
+        return frozenset(name for name, fs in schema.items() if getattr(fs, "kind", None) == "label")
 
     @property
     def reads_npy(self) -> bool:
