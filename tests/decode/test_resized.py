@@ -149,9 +149,13 @@ def test_size_is_checked_and_decoders_pickle_with_it():
     assert not Decoders({"jpg": bytes}, size=(8, 9)).resizes("jpg")
 
 
-def test_png_palette_comes_out_as_colours_without_decode_size():
+def test_png_palette_comes_out_as_indices_without_decode_size():
+    # a palette PNG is how segmentation masks are stored: without decode_size its pixels are
+    # the palette indices (class ids), as np.asarray(Image.open(f)) gives; with it, colours
     rgb = _photo(16, 16)
     pal = Image.fromarray(rgb).convert("P")
     got = Decoders().decode_field("png", _save(pal, "PNG"))
-    assert got.shape == (16, 16, 3)
-    np.testing.assert_array_equal(got, np.asarray(pal.convert("RGB")))
+    assert got.shape == (16, 16)
+    np.testing.assert_array_equal(got, np.asarray(pal))
+    resized = Decoders(size=(16, 16)).decode_field("png", _save(pal, "PNG"))
+    np.testing.assert_array_equal(resized, np.asarray(pal.convert("RGB")))

@@ -146,17 +146,17 @@ def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> 
 def decode_png(data: Buffer, limits: Limits) -> np.ndarray:
     """An array (H, W[, C]) via Pillow; the size is checked before pixels load.
 
-    A palette image comes out as its colours (RGB, or RGBA when it has transparency),
-    not as palette indices; CMYK as RGB; other modes as Pillow stores them (grey: (H, W)).
+    Pixels come out as Pillow stores them: grey (H, W), RGB (H, W, 3), RGBA (H, W, 4), and
+    a palette image as its palette *indices* (H, W) -- the class ids of a segmentation mask
+    (VOC, Cityscapes, ADE20K store masks so), exactly what ``np.asarray(Image.open(f))``
+    gives; CMYK (no use as CMYK) as RGB. For colours, pass ``decode_size`` (which
+    converts every image to RGB) or convert in a ``transform``.
     """
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(bytes(data))) as img:
             check_pixels(img.size[1], img.size[0], limits)
-            if img.mode in ("P", "PA"):
-                alpha = img.mode == "PA" or "transparency" in img.info
-                return np.asarray(img.convert("RGBA" if alpha else "RGB"))
             if img.mode == "CMYK":
                 return np.asarray(img.convert("RGB"))
             return np.asarray(img)
