@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
+import zipfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,12 +91,39 @@ def decode_npy(data: Buffer, limits: Limits) -> np.ndarray:
         raise DecodeError(".npy holds Python objects (needs pickle)", fix="store numeric arrays")
     if any(s < 0 for s in shape):
         raise DecodeError(f".npy shape {shape} is negative")
-    count = int(np.prod(shape, dtype=np.uint64)) if shape else 1
+    count = math.prod(shape)  # Python ints: a hostile shape cannot wrap around
     body = len(mv) - start - hlen
     if count * dtype.itemsize != body:
         raise DecodeError(f".npy body is {body} bytes, header says {count * dtype.itemsize}")
     arr = np.frombuffer(mv, dtype=dtype, count=count, offset=start + hlen)
     return arr.reshape(shape, order="F" if fortran else "C")
+
+
+def decode_npz(data: Buffer, limits: Limits) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` (``numpy.savez``/``savez_compressed``) by name; never
+    unpickles (an object array is a DecodeError, as in :func:`decode_npy`).
+
+    The members' declared sizes are checked against ``limits.max_bytes`` before any is
+    inflated, and no member inflates past its declared size (a zip bomb is refused).
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(bytes(data))) as zf:
+            infos = zf.infolist()
+            total = sum(info.file_size for info in infos)
+            if total > limits.max_bytes:
+                raise DecodeError(f".npz inflates to {total} bytes, more than max_bytes={limits.max_bytes}",
+                                  fix="raise the decode limit max_bytes or store smaller arrays")
+            out: dict[str, np.ndarray] = {}
+            for info in infos:
+                name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                try:
+                    out[name] = decode_npy(zf.read(info), limits)
+                except DecodeError as exc:
+                    raise DecodeError(f".npz member {info.filename!r}: {exc.message}", fix=exc.fix) from None
+            return out
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError,
+            ValueError, RuntimeError) as exc:
+        raise DecodeError(f".npz unreadable: {exc}", fix="store arrays with numpy.savez") from exc
 
 
 def check_pixels(height: int, width: int, limits: Limits) -> None:

@@ -30,6 +30,7 @@ _INTO: dict[str, Callable[[Buffer, Limits, np.ndarray], Any]] = {
 
 _BUILTIN: dict[str, Callable[[Buffer, Limits], Any]] = {
     "npy": codecs.decode_npy,
+    "npz": codecs.decode_npz,
     "jpg": codecs.decode_jpeg,
     "jpeg": codecs.decode_jpeg,
     "png": codecs.decode_png,

@@ -60,6 +60,8 @@ IMAGE_FIELDS: dict[str, str] = {
     "bmp": "bmp", "tif": "tiff", "tiff": "tiff", "webp": "webp",
 }
 """Image file extensions (lower case) and the one field name each is stored under."""
+PICKLE_EXTENSIONS = frozenset({"pt", "pth", "pkl", "pickle", "pyd", "ckpt"})
+"""Extensions of files that hold Python pickles: packed as bytes, with a note (never unpickled)."""
 
 
 class SourceFile(NamedTuple):
@@ -178,6 +180,14 @@ class Collection:
                     f"field {name!r} is in {count} of {n} samples only: a batch reads it per sample "
                     "(use --exclude to leave such files out, or convert them to one format)"
                 )
+        pickled = sorted(f for f in self.field_counts if f.lower().rsplit(".", 1)[-1] in PICKLE_EXTENSIONS)
+        if pickled:
+            lines.append(
+                f"field(s) {', '.join(map(repr, pickled))} hold Python pickles (torch.save, pickle): "
+                "feedline never unpickles (loading one can run any code), so they load as bytes; "
+                "save tensors with numpy.save (.npy) to read them without pickle, or opt in with "
+                "Loader(decode={'pt': lambda b: torch.load(io.BytesIO(b), weights_only=True)}) for files you trust"
+            )
         if self.empty_classes:
             lines.append(
                 f"class folder(s) with no files packed: {', '.join(self.empty_classes[:limit])} "

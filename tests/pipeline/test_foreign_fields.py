@@ -1,0 +1,101 @@
+"""Files users keep beside their data that feedline did not write: ``torch.save`` pickles and
+``.npz`` archives. A pickle is never executed (pack says so, the loader hands its bytes);
+an ``.npz`` decodes to its arrays without pickle, within the declared size bound."""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import feedline
+from feedline.decode import Limits
+from feedline.errors import WorkerError
+from feedline.format import pack
+
+
+class _Booby:
+    """Unpickling this writes a marker file: proof that something ran the pickle."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.write_text, (Path(self.marker), "unpickled"))
+
+
+def _npz(i: int, compressed: bool = False) -> bytes:
+    buf = io.BytesIO()
+    save = np.savez_compressed if compressed else np.savez
+    save(buf, points=np.arange(3 * (i % 4 + 1), dtype=np.float32).reshape(-1, 3), pose=np.eye(4) * i)
+    return buf.getvalue()
+
+
+def _write(src: Path, n: int, marker: Path) -> None:
+    src.mkdir(parents=True)
+    for i in range(n):
+        buf = io.BytesIO()
+        torch.save({"weights": torch.arange(4), "trap": _Booby(os.fspath(marker))}, buf)
+        (src / f"{i:04d}.state.pt").write_bytes(buf.getvalue())
+        (src / f"{i:04d}.npz").write_bytes(_npz(i, compressed=i % 2 == 1))
+        (src / f"{i:04d}.cls").write_bytes(b"%d" % (i % 3))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_pickles_load_as_bytes_and_npz_as_arrays(tmp_path: Path, worker_type: str) -> None:
+    marker = tmp_path / "marker"
+    _write(tmp_path / "src", 9, marker)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pack([os.fspath(tmp_path / "src")], os.fspath(tmp_path / "ds"))
+    notes = " ".join(str(w.message) for w in caught)
+    assert "'state.pt'" in notes and "never unpickles" in notes
+
+    seen = 0
+    with feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=4, workers=2, drop_last=False,
+                         worker_type=worker_type) as loader:
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                for key, blob, arrays in zip(batch["__key__"], batch["state.pt"], batch["npz"], strict=True):
+                    i = int(key)
+                    assert blob == (tmp_path / "src" / f"{key}.state.pt").read_bytes()
+                    assert set(arrays) == {"points", "pose"}
+                    assert np.array_equal(arrays["points"], np.load(io.BytesIO(_npz(i)))["points"])
+                    assert np.array_equal(arrays["pose"], np.eye(4) * i)
+                    seen += 1
+    assert seen == 18
+    assert not marker.exists()
+
+
+def _bad_npz(case: str) -> bytes:
+    buf = io.BytesIO()
+    if case == "bomb":  # 64 MiB inflated, ~64 KiB stored
+        np.savez_compressed(buf, zeros=np.zeros(64 << 20, np.uint8))
+    elif case == "objects":  # needs pickle to read
+        np.savez(buf, names=np.array(["a", None], dtype=object))
+    else:
+        buf.write(b"PK\x03\x04 not really a zip")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(("case", "words"), [("bomb", "inflates to"), ("objects", "Python objects"),
+                                             ("garbage", "unreadable")])
+def test_npz_bombs_and_object_arrays_are_decode_errors_naming_the_field(
+        tmp_path: Path, case: str, words: str) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "0000.npz").write_bytes(_bad_npz(case))
+    pack([os.fspath(src)], os.fspath(tmp_path / "ds"))
+    with (feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=1, workers=1,
+                          limits=Limits(max_bytes=1 << 20)) as loader,
+          pytest.raises(WorkerError, match=words) as err):
+        next(iter(loader))
+    assert err.value.field == "npz" and err.value.key == "0000"
