@@ -15,13 +15,19 @@ with simplejpeg (libjpeg-turbo). Contenders, over the same packed tar shards:
   the ceiling of any loader with this decoder (printed with the ratio it allows
   against each baseline).
 
+With ``--decode-size HxW`` it answers another question instead: what decoding
+and resizing in the workers (``Loader(decode_size=...)`` today) gains over the
+decode after delivery that ``decode_size`` ran before (``CpuJpegDecoder`` on the
+consumer's thread, one thread: the baseline), and over the same after delivery
+with one thread per core (for information).
+
 The machine is shared, so contenders are interleaved: each is warmed up once,
 then every round runs each contender once (in a rotating order). The ratio
 reported against each baseline is the median of the per-round ratios (the
 ratio of the medians is printed next to it): a burst of load from elsewhere
 then hits one round of every contender, not all runs of one.
 
-    .venv/bin/python bench/loader_jpeg.py [--quick] [--json PATH] [--repeat N]
+    .venv/bin/python bench/loader_jpeg.py [--quick] [--json PATH] [--repeat N] [--decode-size 224x224]
 """
 
 from __future__ import annotations
@@ -168,10 +174,54 @@ def ceiling(report: Report, cores: int) -> None:
           + ", ".join(f"{v:.2f}x vs {k}" for k, v in bounds.items()))
 
 
+IN_WORKERS = "decode_size in the workers"
+AFTER_ONE = "decode_size after delivery, 1 thread (before)"
+AFTER_ALL = "decode_size after delivery, all cores (info)"
+
+
+def _hxw(text: str) -> tuple[int, int]:
+    h, _, w = text.lower().partition("x")
+    return int(h), int(w or h)
+
+
+def decode_size_main(args: Any, n: int, cores: int) -> int:
+    """``--decode-size``: in the workers vs after delivery, same data, same run."""
+    import feedline
+    from feedline.decode.jpeg_batch import CpuJpegDecoder
+
+    size = args.decode_size
+    with scratch(args, "loader-jpeg-size") as folder:
+        root, mean_bytes = build(folder, n)
+        report = Report("loader_jpeg_decode_size", args, samples=n, batch_size=64, cores=cores,
+                        mean_jpeg_bytes=mean_bytes, decode_size=list(size),
+                        load_before=os.getloadavg()[0])
+        kw: dict[str, Any] = {"batch_size": 64, "device": args.device, "workers": cores,
+                              "prefetch": 2, "seed": 0, "decode_size": size}
+        loaders = {IN_WORKERS: feedline.Loader(str(root), **kw),
+                   AFTER_ONE: feedline.Loader(str(root), decode_on=CpuJpegDecoder(), **kw),
+                   AFTER_ALL: feedline.Loader(str(root), decode_on=CpuJpegDecoder(threads=cores),
+                                              **kw)}
+        interleaved(report, {name: (lambda lo=lo: ours_pass(lo)) for name, lo in loaders.items()},
+                    max(1, args.repeat))
+        report.per_round(IN_WORKERS, AFTER_ONE, 1.0)
+        report.per_round(IN_WORKERS, AFTER_ALL, 1.0)
+        report.doc["load_after"] = os.getloadavg()[0]
+        print(f"  load average {report.doc['params']['load_before']:.2f} before, "
+              f"{report.doc['load_after']:.2f} after ({cores} cores)")
+        for lo in loaders.values():
+            lo.close()
+    return report.finish()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser(__doc__.splitlines()[0]).parse_args(argv)
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--decode-size", type=_hxw, default=None, metavar="HxW",
+                   help="compare decode_size in the workers with the decode after delivery")
+    args = p.parse_args(argv)
     n = args.samples or (128 if args.quick else 1024)
     cores = os.cpu_count() or 1
+    if args.decode_size is not None:
+        return decode_size_main(args, n, cores)
     import webdataset as wds
     from torch.utils.data import DataLoader
 
