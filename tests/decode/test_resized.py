@@ -159,3 +159,40 @@ def test_png_palette_comes_out_as_indices_without_decode_size():
     np.testing.assert_array_equal(got, np.asarray(pal))
     resized = Decoders(size=(16, 16)).decode_field("png", _save(pal, "PNG"))
     np.testing.assert_array_equal(resized, np.asarray(pal.convert("RGB")))
+
+
+def test_hostile_bytes_give_the_size_or_a_decode_error():
+    """Bit flips, cuts and huge declared sizes over every format decode_size reads: the
+    result is an (h, w, 3) array or a DecodeError, quickly; nothing else escapes."""
+    import time
+    import warnings
+
+    img = Image.fromarray(_photo(24, 32))
+    seeds = {"a.jpg": _save(img), "b.jpg": _save(img, progressive=True),
+             "c.png": _save(img, "PNG"), "d.png": _save(img.convert("P"), "PNG", bits=4),
+             "e.bmp": _save(img, "BMP"), "f.webp": _save(img, "WEBP"),
+             "g.gif": _save(img.convert("P"), "GIF"), "h.tiff": _save(img, "TIFF")}
+    dec = Decoders(size=(8, 8), limits=Limits(max_pixels=1 << 20))
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for trial in range(800):
+        name = list(seeds)[trial % len(seeds)]
+        data = bytearray(seeds[name])
+        if trial % 3 == 0:
+            for _ in range(int(rng.integers(1, 8))):
+                data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
+        elif trial % 3 == 1:
+            data = data[: int(rng.integers(0, len(data)))]
+        else:
+            at = int(rng.integers(0, len(data)))
+            data[at: at + 4] = b"\xff\xff\xff\x7f"
+        t0 = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Pillow warns about corrupt TIFF/EXIF tags
+                out = dec.decode_field(name, bytes(data), key="k")
+            assert out.shape == (8, 8, 3) and out.dtype == np.uint8
+        except DecodeError as e:
+            assert e.place["field"] == name
+        worst = max(worst, time.perf_counter() - t0)
+    assert worst < 1.0
