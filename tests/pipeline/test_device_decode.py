@@ -80,7 +80,7 @@ def test_decode_size_is_honoured_when_jpegs_decode_on_the_cpu(tmp_path, decode_o
     src.mkdir()
     (src / "a.f32").write_bytes(np.zeros(4, np.float32).tobytes())
     pack([os.fspath(src)], os.fspath(tmp_path / "nojpeg"))
-    with pytest.raises(ConfigError, match="decode_size resizes image fields"):
+    with pytest.raises(ConfigError, match="decode_size resizes the image fields"):
         feedline.Loader(os.fspath(tmp_path / "nojpeg"), batch_size=1, decode_size=(16, 20))
 
 

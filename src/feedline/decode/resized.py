@@ -89,17 +89,18 @@ def _bytes_of(data: Buffer) -> Buffer:
 
 
 def _finish(img: Any, size: tuple[int, int], out: np.ndarray | None) -> np.ndarray:
-    """Resize a Pillow RGB image to ``size`` into ``out`` when it fits (else a new array)."""
+    """Resize a Pillow RGB or RGBX image to ``size``, into ``out`` when it fits (else a new
+    array); the X byte is dropped."""
     from PIL import Image
 
     h, w = size
     if img.size != (w, h):
         img = img.resize((w, h), Image.Resampling.BILINEAR)
-    arr = np.asarray(img)
+    arr = np.asarray(img)[:, :, :3]
     if out is not None and out.shape == (h, w, 3) and out.dtype == np.uint8:
         np.copyto(out, arr)
         return out
-    return arr
+    return np.ascontiguousarray(arr)
 
 
 def _jpeg(data: Buffer, limits: Limits, size: tuple[int, int], out: np.ndarray | None
@@ -117,11 +118,13 @@ def _jpeg(data: Buffer, limits: Limits, size: tuple[int, int], out: np.ndarray |
         return None
     s = scale_for(height, width, size)
     try:
-        arr = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=-(-height // s),
+        # RGBX: Pillow maps 4-byte pixels without a copy (RGB would be unpacked first)
+        arr = simplejpeg.decode_jpeg(data, colorspace="RGBX", min_height=-(-height // s),
                                      min_width=-(-width // s))
     except ValueError as exc:
         raise DecodeError(f"JPEG data unreadable: {exc}") from exc
-    return _finish(Image.fromarray(arr), size, out)
+    rows, cols = arr.shape[:2]
+    return _finish(Image.frombuffer("RGBX", (cols, rows), arr, "raw", "RGBX", 0, 1), size, out)
 
 
 def _pillow(data: Buffer, limits: Limits, size: tuple[int, int], out: np.ndarray | None,

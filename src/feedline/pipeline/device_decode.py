@@ -231,8 +231,10 @@ def make_device_decode(decode_on: Any, fields: Sequence[str], *, device: str, wo
         raise ConfigError(f"decode_on must be one of {DECODE_ON} or a JpegBatchDecoder, "
                           f"got {decode_on!r}", field="decode_on")
     if size is not None and not image_fields(fields):
-        raise ConfigError("decode_size resizes image fields (JPEG, PNG...), and this dataset "
-                          "has none", field="decode_size",
+        what = (f"this dataset has none (its fields: {', '.join(fields)})" if fields else
+                "this dataset has no named fields (a map-style dataset decodes its own samples)")
+        raise ConfigError(f"decode_size resizes the image fields (JPEG, PNG...) of a packed "
+                          f"dataset, and {what}", field="decode_size",
                           fix="resize in transform= (feedline.vision.resize), or drop decode_size")
     in_workers = "in the workers" + (f", decoded and resized to decode_size={size}"
                                      if size is not None else "")
