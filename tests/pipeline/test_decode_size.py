@@ -206,3 +206,25 @@ def test_after_delivery_a_body_damaged_jpeg_raises_naming_its_key(tmp_path):
         list(loader)
     assert e.value.place["key"] == "s006" and e.value.place["field"] == "jpg"
     assert "CPU fallback" in str(e.value) and "on_error='skip' cannot skip it" in str(e.value)
+
+
+def test_a_mask_field_keeps_its_class_ids(tmp_path):
+    """jpg + seg.png (a palette mask, VOC style): the photo is resized, the mask is not
+    interpolated into colours: it comes out as stored, palette indices."""
+    src = tmp_path / "src"
+    src.mkdir()
+    masks = {}
+    for i in range(8):
+        (src / f"s{i}.jpg").write_bytes(simplejpeg.encode_jpeg(_image(i)))
+        ids = (np.arange(12 * 16).reshape(12, 16) + i) % 5
+        mask = Image.fromarray(ids.astype(np.uint8), "P")
+        mask.putpalette([0, 0, 0, 128, 0, 0, 0, 128, 0, 128, 128, 0, 0, 0, 128])
+        mask.save(src / f"s{i}.seg.png")
+        masks[f"s{i}"] = ids
+    pack([os.fspath(src)], os.fspath(tmp_path / "ds"))
+    with feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=4, workers=1,
+                         decode_size=(10, 10)) as loader:
+        for b in loader:
+            assert tuple(b["jpg"].shape) == (4, 10, 10, 3)
+            for k, m in zip(b["__key__"], b["seg.png"], strict=True):
+                np.testing.assert_array_equal(m.numpy(), masks[k])

@@ -17,7 +17,7 @@ import numpy as np
 
 from feedline.decode import codecs
 from feedline.decode.codecs import Buffer, Limits
-from feedline.decode.resized import IMAGE_EXTENSIONS, JPEG_EXTENSIONS, check_size, decode_resized
+from feedline.decode.resized import JPEG_EXTENSIONS, check_size, decode_resized, resizable
 from feedline.errors import DecodeError, FeedlineError
 
 FieldDecoder = Callable[[Buffer], Any]
@@ -62,9 +62,11 @@ class Decoders:
         overrides: field name or extension -> ``fn(buffer) -> value``; a value of
             ``None`` keeps the field's raw bytes. Field names win over extensions.
         limits: size bounds checked before any decode allocates.
-        size: ``(height, width)``: every image field (``jpg``, ``png``... not overridden)
-            decodes to ``uint8`` RGB of exactly that shape
-            (:func:`feedline.decode.resized.decode_resized`); ``None`` (default): as stored.
+        size: ``(height, width)``: every image field (JPEG fields, and ``png``, ``webp``...
+            named by the bare extension; not ``seg.png``; not overridden: see
+            :func:`feedline.decode.resized.resizable`) decodes to ``uint8`` RGB of exactly
+            that shape (:func:`~feedline.decode.resized.decode_resized`); ``None``
+            (default): as stored.
         labels: field names that decode as integer labels whatever their extension
             (``label``, ``idx``, ``class.txt``...): the fields a dataset's schema found to
             hold an integer in every sample (:meth:`with_labels`). Overrides still win.
@@ -117,7 +119,7 @@ class Decoders:
     def resizes(self, field: str) -> bool:
         """Whether ``field`` is an image field that decodes to :attr:`size` (built-in codec)."""
         ext = extension(field)
-        return (self.size is not None and ext in IMAGE_EXTENSIONS
+        return (self.size is not None and resizable(field)
                 and field not in self.overrides and ext not in self.overrides)
 
     def for_field(self, field: str) -> Callable[[Buffer], Any]:
@@ -136,7 +138,7 @@ class Decoders:
                 return partial(_raw_bytes, limits=self.limits) if user is None else user
         if field in self.labels:
             return partial(codecs.decode_cls, limits=self.limits)
-        if self.size is not None and ext in IMAGE_EXTENSIONS:
+        if self.size is not None and resizable(field):
             return partial(decode_resized, limits=self.limits, size=self.size,
                            jpeg=ext in JPEG_EXTENSIONS)
         if ext in _BUILTIN:

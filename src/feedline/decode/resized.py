@@ -1,5 +1,9 @@
 """Decode an image field straight to RGB of one size: what ``Loader(decode_size=(h, w))`` runs.
 
+Which fields: every JPEG field, and other image formats when the field is the
+sample's image (named by its bare extension, ``png``), not a mask or a depth
+map (``seg.png``): :func:`resizable`.
+
 The result is always a ``uint8`` array of shape ``(h, w, 3)`` (HWC, RGB),
 whatever the stored image: colour, grayscale, CMYK/YCCK, baseline or
 progressive JPEG, or any format Pillow reads (PNG with a palette, alpha or
@@ -49,7 +53,19 @@ from feedline.errors import DecodeError
 JPEG_EXTENSIONS = ("jpg", "jpeg", "jpe")
 IMAGE_EXTENSIONS = (*JPEG_EXTENSIONS, "png", "ppm", "pgm", "pbm", "bmp", "gif", "tif", "tiff",
                     "webp")
-"""Field extensions that ``decode_size`` applies to."""
+"""Image field extensions (see :func:`resizable` for which ``decode_size`` applies to)."""
+
+
+def resizable(field: str) -> bool:
+    """Whether ``decode_size`` resizes ``field``: every JPEG field (photos: ``jpg``,
+    ``cam0.jpg``), and a field of another image format only when its name is the bare
+    extension (``png``, ``webp``: the sample's image, as an ImageFolder pack names it).
+    ``seg.png``, ``mask.png``, ``depth.png``... keep their stored pixels: a mask of class
+    ids must not be interpolated into colours (resize those in ``transform=``, nearest).
+    """
+    name = field.lower()
+    ext = name.rsplit(".", 1)[-1]
+    return ext in JPEG_EXTENSIONS or (name == ext and ext in IMAGE_EXTENSIONS)
 
 MARGIN = 2
 """A reduced-scale decode stops while the image is still this many times the target."""
@@ -178,4 +194,5 @@ def decode_resized(data: Buffer, limits: Limits, size: tuple[int, int],
     return _pillow(buf, limits, size, out, None)
 
 
-__all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "check_size", "decode_resized", "scale_for"]
+__all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "check_size", "decode_resized", "resizable",
+           "scale_for"]

@@ -52,7 +52,7 @@ from feedline.decode.jpeg_batch import (
     choose_jpeg_decoder,
     resize_stack,
 )
-from feedline.decode.resized import IMAGE_EXTENSIONS, check_size
+from feedline.decode.resized import check_size, resizable
 from feedline.errors import ConfigError, DecodeError
 
 JPEG_EXTENSIONS = ("jpg", "jpeg")
@@ -64,8 +64,9 @@ def jpeg_fields(fields: Sequence[str]) -> list[str]:
 
 
 def image_fields(fields: Sequence[str]) -> list[str]:
-    """The dataset's image fields (JPEG, PNG...: what ``decode_size`` resizes)."""
-    return [f for f in fields if f.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS]
+    """The dataset's image fields that ``decode_size`` resizes (JPEG, PNG...; not masks:
+    :func:`feedline.decode.resized.resizable`)."""
+    return [f for f in fields if resizable(f)]
 
 
 class _Ring:

@@ -137,8 +137,9 @@ class Loader:
             present and the CPU decode measured on the first batch would bind, else the
             CPU. A :class:`~feedline.decode.jpeg_batch.JpegBatchDecoder` is used as given.
             ``stats["decode_on"]`` says which and why (:mod:`feedline.pipeline.device_decode`).
-        decode_size: ``(h, w)``: every image field (JPEG, PNG...) is decoded to RGB and
-            resized to it, so the field is one dense ``(N, h, w, 3)`` uint8 tensor (default:
+        decode_size: ``(h, w)``: every JPEG field, and the sample's image in another
+            format (a field named ``png``, ``webp``...; not a mask such as ``seg.png``, whose
+            class ids stay as stored), is decoded to RGB and resized to it, so the field is one dense ``(N, h, w, 3)`` uint8 tensor (default:
             as stored; a list when sizes vary). Grey, CMYK, palette and alpha images all
             come out as 3-channel RGB; the aspect ratio is not kept; EXIF orientation is
             not applied (as in torchvision's ImageFolder). With ``decode_on="cpu"`` this
