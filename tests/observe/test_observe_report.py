@@ -132,3 +132,51 @@ def test_sampled_run_queue_delay_is_scaled_to_the_unsampled_fetches() -> None:
     assert got.binding == want.binding == "decode"
     assert got.analysis["decode"] == pytest.approx(want.analysis["decode"])
     assert got.analysis["read"] == pytest.approx(want.analysis["read"])
+
+
+def test_loader_stage_queued_for_a_core_is_cpu_not_read() -> None:
+    # A Loader transform of 10 ms CPU that took 30 ms on a busy host: its threads waited
+    # 2 s for a core per CPU second (host sampler). That wait is CPU demand, not I/O.
+    n = 20
+    spans = [Span("transform", i, i + 0.030, 1, 2, {"cpu": 0.010}) for i in range(n)]
+    loader = {"num_workers": 1, "worker_type": "process", "feedline": True, "batch_size": 8}
+    m = Measurements(name="q", device_type="cpu", wait=[0.025] * n, body=[0.005] * n,
+                     gpu=[0.005] * n, spans=spans, cores=2, loader=loader,
+                     host={"loader_runq_per_cpu": 2.0})
+    rep = build_report(m)
+    assert rep.binding == "transform"
+    assert rep.analysis["per_batch"]["transform"] == pytest.approx(0.030)
+    assert "worker_type='process'" in rep.recommendation  # the user's worker type kept
+    quiet = build_report(Measurements(**{**vars(m), "host": {}}))
+    assert quiet.binding == "read"  # without the measured queueing it looks blocked
+
+
+def test_worker_start_up_at_each_new_iterator_binds_as_startup() -> None:
+    # next(iter(loader)) every step: each step is a new pass whose first wait is the
+    # workers' start-up (200 ms) while a batch costs 1 ms to prepare
+    n = 20
+    spans = [Span("fetch", i, i + 0.001, 1, 1, {"cpu": 0.0008, "runq": 0.0}) for i in range(n)]
+    spans += [Span("collate", i + 0.001, i + 0.004, 1, 1, {}) for i in range(n)]
+    m = Measurements(name="n", device_type="cpu", wait=[0.200] * n, body=[0.010] * n,
+                     gpu=[0.010] * n, spans=spans, cores=2, pass_first=list(range(1, n)),
+                     loader={"num_workers": 2, "batch_size": 16, "persistent_workers": False})
+    rep = build_report(m)
+    assert rep.verdict == "data-bound" and rep.binding == "startup"
+    assert "it = iter(loader)" in rep.recommendation and "persistent_workers=True" in rep.recommendation
+    (f,) = [f for f in rep.findings if f.code == "epoch-restarts"]
+    assert "new iterator every step" in f.message
+    # an epoch of 10 steps with a slow start: still start-up, said as epochs
+    every10 = build_report(Measurements(**{**vars(m), "pass_first": [10]}))
+    assert "first batch of each epoch" in every10.recommendation or every10.binding != "startup"
+    # persistent workers do not restart: the per-batch stages decide
+    kept = build_report(Measurements(**{**vars(m), "loader": m.loader | {"persistent_workers": True}}))
+    assert kept.binding != "startup"
+
+
+def test_advice_keeps_batch_size_none_and_the_start_method() -> None:
+    from feedline.observe.findings import loader_call
+
+    call = loader_call({"type": "DataLoader", "batch_size": None, "num_workers": 0}, 2, False)
+    assert call == "DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)"
+    fs = loader_call({"batch_size": 8, "num_workers": 1, "start_method": "forkserver"}, 2, False)
+    assert "multiprocessing_context='forkserver'" in fs

@@ -86,3 +86,29 @@ def test_host_sampler_summarises_real_samples() -> None:
     assert s["disk_read_mb_s"] >= 0 and "nvml" not in s  # no GPU asked for
     with pytest.raises(ValueError, match="interval"):
         HostSampler(interval=0)
+
+
+@pytest.mark.timeout(60)
+def test_task_clock_sees_a_child_process_cpu() -> None:
+    """A CPU-bound child process (a loader worker) started after the first sample is
+    counted from its start; its CPU and run-queue seconds add up."""
+    import subprocess
+    import sys
+
+    from feedline.observe._host import TaskClock
+
+    clock = TaskClock()
+    clock.sample()
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import sys, time\nend = time.process_time() + 0.3\n"
+                              "while time.process_time() < end: pass\n"
+                              "print('spun', flush=True)\nsys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"spun\n"
+        cpu, runq = clock.sample()
+        assert 0.3 <= cpu < 5.0 and runq >= 0.0
+        again, _ = clock.sample()
+        assert again < 0.1  # counted once: the next sample has only what it did since
+    finally:
+        child.communicate(b"", timeout=30)

@@ -361,13 +361,14 @@ def test_sigterm_to_diagnose_is_forwarded_and_leaves_no_orphan(tmp_path: Path) -
 @pytest.mark.timeout(200)
 def test_epoch_restarts_are_their_own_finding_and_persistent_workers_remove_them(
         tmp_path: Path) -> None:
-    case = Case("epoch_restarts", ("0",), None, "data-bound", "read", (0.0, 1.0))
+    case = Case("epoch_restarts", ("0",), None, "data-bound", "startup", (0.0, 1.0))
     code, data, _, err = diagnose(tmp_path, "restarts", case)
     assert code == 0, err
     found = {f["code"]: f for f in data["findings"]}
     assert "persistent_workers=True" in found["epoch-restarts"]["fix"], data["findings"]
     assert "tail-stalls" not in found  # the restarts are not blamed on slow batches
     assert "persistent_workers=True" in data["recommendation"]
+    assert data["binding"] == "startup"  # worker start-up at each epoch is most of the stall
     case = Case("epoch_restarts", ("1",), None, "compute-bound", "gpu", (0.0, 1.0))
     code, after, _, err = diagnose(tmp_path, "persistent", case)
     assert code == 0, err

@@ -34,7 +34,8 @@ def loader_config(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"type": type(obj).__name__}
     for name in LOADER_ATTRS:
         value = getattr(obj, name, None)
-        if isinstance(value, (bool, int)) or (value is None and name == "prefetch_factor"):
+        if isinstance(value, (bool, int)) or (value is None and name in ("prefetch_factor",
+                                                                         "batch_size")):
             out[name] = value
     if "num_workers" not in out and isinstance(getattr(obj, "workers", None), int):
         out["num_workers"] = obj.workers

@@ -8,6 +8,14 @@ NVML (``pynvml``) is importable and a GPU is present it also samples SM
 utilisation and PCIe receive bandwidth. :meth:`summary` reduces the samples to
 a JSON-able dict; :attr:`series` keeps the time series for plots.
 
+It also reads Linux schedstat of the loader's threads (every thread of the
+training process but the main one and feedline's own, and every thread of its
+child processes: DataLoader and Loader workers, of any start method) and keeps
+how long they waited for a CPU core per second of CPU they used
+(``loader_runq_per_cpu``): a stage that reports only its CPU time (the
+Loader's) can then tell time spent queued for a core on a busy host from time
+blocked on I/O.
+
 The GIL probe (:func:`gil_wait`) runs on its own thread, more often (every
 ``GIL_EVERY`` seconds) than the other signals, and :meth:`summary` can keep only the probes inside
 the measured steps: a short run has few samples, and those taken before the
@@ -16,6 +24,7 @@ loader starts say nothing about its threads.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +68,7 @@ class HostSampler:
         self._extra = extra
         self.gil: list[tuple[float, float]] = []
         """(time, ms) of each GIL probe (see :func:`gil_wait`)."""
+        self._tasks = TaskClock()
 
     def start(self) -> HostSampler:
         """Start sampling (idempotent)."""
@@ -71,6 +81,9 @@ class HostSampler:
         self._thread.start()
         self._gil_thread = threading.Thread(target=self._probe_gil, name="feedline-gil", daemon=True)
         self._gil_thread.start()
+        for t in (self._thread, self._gil_thread):
+            if t.native_id is not None:
+                self._tasks.skip.add(t.native_id)
         return self
 
     def stop(self) -> None:
@@ -98,6 +111,7 @@ class HostSampler:
                 row["pcie_rx_kb"] = nv.nvmlDeviceGetPcieThroughput(handle, nv.NVML_PCIE_UTIL_RX_BYTES)
             except nv.NVMLError as e:
                 row["nvml_error"] = str(e)
+        row["tasks_cpu"], row["tasks_runq"] = self._tasks.sample()
         return row
 
     def _run(self) -> None:
@@ -180,9 +194,78 @@ def summarize_series(series: list[dict[str, Any]], cores: int) -> dict[str, Any]
     out["disk_read_wait_ms"] = round((last["read_time"] - first["read_time"]) / reads, 3) if reads else 0.0
     if first.get("busy_time") is not None and last.get("busy_time") is not None:
         out["disk_busy_pct"] = round(100 * (last["busy_time"] - first["busy_time"]) / 1000 / span, 1)
+    cpu = sum(r.get("tasks_cpu", 0.0) for r in series[1:])
+    if cpu > TASKS_MIN_CPU:
+        out["loader_runq_per_cpu"] = round(sum(r.get("tasks_runq", 0.0) for r in series[1:]) / cpu, 4)
     sm = [r["sm"] for r in series if "sm" in r]
     if sm:
         out["gpu_sm_pct"] = round(sum(sm) / len(sm), 1)
         rx = [r["pcie_rx_kb"] for r in series if "pcie_rx_kb" in r]
         out["pcie_rx_mb_s"] = round(sum(rx) / len(rx) / 1e3, 1) if rx else None
     return out
+
+
+TASKS_MIN_CPU = 0.05
+"""CPU seconds the loader's threads must use before their run-queue ratio is reported."""
+
+
+class TaskClock:
+    """Run-queue and CPU seconds of the loader's threads between two calls of :meth:`sample`.
+
+    The threads are every thread of this process except the main one and those in
+    :attr:`skip` (feedline's own), and every thread of every descendant process. A
+    thread seen for the first time counts from its start if it began after the
+    first sample (a worker started during the run), else from now. Linux only
+    (``/proc/<pid>/task/<tid>/schedstat``); elsewhere every sample is ``(0, 0)``.
+    """
+
+    def __init__(self) -> None:
+        self.skip: set[int] = set()
+        self._last: dict[tuple[int, int], tuple[float, float]] = {}
+        self._first = True
+
+    def _pids(self) -> list[int]:
+        """This process and its descendants, from ``/proc/<pid>/task/<tid>/children``
+        (psutil's walk reads every process on the host: ten times slower)."""
+        out, todo = [], [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                        todo.extend(int(c) for c in fh.read().split())
+                except (OSError, ValueError):
+                    continue
+        return out
+
+    def sample(self) -> tuple[float, float]:
+        """(CPU seconds, run-queue seconds) the loader's threads used since the last call."""
+        me, cpu, runq = os.getpid(), 0.0, 0.0
+        seen: dict[tuple[int, int], tuple[float, float]] = {}
+        for pid in self._pids():
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for name in tids:
+                tid = int(name)
+                if (pid == me and tid == me) or tid in self.skip:
+                    continue
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+                        parts = fh.read().split()
+                    now = (int(parts[0]) / 1e9, int(parts[1]) / 1e9)
+                except (OSError, IndexError, ValueError):
+                    continue
+                seen[(pid, tid)] = now
+                before = self._last.get((pid, tid), None if self._first else (0.0, 0.0))
+                if before is not None:
+                    cpu += max(0.0, now[0] - before[0])
+                    runq += max(0.0, now[1] - before[1])
+        self._last, self._first = seen, False
+        return cpu, runq

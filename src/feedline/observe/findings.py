@@ -65,6 +65,8 @@ class RunFacts:
     """Median wait of the first step of the second and later epochs."""
     epoch_starts: int = 0
     """How many such steps were measured."""
+    steps_per_pass: float = 0.0
+    """Mean measured steps per pass of the loader (below 2: a new iterator every step)."""
     binding: str = ""
     """The stage that binds (``decode``, ``read``, ``gpu``...)."""
     decode_gain: tuple[float, float] | None = None
@@ -93,12 +95,20 @@ def shm_free_bytes(path: str = "/dev/shm") -> int | None:
 
 
 def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) -> str:
-    """The loader construction the advice asks for, in the user's own loader's terms."""
+    """The loader construction the advice asks for, in the user's own loader's terms
+    (its batch size, ``batch_size=None`` included, its worker type or start method)."""
     bs = loader.get("batch_size")
     if loader.get("feedline"):
-        args = [f"workers={workers}"] + [f"{k}={v!r}" for k, v in extra.items()]
+        args = [f"workers={workers}"]
+        if loader.get("worker_type") == "process" and "worker_type" not in extra:
+            args.append("worker_type='process'")
+        args += [f"{k}={v!r}" for k, v in extra.items()]
         return "Loader(dataset" + (f", batch_size={bs}" if bs else "") + ", " + ", ".join(args) + ")"
+    if "batch_size" in loader and bs is None:
+        bs = "None"  # the dataset returns whole batches: a copied call must keep that
     args = [f"num_workers={workers}"]
+    if loader.get("start_method") and workers > 0:
+        args.append(f"multiprocessing_context={loader['start_method']!r}")
     if cuda:
         args.append("pin_memory=True")
     args.append("persistent_workers=True")
@@ -245,13 +255,23 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
     if (not f.loader.get("feedline") and workers > 0 and not f.loader.get("persistent_workers")
             and f.epoch_starts and f.step_p50 > 0
             and f.epoch_start_wait > max(3 * f.wait_p50, 0.25 * f.step_p50)):
-        out.append(Finding(
-            "epoch-restarts", "warning",
-            f"each epoch starts its {workers} worker processes again: the first batch of an "
-            f"epoch waited {f.epoch_start_wait * 1e3:.0f} ms (median of {f.epoch_starts}) "
-            f"against {f.wait_p50 * 1e3:.1f} ms for the others",
-            "keep the workers between epochs: DataLoader(..., persistent_workers=True)",
-        ))
+        if f.steps_per_pass < 2:
+            out.append(Finding(
+                "epoch-restarts", "warning",
+                f"a new iterator every step (next(iter(loader))) starts the {workers} worker "
+                f"processes again: each step's batch waited {f.epoch_start_wait * 1e3:.0f} ms "
+                f"(median of {f.epoch_starts})",
+                "make the iterator once before the loop (it = iter(loader); next(it) in each "
+                "step), or DataLoader(..., persistent_workers=True)",
+            ))
+        else:
+            out.append(Finding(
+                "epoch-restarts", "warning",
+                f"each epoch starts its {workers} worker processes again: the first batch of "
+                f"an epoch waited {f.epoch_start_wait * 1e3:.0f} ms (median of "
+                f"{f.epoch_starts}) against {f.wait_p50 * 1e3:.1f} ms for the others",
+                "keep the workers between epochs: DataLoader(..., persistent_workers=True)",
+            ))
     if f.step_p50 > 0 and f.wait_p99 > 0.5 * f.step_p50 and f.wait_p50 < 0.2 * f.step_p50:
         out.append(Finding(
             "tail-stalls", "warning",

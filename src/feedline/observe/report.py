@@ -11,7 +11,10 @@ against the compute step); the binding stage names what the time is:
 * ``collate``: the collate function;
 * ``device_decode``: decoding after delivery (``Loader(decode_on=...)``), on the
   consumer's side of the loader, where workers do not share it;
-* ``h2d``: host-to-device copies; ``gpu``: the step itself.
+* ``h2d``: host-to-device copies; ``gpu``: the step itself;
+* ``startup``: a DataLoader starting its worker processes again at each new
+  iterator (each epoch without ``persistent_workers``, or ``next(iter(loader))``
+  every step), when those first waits are most of the stall.
 
 Advice comes from the binding stage (see :func:`_recommend`), and the
 predicted gain is the model's step time after that change against the
@@ -256,15 +259,20 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     pb.gil_share = stage_cpu / span_s if span_s > 0 else 0.0
     pb.gil_wait = float(m.host.get("gil_wait_ms") or 0.0) / 1e3
     pb.gil_bound = threads and pb.gil_wait >= GIL_BOUND_WAIT
+    # Stages that carry only their CPU time (the Loader's) get the loader threads' measured
+    # run-queue delay per CPU second: on a busy host a CPU-bound stage also waits for a core.
+    queued = float(m.host.get("loader_runq_per_cpu") or 0.0)
     for k in ("decode", "transform"):  # feedline.Loader stages carry their CPU time
         for s in by.get(k, []):
-            c = min(s.duration, float(s.attrs.get("cpu", s.duration)))
+            cpu_s = float(s.attrs.get("cpu", s.duration))
+            c = min(s.duration, cpu_demand(s.duration, cpu_s, float(s.attrs["runq"]))
+                    if "runq" in s.attrs else cpu_s * (1.0 + queued))
             cpu[k] += s.duration if pb.gil_bound else c
             read += 0.0 if pb.gil_bound else s.duration - c
     cpu["collate"] = sum(s.duration for s in by.get("collate", []))
     n = (len(fetches) or len(by.get("collate", [])) or len(by.get("decode", []))
          or len(by.get("read", [])) or max(steps, 1))
-    pb.measured = bool(fetches or by.get("read") or by.get("decode") or by.get("collate"))
+    pb.measured = bool(fetches or any(by.get(k) for k in DATA_STAGES))
     pb.read, pb.decode = read / n, cpu["decode"] / n
     pb.transform, pb.collate = cpu["transform"] / n, cpu["collate"] / n
     after = [s.duration for k in AFTER_STAGES for s in by.get(k, [])]
@@ -344,12 +352,14 @@ def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
 
 
 def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: float,
-               w_rec: int, step_p50: float, restarts: tuple[float, float] = (0.0, 0.0)
+               w_rec: int, step_p50: float,
+               restarts: tuple[float, float, float] = (0.0, 0.0, 0.0)
                ) -> tuple[str, float | None]:
     """The one change the binding stage calls for, and its predicted gain (step / after).
 
     ``restarts``: the share of the data stall spent in the first wait of each later
-    epoch, and those waits' seconds per measured step.
+    epoch, those waits' seconds per measured step, and the mean steps per pass
+    (below 2: a new iterator every step).
     """
     cfg, cores = m.loader, m.cores
     workers = int(cfg.get("num_workers") or 0)
@@ -365,9 +375,14 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
                 "batch, fused kernels)"), 1.0
     if verdict == "unknown":
         return "", None
-    share, per_step = restarts
-    if (verdict == "data-bound" and share > 0.5 and workers > 0 and not feedline
-            and not cfg.get("persistent_workers")):
+    share, per_step, per_pass = restarts
+    if binding == "startup":
+        if per_pass < 2:
+            return (f"a new iterator every step (next(iter(loader))) starts the {workers} worker "
+                    f"processes again, {share:.0%} of the wait for data: make the iterator once "
+                    f"before the loop (it = iter(loader), then next(it) in each step; start it "
+                    f"again on StopIteration), or {loader_call(cfg, workers, cuda)}"), (
+                step / max(step - per_step, 1e-9))
         return (f"{loader_call(cfg, workers, cuda)}: {share:.0%} of the wait for data is the "
                 "first batch of each epoch, while its worker processes start again"), (
             step / max(step - per_step, 1e-9))
@@ -540,8 +555,12 @@ def build_report(m: Measurements) -> Report:
     restart = [x for i, x in enumerate(waits_q) if i in opens]
     w_rec = workers_for(pb, m.cores, m.gpus)
     restart_s = sum(restart) - len(restart) * data_wait.p50  # beyond an ordinary wait
-    restarts = ((restart_s / stall_s, restart_s / len(iters)) if iters and stall_s > 0
-                else (0.0, 0.0))
+    per_pass = len(iters) / (len(restart) + 1)
+    restarts = ((restart_s / stall_s, restart_s / len(iters), per_pass) if iters and stall_s > 0
+                else (0.0, 0.0, per_pass))
+    if (verdict == "data-bound" and restarts[0] > 0.5 and workers > 0 and not pb.gil_bound
+            and not m.loader.get("feedline") and not m.loader.get("persistent_workers")):
+        binding = "startup"  # worker start-up at each new iterator is most of the stall
     rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50, restarts)
     facts = RunFacts(
         device_type=m.device_type, verdict=verdict, stall_fraction=stall,
@@ -551,7 +570,7 @@ def build_report(m: Measurements) -> Report:
         blocked_fraction=pb.blocked_fraction, io_workers=io_workers(pb, m.cores),
         fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound, binding=binding,
         epoch_start_wait=sorted(restart)[len(restart) // 2] if restart else 0.0,
-        epoch_starts=len(restart),
+        epoch_starts=len(restart), steps_per_pass=per_pass,
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0

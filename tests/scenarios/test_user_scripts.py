@@ -1,0 +1,158 @@
+"""Training scripts written the way tutorials and users write them, run unchanged under
+``feedline diagnose`` (tests/scenarios/scripts/u_*.py; no shared helpers, so they do not
+share this suite's assumptions).
+
+Each script's truth is fixed by construction (sleeps for storage latency, thread-CPU
+spins for decode, a sleep-padded step) with margins that hold on a loaded two-core host:
+a data-bound script's data path is at least four times its step, a compute-bound one's
+at most a tenth. For each: the verdict, binding stage and stall are right, and the run
+is the user's run: the same output (epochs, steps, batches per epoch) and exit status
+as without diagnose, no ``--steps`` given. The default suite runs a few of them;
+``test_every_script_three_times`` (slow) runs all of them three times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import feedline
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@dataclass(frozen=True)
+class Truth:
+    verdict: str
+    binding: str
+    stall: tuple[float, float]
+    stdout: str
+    """What the script prints without diagnose (its run length: epochs, steps, batches)."""
+    needs: str = ""
+    """A module the script imports that is not a feedline dependency."""
+
+
+DATA = (0.3, 1.0)
+COMPUTE = (0.0, 0.15)
+TRUTH = {
+    # IterableDataset sharded with get_worker_info(), 2 workers, 8 ms per record
+    "u_iterable_shards": Truth("data-bound", "read", DATA,
+                               "epoch 0: 20 batches\nepoch 1: 20 batches\n"),
+    # batch_size=None over a BatchSampler: the dataset returns whole batches (CPU)
+    "u_batch_sampler": Truth("data-bound", "decode", DATA, "batches 40\n"),
+    # tqdm around the loader, gradient accumulation every 4 micro-batches
+    "u_tqdm_accum": Truth("compute-bound", "gpu", COMPUTE,
+                          "epoch 0 done: 60 micro-batches\nepoch 1 done: 60 micro-batches\n",
+                          needs="tqdm"),
+    # enumerate() with a break after 15 steps, 3 epochs, workers not persistent
+    "u_enumerate_break": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: stopped at step 14\n" for e in range(3))),
+    # next(iter(loader)) every step: workers start again at each step
+    "u_next_iter": Truth("data-bound", "startup", DATA, "steps 30\n"),
+    # random_split + Subset, CPU augmentation in 1 worker, no_grad validation per epoch
+    "u_split_eval": Truth("data-bound", "decode", DATA,
+                          "epoch 0: val batches 2\nepoch 1: val batches 2\n"),
+    # dict batches of padded token ids, custom collate, forkserver worker
+    "u_hf_collate": Truth("data-bound", "decode", DATA, "trained 40 steps\n"),
+    # real socket reads from a 127.0.0.1 server, in-process, no __main__ guard
+    "u_socket_reads": Truth("data-bound", "read", DATA, "samples 800\n"),
+    # open() on 1600 small page-cached files, 2 workers, 30 ms step
+    "u_small_files": Truth("compute-bound", "gpu", COMPUTE, "steps 50\n"),
+    # real matmuls (no sleeps) on in-memory tensors, no __main__ guard
+    "u_matmul": Truth("compute-bound", "gpu", (0.0, 0.1), "loss True\n"),
+    # feedline.Loader, process worker, CPU transform
+    "u_feedline_process": Truth("data-bound", "transform", DATA, "steps 50\n"),
+    # no_grad evaluation every 15 steps over a second loader with its own workers
+    "u_eval_inside": Truth("compute-bound", "gpu", COMPUTE,
+                           "epoch 0: 45 steps\nepoch 1: 45 steps\n"),
+}
+FAST = ("u_next_iter", "u_feedline_process", "u_batch_sampler", "u_socket_reads")
+"""The default suite's share: one of each fix (start-up binding, run-queue wait of
+process workers, batch_size=None advice) and in-process real I/O."""
+
+
+def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
+    """Run one script under diagnose as a user would; exit status, JSON, stdout, stderr."""
+    json_path = out / f"{name}.json"
+    cmd = [sys.executable, "-m", "feedline", "diagnose", "--json", str(json_path), "--",
+           sys.executable, f"{name}.py"]
+    # the scripts run from their own folder, as a user runs one: feedline is found by
+    # absolute path, whatever relative PYTHONPATH the suite runs with
+    src = str(Path(feedline.__file__).resolve().parents[1])
+    path = os.pathsep.join([src] + [os.path.abspath(p) for p in
+                                    os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False,
+                          cwd=SCRIPTS, env=os.environ | {"PYTHONPATH": path})
+    data = json.loads(json_path.read_text()) if json_path.exists() else {}
+    return proc.returncode, data, proc.stdout, proc.stderr
+
+
+def run_many(out: Path, names: list[str]) -> dict[str, tuple[int, dict, str, str]]:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futs = {n: pool.submit(diagnose, out, n) for n in names}
+        return {n: f.result() for n, f in futs.items()}
+
+
+def check(name: str, result: tuple[int, dict, str, str]) -> None:
+    code, data, out, err = result
+    truth = TRUTH[name]
+    assert code == 0, err[-3000:]
+    assert out == truth.stdout, (name, out)  # the same run: epochs, steps, batches
+    assert data, f"{name}: no report; stderr:\n{err[-3000:]}"
+    got = (data["verdict"], data["binding"])
+    assert got == (truth.verdict, truth.binding), (
+        name, data["stall_fraction"], data["recommendation"], data["analysis"])
+    lo, hi = truth.stall
+    assert lo <= data["stall_fraction"] <= hi, (name, data["stall_fraction"])
+
+
+def available(names: tuple[str, ...] | list[str]) -> list[str]:
+    import importlib.util
+
+    return [n for n in names if not TRUTH[n].needs or importlib.util.find_spec(TRUTH[n].needs)]
+
+
+@pytest.fixture(scope="module")
+def fast_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_many(tmp_path_factory.mktemp("user"), list(FAST))
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", FAST)
+def test_verdict_binding_stall_and_the_run_unchanged(fast_runs: dict, name: str) -> None:
+    check(name, fast_runs[name])
+
+
+@pytest.mark.timeout(400)
+def test_new_iterator_every_step_is_named_with_its_fix(fast_runs: dict) -> None:
+    _, data, _, _ = fast_runs["u_next_iter"]
+    assert "it = iter(loader)" in data["recommendation"]
+    assert "new iterator every step" in " ".join(f["message"] for f in data["findings"])
+
+
+@pytest.mark.timeout(400)
+def test_advice_keeps_the_users_loader_settings(fast_runs: dict) -> None:
+    _, sampler, _, _ = fast_runs["u_batch_sampler"]
+    assert "batch_size=None" in sampler["recommendation"]  # a copied call keeps whole batches
+    _, proc, _, _ = fast_runs["u_feedline_process"]
+    assert "worker_type='process'" in proc["recommendation"]  # threads would hit the GIL
+    assert proc["host"].get("loader_runq_per_cpu") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_every_script_three_times(tmp_path: Path) -> None:
+    """Every script right in each of three runs (the machine may be busy)."""
+    names = available(list(TRUTH))
+    for k in range(3):
+        out = tmp_path / str(k)
+        out.mkdir()
+        for name, result in run_many(out, names).items():
+            check(name, result)
