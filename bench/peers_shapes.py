@@ -1,0 +1,347 @@
+"""feedline Loader vs torch DataLoader on datasets laid out as users have them.
+
+Not the peers table (bench/peers.py: one field + a label, every peer), but the other
+shapes a user brings, each against the obvious torch DataLoader over the same data, with
+the same workers (2) and the same decoders, in interleaved rounds:
+
+* ``seg``: ``.jpg`` frame + ``.seg.png`` mask (palette and grey masks mixed), batch 16;
+* ``tokens``: ``.npy`` int32 sequences of 50-500 tokens, padded by a collate, batch 32;
+* ``sensor``: ``cam0.jpg..cam5.jpg`` + ``lidar.bin`` (float32 Nx4, N varies, a list) +
+  ``imu.npy`` (100x6 float64), batch 8;
+* ``mnist``: ``.npy`` uint8 (1, 28, 28) + ``.cls``, batch 64;
+* ``f16``: ``.npy`` float16 (3, 64, 64), batch 32;
+* ``wds``: tars written by ``webdataset.TarWriter`` (keys with dots in folders, ``.jpg``,
+  ``.json``, ``.txt``, ``.cls``, ``.label``, ``.class.txt``), adopted with
+  ``feedline index``; the baseline is WebDataset + DataLoader over the same tars.
+
+The DataLoader baselines read the original small files (map-style Dataset: one ``open``
+per field, simplejpeg / Pillow / ``np.load``, default collate; shuffled). Rates count the
+samples after the first batch over the time from it to the last batch (worker start-up is
+what ``first_batch_s`` reports). Medians of ``--rounds`` rounds, min-max, ratio against the
+DataLoader of the same run, load average beside each shape. Numbers from a shared machine
+are preliminary.
+
+    .venv/bin/python bench/peers_shapes.py [--quick] [--shapes seg,sensor] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+SHAPES = ("seg", "tokens", "sensor", "mnist", "f16", "wds")
+BATCH = {"seg": 16, "tokens": 32, "sensor": 8, "mnist": 64, "f16": 32, "wds": 32}
+FULL = {"seg": 1000, "tokens": 20_000, "sensor": 400, "mnist": 60_000, "f16": 20_000, "wds": 2000}
+QUICK = {"seg": 48, "tokens": 96, "sensor": 24, "mnist": 256, "f16": 96, "wds": 64}
+
+
+# --- data -----------------------------------------------------------------------------------
+
+def _jpg(rng: np.random.Generator, h: int, w: int) -> bytes:
+    import simplejpeg
+
+    return bytes(simplejpeg.encode_jpeg((rng.integers(0, 8, (h, w, 3), dtype=np.uint8) * 32), quality=85))
+
+
+def _png(mask: np.ndarray, palette: bool) -> bytes:
+    from PIL import Image
+
+    img = Image.fromarray(mask, mode="L")
+    if palette:
+        img = img.convert("P")
+        img.putpalette([(i * 37) % 256 for i in range(768)])
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _npy(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def samples(shape: str, n: int, seed: int = 0) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """``(key, {field: bytes})`` of the shape's ``n`` samples (deterministic)."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        if shape == "seg":
+            mask = rng.integers(0, 21, (128, 160), dtype=np.uint8)
+            yield f"img{i:06d}", {"jpg": _jpg(rng, 128, 160), "seg.png": _png(mask, i % 2 == 0)}
+        elif shape == "tokens":
+            yield f"{i:07d}", {"npy": _npy(rng.integers(0, 50_000, int(rng.integers(50, 501)), dtype=np.int32))}
+        elif shape == "sensor":
+            fields = {f"cam{c}.jpg": _jpg(rng, 120, 160) for c in range(6)}
+            fields["lidar.bin"] = rng.standard_normal((int(rng.integers(1000, 4000)), 4)).astype(np.float32).tobytes()
+            fields["imu.npy"] = _npy(rng.standard_normal((100, 6)))
+            yield f"drive_01/frame_{i:06d}", fields
+        elif shape == "mnist":
+            yield f"{i:07d}", {"npy": _npy(rng.integers(0, 255, (1, 28, 28), dtype=np.uint8)),
+                               "cls": b"%d" % (i % 10)}
+        elif shape == "f16":
+            yield f"{i:07d}", {"npy": _npy(rng.standard_normal((3, 64, 64)).astype(np.float16))}
+        else:
+            yield f"a/b.c/{i:06d}", {
+                "jpg": _jpg(rng, 96, 128), "json": json.dumps({"i": i, "tags": ["x"] * (i % 3)}).encode(),
+                "txt": f"a caption {i}".encode(), "cls": b"%d" % (i % 10),
+                "label": f"{(i % 7) - 3}\n".encode(), "class.txt": b"%d" % (i % 5)}
+
+
+def build(shape: str, n: int, folder: Path) -> Path:
+    """Write the shape's files under ``folder/files`` (tars for ``wds``) and pack or index
+    them into ``folder/ds``; returns ``folder``."""
+    from feedline.format import index_tars, pack
+
+    files = folder / "files"
+    if shape == "wds":
+        import webdataset
+
+        files.mkdir(parents=True)
+        per = max(1, n // 4)
+        writer = None
+        for k, (key, fields) in enumerate(samples(shape, n)):
+            if k % per == 0 and k // per < 4:
+                if writer is not None:
+                    writer.close()
+                writer = webdataset.TarWriter(str(files / f"part-{k // per:04d}.tar"))
+            assert writer is not None
+            writer.write({"__key__": key, **fields})
+        if writer is not None:
+            writer.close()
+        tars = sorted(files.glob("*.tar"))
+        (folder / "ds").mkdir()
+        for t in tars:
+            os.link(t, folder / "ds" / t.name)
+        index_tars(sorted((folder / "ds").glob("*.tar")))
+        return folder
+    for key, fields in samples(shape, n):
+        for field, data in fields.items():
+            path = files / f"{key}.{field}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    pack([os.fspath(files)], os.fspath(folder / "ds"), durable=False, warn=lambda line: None)
+    return folder
+
+
+# --- the DataLoader baselines -----------------------------------------------------------------
+
+def decode(field: str, data: bytes) -> Any:
+    """The baseline's decode: the same libraries feedline's codecs use."""
+    import simplejpeg
+    import torch
+
+    ext = field.rsplit(".", 1)[-1]
+    if ext == "jpg":
+        return torch.from_numpy(simplejpeg.decode_jpeg(data, colorspace="RGB"))
+    if ext == "png":
+        from PIL import Image
+
+        return torch.from_numpy(np.asarray(Image.open(io.BytesIO(data))).copy())
+    if ext == "npy":
+        return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+    if ext == "cls":
+        return int(data)
+    if ext == "bin":
+        return torch.from_numpy(np.frombuffer(data, np.float32).reshape(-1, 4).copy())
+    return data
+
+
+class Files:
+    """A map-style dataset over the original files, grouped by WebDataset key."""
+
+    def __init__(self, root: Path) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                rel = os.path.relpath(os.path.join(dirpath, name), root)
+                dot = rel.find(".", rel.rfind("/") + 1)
+                groups.setdefault(rel[:dot], []).append((rel[dot + 1:], os.path.join(dirpath, name)))
+        self.items = [groups[k] for k in sorted(groups)]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        out = {}
+        for field, path in self.items[i]:
+            with open(path, "rb") as f:
+                out[field] = decode(field, f.read())
+        return out
+
+
+def pad_tokens(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The padding collate of the ``tokens`` shape (numpy or torch sequences alike)."""
+    seqs = [np.asarray(s["npy"]) for s in batch]
+    out = np.zeros((len(seqs), max(len(s) for s in seqs)), dtype=seqs[0].dtype)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = s
+    return {"npy": out, "lengths": np.array([len(s) for s in seqs])}
+
+
+def pad_tokens_torch(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    return {k: torch.from_numpy(v) for k, v in pad_tokens(batch).items()}
+
+
+def lidar(data: bytes) -> np.ndarray:
+    """The ``lidar.bin`` decoder both contenders use (float32 points, N x 4)."""
+    return np.frombuffer(data, np.float32).reshape(-1, 4)
+
+
+def list_lidar(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    from torch.utils.data import default_collate
+
+    out = default_collate([{k: v for k, v in s.items() if k != "lidar.bin"} for s in batch])
+    out["lidar.bin"] = [s["lidar.bin"] for s in batch]
+    return out
+
+
+def _wds_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    return {"jpg": torch.stack([s["jpg"] for s in batch]), "cls": torch.tensor([s["cls"] for s in batch]),
+            "label": torch.tensor([s["label"] for s in batch]), "json": [s["json"] for s in batch],
+            "txt": [s["txt"] for s in batch], "class.txt": [s["class.txt"] for s in batch]}
+
+
+def _wds_sample(s: dict[str, Any]) -> dict[str, Any]:
+    return {"jpg": decode("jpg", s["jpg"]), "cls": int(s["cls"]), "label": int(s["label"]),
+            "json": json.loads(s["json"]), "txt": s["txt"].decode(), "class.txt": s["class.txt"].decode()}
+
+
+def baseline(shape: str, folder: Path, workers: int) -> Callable[[], Any]:
+    from torch.utils.data import DataLoader
+
+    bs = BATCH[shape]
+    if shape == "wds":
+        import webdataset
+
+        urls = [os.fspath(p) for p in sorted((folder / "files").glob("*.tar"))]
+        ds = (webdataset.WebDataset(urls, shardshuffle=len(urls), empty_check=False)
+              .shuffle(500).map(_wds_sample).batched(bs, collation_fn=_wds_batch, partial=True))
+        return lambda: DataLoader(ds, batch_size=None, num_workers=workers)
+    files: Any = Files(folder / "files")  # map-style: len + getitem
+    collate = {"tokens": pad_tokens_torch, "sensor": list_lidar}.get(shape)
+    return lambda: DataLoader(files, batch_size=bs, shuffle=True, num_workers=workers, collate_fn=collate)
+
+
+def loader(shape: str, folder: Path, workers: int, worker_type: str) -> Callable[[], Any]:
+    import feedline
+
+    per_shape: dict[str, dict[str, Any]] = {"tokens": {"collate": pad_tokens}, "sensor": {"decode": {"bin": lidar}}}
+    kw = per_shape.get(shape, {})
+
+    def make() -> Any:
+        return feedline.Loader(os.fspath(folder / "ds"), batch_size=BATCH[shape], workers=workers,
+                               worker_type=worker_type, drop_last=False, **kw)
+    return make
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+def _len(batch: dict[str, Any]) -> int:
+    return len(next(v for k, v in batch.items() if k != "__key__"))
+
+
+def run_once(make: Callable[[], Any]) -> dict[str, float]:
+    """One epoch: first batch time, then samples/s from the first batch to the last."""
+    t0 = time.perf_counter()
+    it = make()
+    n0 = n = 0
+    t1 = t_end = t0
+    try:
+        for k, batch in enumerate(it):
+            n += _len(batch)
+            t_end = time.perf_counter()
+            if k == 0:
+                n0, t1 = n, t_end
+    finally:
+        close = getattr(it, "close", None)
+        if callable(close):
+            close()
+    rate = (n - n0) / (t_end - t1) if t_end > t1 else float("nan")
+    return {"samples": n, "first_batch_s": t1 - t0, "samples_per_s": rate}
+
+
+def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, Any]:
+    contenders = {
+        "Loader (threads)": loader(shape, folder, workers, "thread"),
+        "Loader (processes)": loader(shape, folder, workers, "process"),
+        ("WebDataset + DataLoader" if shape == "wds" else "DataLoader (files)"): baseline(shape, folder, workers),
+    }
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
+    for _ in range(rounds):  # interleaved: A, B, C, A, B, C...
+        for name, make in contenders.items():
+            runs[name].append(run_once(make))
+    base = list(contenders)[-1]
+    base_rate = statistics.median(r["samples_per_s"] for r in runs[base])
+    rows = []
+    for name, rs in runs.items():
+        rates = [r["samples_per_s"] for r in rs]
+        med = statistics.median(rates)
+        rows.append({"name": name, "samples_per_s": med, "min": min(rates), "max": max(rates),
+                     "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
+                     "samples": rs[-1]["samples"], "ratio": med / base_rate})
+    return {"shape": shape, "batch": BATCH[shape], "baseline": base, "rows": rows,
+            "load": os.getloadavg()[0]}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny datasets, one round (smoke test)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 3; 1 with --quick)")
+    p.add_argument("--workers", type=int, default=2, help="workers of every contender")
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {','.join(SHAPES)}")
+    p.add_argument("--dir", metavar="DIR", help="scratch folder for the data (default: system temp)")
+    p.add_argument("--keep", action="store_true", help="keep the generated data")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = set(shapes) - set(SHAPES)
+    if unknown:
+        raise SystemExit(f"unknown shape(s) {sorted(unknown)}; choose from {','.join(SHAPES)}")
+    rounds = args.rounds or (1 if args.quick else 3)
+    sizes = QUICK if args.quick else FULL
+    scratch = Path(tempfile.mkdtemp(prefix="peers-shapes-", dir=args.dir))
+    results = []
+    try:
+        for shape in shapes:
+            folder = build(shape, sizes[shape], scratch / shape)
+            res = measure(shape, folder, rounds, args.workers)
+            results.append(res)
+            for row in res["rows"]:
+                print(f"{shape:7s} {row['name']:24s} {row['samples_per_s']:10.0f} samples/s "
+                      f"[{row['min']:.0f}-{row['max']:.0f}]  {row['ratio']:5.2f}x {res['baseline']}  "
+                      f"first batch {row['first_batch_s']:.2f} s  load {res['load']:.2f}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        doc = {"benchmark": "peers_shapes", "quick": bool(args.quick), "preliminary": True,
+               "rounds": rounds, "workers": args.workers, "sizes": {s: sizes[s] for s in shapes},
+               "shapes": results}
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,43 @@
+"""Smoke test of bench/peers_shapes.py at its --quick size: every contender delivers every
+sample of every shape once, and the JSON carries medians and ratios against the baseline
+of the same run. No timing assertions (the machine is shared)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(600)
+def test_peers_shapes_quick(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))  # process workers import the collate from here
+    try:
+        spec = importlib.util.spec_from_file_location("peers_shapes", ROOT / "bench" / "peers_shapes.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["peers_shapes"] = mod
+        spec.loader.exec_module(mod)
+        out = tmp_path / "shapes.json"
+        assert mod.main(["--quick", "--json", str(out), "--dir", str(tmp_path)]) == 0
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+        sys.modules.pop("peers_shapes", None)
+    doc = json.loads(out.read_text())
+    assert doc["quick"] is True and doc["rounds"] == 1 and doc["preliminary"] is True
+    assert [s["shape"] for s in doc["shapes"]] == list(mod.SHAPES)
+    for shape in doc["shapes"]:
+        names = [r["name"] for r in shape["rows"]]
+        assert names[:2] == ["Loader (threads)", "Loader (processes)"] and names[2] == shape["baseline"]
+        for row in shape["rows"]:
+            assert row["samples"] == mod.QUICK[shape["shape"]], (shape["shape"], row)
+            assert math.isfinite(row["samples_per_s"]) and row["samples_per_s"] > 0
+            assert row["min"] <= row["samples_per_s"] <= row["max"]
+        assert shape["rows"][2]["ratio"] == 1.0
+    assert not any(p.name.startswith("peers-shapes-") for p in tmp_path.iterdir())  # cleaned up
