@@ -12,7 +12,9 @@ recipe                    what fills the field's slot rows
                           sample index (``gather_labels``): no read, no parse
 ``read-rows``             the stored bytes are the rows (raw tensors, ``.npy`` payloads):
                           read straight into the slot (``read_fields_into``)
-``decode-rows``           a JPEG decoded straight into its row (per sample)
+``decode-rows``           a JPEG decoded straight into its row (per sample); with
+                          ``decode_size``, any image field it applies to, decoded and
+                          resized into its row (:mod:`feedline.decode.resized`)
 ``sample``                decoded, transformed and checked per sample, then stacked
                           (dense) or listed (ragged)
 ``custom``                the user's ``collate=`` over the per-sample results
