@@ -50,3 +50,29 @@ def test_auto_picks_the_gpu_only_when_cpu_decode_would_bind() -> None:
     assert dec.device.startswith("cuda") and "GPU" in why
     dec, why = choose_jpeg_decoder("auto", "cuda:0", cpu_decode_s=0.04, workers=4, step_s=0.05)
     assert dec.device == "cpu" and "within" in why
+
+
+def test_a_damaged_jpeg_after_delivery_falls_back_or_names_its_key() -> None:
+    """DeviceDecode with the real GPU decoder: a batch with a JPEG cut in its scan data is
+    decoded image by image; the cut one is decoded on the CPU if libjpeg-turbo accepts it,
+    else a DecodeError names its key. Every other image comes back decoded on the device."""
+    import pytest
+
+    from feedline.errors import DecodeError
+    from feedline.pipeline.device_decode import DeviceDecode
+
+    assert torch.cuda.is_available()
+    blobs = _jpegs(6, 120, 160)
+    sos = blobs[3].index(b"\xff\xda")
+    blobs[3] = blobs[3][: sos + (len(blobs[3]) - sos) // 2]
+    stage = DeviceDecode(["jpg"], TorchvisionJpegDecoder("cuda:0"), "test", device="cuda:0",
+                         workers=2, size=(64, 64))
+    keys = [f"k{i}" for i in range(6)]
+    try:
+        out = stage({"jpg": list(blobs), "__key__": keys})
+    except DecodeError as e:
+        assert e.place["key"] == "k3" and "CPU fallback" in str(e)
+        return
+    assert tuple(out["jpg"].shape) == (6, 64, 64, 3) and out["jpg"].device.type == "cuda"
+    with pytest.raises(AssertionError):  # the fallback must have been needed and counted
+        assert stage.report()["cpu_fallbacks"] == 0
