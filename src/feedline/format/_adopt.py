@@ -111,7 +111,11 @@ def _members(entries: list[tuple[str, str, int, int]], shard: str) -> tuple[list
     for i, (key, field, offset, size) in enumerate(entries):
         if not keys or keys[-1] != key:
             if key in seen:
-                raise FormatError("the members of a sample are not contiguous", shard=shard, key=key, fix=_FIX)
+                raise FormatError(
+                    "the members of a sample are not contiguous (WebDataset would split it into "
+                    "several samples too): `tar` without --sort=name lists files in directory order",
+                    shard=shard, key=key,
+                    fix="create the tar with `tar --sort=name -cf ...`, or pack the files with `feedline pack`")
             seen.add(key)
             keys.append(key)
         members[i] = (len(keys) - 1, field_ids.setdefault(field, len(field_ids)), offset, size, 0)
