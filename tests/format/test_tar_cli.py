@@ -6,6 +6,7 @@ sample's files apart, which WebDataset would split too) is refused saying how to
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ def _tree(root: Path, n: int) -> None:
         np.save(buf, np.full((2, 3), i, np.int16))
         (folder / f"{i:04d}.npy").write_bytes(buf.getvalue())
         (folder / f"{i:04d}.cls").write_text(f"{i}\n")
-        (folder / f"{i:04d}.json").write_text('{"i": %d}' % i)
+        (folder / f"{i:04d}.json").write_text(json.dumps({"i": i}))
 
 
 @pytest.mark.parametrize("fmt", ["gnu", "pax"])
