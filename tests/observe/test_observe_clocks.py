@@ -166,3 +166,26 @@ def test_two_loaders_stages_are_filed_under_each_loader(worker_type: str) -> Non
     assert m is not None and m.loader["label"] == labels[4]
     (val_line,) = others
     assert val_line["label"] == labels[8] and val_line["steps"] == 2 * 2
+
+
+def test_zipped_loaders_are_in_lockstep_and_a_validation_loader_is_not() -> None:
+    from feedline.observe._clock import fold_waits, lockstep
+
+    sc, a, b = clocks(), object(), object()
+    for _ in zip(run(sc, a, 12), run(sc, b, 12), strict=False):  # for x, u in zip(a, b)
+        pass
+    ca, cb = sc.clock(a), sc.clock(b)
+    assert lockstep(ca, cb) and lockstep(cb, ca)
+    va, vb = ca.steps_view(time.perf_counter(), []), cb.steps_view(time.perf_counter(), [])
+    folded = fold_waits(va, [vb])
+    # b's waits (inside a's bodies) moved into a's waits; each step's total is unchanged
+    for w, b_, w0, b0 in zip(folded.waits, folded.bodies, va.waits, va.bodies, strict=True):
+        assert w >= w0 and b_ <= b0 and w + b_ == pytest.approx(w0 + b0)
+    assert sum(folded.waits) - sum(va.waits) == pytest.approx(sum(vb.waits[:-1]), rel=0.2, abs=1e-4)
+
+    sc, train, val = clocks(), object(), object()
+    for k in run(sc, train, 40):
+        if k % 10 == 9:
+            for _ in run(sc, val, 6):
+                pass
+    assert not lockstep(sc.clock(train), sc.clock(val))

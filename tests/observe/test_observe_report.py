@@ -180,3 +180,14 @@ def test_advice_keeps_batch_size_none_and_the_start_method() -> None:
     assert call == "DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)"
     fs = loader_call({"batch_size": 8, "num_workers": 1, "start_method": "forkserver"}, 2, False)
     assert "multiprocessing_context='forkserver'" in fs
+
+
+def test_a_step_queued_for_a_core_gets_the_step_contention_finding() -> None:
+    m = meas(wait=0.001, body=0.030, fetch=0.002, cpu=0.001, workers=2)
+    m.loader["torch_threads"] = 2
+    m.body_runq = [0.018] * len(m.body)  # 60% of each body waiting for a core
+    (f,) = [f for f in build_report(m).findings if f.code == "step-contention"]
+    assert "60%" in f.message and "2 intra-op threads" in f.message
+    assert "torch.set_num_threads(6)" in f.fix  # 8 cores, 2 workers
+    m.body_runq = [0.001] * len(m.body)
+    assert "step-contention" not in {f.code for f in build_report(m).findings}

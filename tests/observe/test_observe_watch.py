@@ -68,9 +68,11 @@ def test_step_done_excludes_work_after_the_boundary() -> None:
     for _ in w:
         time.sleep(0.004)
         w.step_done()
-        time.sleep(0.004)  # after the boundary: neither wait nor step
+        time.sleep(0.030)  # after the boundary: neither wait nor step
     rep = w.report()
-    assert 0.0035 < rep.stages["step"].p50 < 0.0075
+    # a loaded host stretches the 4 ms sleep, never to the 34 ms the step would be with
+    # the work after the boundary in it
+    assert 0.0035 < rep.stages["step"].p50 < 0.020
     assert rep.stages["wait"].p50 < 0.002
 
 

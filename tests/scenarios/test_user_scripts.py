@@ -69,6 +69,13 @@ TRUTH = {
     "u_matmul": Truth("compute-bound", "gpu", (0.0, 0.1), "loss True\n"),
     # feedline.Loader, process worker, CPU transform
     "u_feedline_process": Truth("data-bound", "transform", DATA, "steps 50\n"),
+    # zip(labelled, unlabelled): every step waits for both; the unlabelled one reads slowly
+    "u_zip_loaders": Truth("data-bound", "read", DATA, "steps 30\n"),
+    # the user's own generator, no DataLoader: nothing to hook, an honest unknown
+    "u_generator": Truth("unknown", "unknown", (0.0, 0.0), "epoch 0\nepoch 1\n"),
+    # JPEG files decoded, cropped and flipped with PIL in 1 worker
+    "u_pil_images": Truth("data-bound", "decode", DATA,
+                          "epoch 0: 8 batches\nepoch 1: 8 batches\n"),
     # no_grad evaluation every 15 steps over a second loader with its own workers
     "u_eval_inside": Truth("compute-bound", "gpu", COMPUTE,
                            "epoch 0: 45 steps\nepoch 1: 45 steps\n"),
@@ -144,6 +151,24 @@ def test_advice_keeps_the_users_loader_settings(fast_runs: dict) -> None:
     _, proc, _, _ = fast_runs["u_feedline_process"]
     assert "worker_type='process'" in proc["recommendation"]  # threads would hit the GIL
     assert proc["host"].get("loader_runq_per_cpu") is not None
+
+
+@pytest.mark.timeout(400)
+def test_zipped_loaders_are_one_data_path_and_the_slow_one_binds(tmp_path: Path) -> None:
+    result = diagnose(tmp_path, "u_zip_loaders")
+    check("u_zip_loaders", result)
+    data = result[1]
+    (other,) = data["loaders"]
+    assert data["loader"]["zipped_with"] == [other["label"]]
+    assert other["stall_fraction"] < 0.25  # the in-memory loader is always ready
+    assert "num_workers=" in data["recommendation"]
+
+
+@pytest.mark.timeout(400)
+def test_a_loop_over_the_users_own_generator_is_an_honest_unknown(tmp_path: Path) -> None:
+    result = diagnose(tmp_path, "u_generator")
+    check("u_generator", result)
+    assert "feedline.watch" in result[1]["fix"]
 
 
 @pytest.mark.slow

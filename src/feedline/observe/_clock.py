@@ -17,6 +17,7 @@ pays for nothing at an epoch end.
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +45,9 @@ def loader_config(obj: Any) -> dict[str, Any]:
             value = getattr(obj, name, None)
             if isinstance(value, (str, int)):
                 out[name] = value
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        out["torch_threads"] = int(torch.get_num_threads())
     if out["type"] == "DataLoader":
         ctx = getattr(obj, "multiprocessing_context", None)
         if ctx is not None:
@@ -90,6 +94,9 @@ class LoaderClock:
     starts: list[float] = field(default_factory=list)
     waits: list[float] = field(default_factory=list)
     runq: list[float] = field(default_factory=list)
+    q_at: list[float] = field(default_factory=list)
+    """The consumer thread's run-queue seconds (schedstat) as each wait began (loaders
+    with workers; 0 otherwise): with ``runq``, the wait for a core inside each body."""
     gaps: list[tuple[float, float]] = field(default_factory=list)
     """``iter()`` calls and ending ``next()`` calls: data time between passes."""
     pass_starts: list[float] = field(default_factory=list)
@@ -131,6 +138,13 @@ class LoaderClock:
         self.pass_step0 = self.steps
         self.hosted.clear()
 
+    def body_runq(self) -> list[float]:
+        """Seconds the consumer thread waited for a CPU core in each step body but the
+        last (from ``q_at`` and ``runq``; zeros where they were not read)."""
+        n = min(len(self.q_at), len(self.runq))
+        return [max(0.0, self.q_at[i + 1] - self.q_at[i] - self.runq[i]) if self.q_at[i] else 0.0
+                for i in range(n - 1)]
+
     def steps_view(self, end: float, others: list[tuple[int, float, float]],
                    final: bool = True) -> StepsView:
         """Per-step wait and body, with epoch starts moved into the wait and
@@ -162,6 +176,39 @@ class LoaderClock:
                                        self.pass_starts[len(self.pass_ends):]]
         return StepsView(list(self.starts), waits, bodies, list(self.runq), gpu,
                          list(zip(self.pass_starts, ends, strict=False)))
+
+
+def lockstep(a: LoaderClock, b: LoaderClock) -> bool:
+    """Whether ``b`` is stepped once between each two steps of ``a`` on the same thread:
+    loaders zipped together (``for x, u in zip(labelled, unlabelled)``), so every step
+    waits for both. A validation loader run every N steps is not: its passes put
+    several steps between two of ``a``'s, and none between the others."""
+    if not (a.tids & b.tids) or min(len(a.starts), len(b.starts)) < 4:
+        return False
+    if not 0.5 <= len(b.starts) / len(a.starts) <= 2.0:
+        return False
+    one = many = 0
+    for lo, hi in zip(a.starts, a.starts[1:], strict=False):
+        k = bisect.bisect_left(b.starts, hi) - bisect.bisect_left(b.starts, lo)
+        one += k == 1
+        many += k > 1
+    gaps = len(a.starts) - 1
+    return one >= 0.8 * gaps and many <= 0.1 * gaps
+
+
+def fold_waits(view: StepsView, partners: list[StepsView]) -> StepsView:
+    """``view`` with the waits of loaders stepped in lockstep with it (see :func:`lockstep`)
+    moved from its step bodies into its waits: each step waited for all of them."""
+    waits = _Intervals([(s, s + w) for p in partners
+                        for s, w in zip(p.starts, p.waits, strict=False)])
+    out_w, out_b = list(view.waits), list(view.bodies)
+    for i, (t0, w) in enumerate(zip(view.starts, view.waits, strict=False)):
+        b0 = t0 + w
+        b1 = view.starts[i + 1] if i + 1 < len(view.starts) else b0 + out_b[i]
+        moved = min(out_b[i], waits.overlap(b0, b1))
+        out_w[i] += moved
+        out_b[i] -= moved
+    return StepsView(view.starts, out_w, out_b, view.runq, view.gpu, view.passes)
 
 
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
@@ -294,6 +341,7 @@ class StepClocks:
         c.starts.append(t0)
         c.waits.append(t1 - t0)
         c.runq.append(max(0.0, self._runq() - q0) if workers else 0.0)
+        c.q_at.append(q0)
         if c.steps <= 2:
             c.tids.add(threading.get_ident())
             samples, nbytes = batch_info(batch)

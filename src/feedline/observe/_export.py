@@ -86,8 +86,11 @@ def render_text(rep: Report, width: int = 100) -> str:
     sps = "n/a" if rep.samples_per_s is None else f"{rep.samples_per_s:,.0f}"
     label = rep.loader.get("label")
     if label:
-        con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, not run inside "
-                  "another loader's pass, with the most steps)")
+        zipped = rep.loader.get("zipped_with")
+        how = (f"stepped in lockstep with {', '.join(zipped)}, whose waits each step also "
+               "pays; the one that waits most" if zipped else
+               "not run inside another loader's pass, with the most steps")
+        con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, {how})")
     con.print(f"verdict: {rep.verdict.upper()} (binding: {rep.binding})  data stall: "
               f"{rep.stall_fraction:.0%} of each step  busy: {util}  samples/s: {sps}")
     if rep.reason:

@@ -29,7 +29,15 @@ from contextlib import ExitStack
 from typing import Any, NoReturn
 
 from feedline import spans
-from feedline.observe._clock import LoaderClock, StepClocks, StepsView, batch_info, loader_config
+from feedline.observe._clock import (
+    LoaderClock,
+    StepClocks,
+    StepsView,
+    batch_info,
+    fold_waits,
+    loader_config,
+    lockstep,
+)
 from feedline.observe._host import HostSampler
 from feedline.observe._replay import Replay
 from feedline.observe._stats import Recorder, Span
@@ -206,13 +214,24 @@ class Session:
             end = min(end, self._limit_at)
         clocks = sorted(self.clocks.clocks.values(), key=lambda c: c.order)
         train = self.clocks.training()
+        # Loaders zipped with the training loader are one data path: the step is the one
+        # that waits most, and it waits for all of them (their waits fold into its own).
+        zipped = [c for c in clocks if train is not None and c is not train and lockstep(train, c)]
+        if zipped and train is not None and self.clocks.primary is None:
+            group = [train, *zipped]
+            train = max(group, key=lambda c: sum(c.waits[1:]))
+            zipped = [c for c in group if c is not train]
+        group_ids = {id(c) for c in zipped} | {id(train)} if zipped else set()
         all_spans = self._spans(final)
         passes = {c.label: c.steps_view(end, [], final).passes for c in clocks}
         views: dict[str, StepsView] = {}
         for c in clocks:
             others = [(tid, a, b) for o in clocks if o is not c for tid in o.tids
-                      for a, b in passes[o.label]]
+                      for a, b in passes[o.label]
+                      if not (id(c) in group_ids and id(o) in group_ids)]
             views[c.label] = c.steps_view(end, others, final)
+        if train is not None and zipped:
+            views[train.label] = fold_waits(views[train.label], [views[c.label] for c in zipped])
         # the measured span: from the first loader activity (not the script's start-up)
         first = min((t for c in clocks for t in c.pass_starts[:1] + c.starts[:1]),
                     default=self._t0 or end)
@@ -236,9 +255,11 @@ class Session:
             spans=[s for s in all_spans + loop if s.attrs.get("loader") in (None, train.label)],
             extra_spans=[s for s in all_spans + loop
                          if s.attrs.get("loader") not in (None, train.label)],
-            step_starts=v.starts, wait_runq=v.runq, copy_times=[d for _, d in recs],
+            step_starts=v.starts, wait_runq=v.runq, body_runq=train.body_runq(), copy_times=[d for _, d in recs],
             blocking_copy_s=sum(d for r, d in recs if not (r.pinned and r.non_blocking)),
-            copies=self.copy_log.summary(), loader=dict(train.config) | {"label": train.label},
+            copies=self.copy_log.summary(),
+            loader=dict(train.config) | {"label": train.label}
+            | ({"zipped_with": [c.label for c in zipped]} if zipped else {}),
             batch_samples=self.batch_size or train.batch_samples, batch_bytes=train.batch_bytes,
             host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),
             cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),

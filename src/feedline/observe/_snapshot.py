@@ -26,7 +26,7 @@ from feedline.observe._stats import Span
 from feedline.observe._torch_hooks import CopyRecord
 
 VERSION = 1
-_PER_STEP = ("starts", "waits", "runq")
+_PER_STEP = ("starts", "waits", "runq", "q_at")
 _PLAIN = (str, int, float, bool)
 """Span attributes a snapshot keeps (a copy's CUDA events, or any object a user's span
 carries, cannot cross processes)."""
@@ -36,7 +36,7 @@ def snapshot(session: Session) -> dict[str, Any]:
     """The raw measurements of ``session`` so far (JSON-able; no analysis)."""
     clocks = []
     for key, c in list(session.clocks.clocks.items()):
-        n = min(len(c.starts), len(c.waits), len(c.runq))  # a step being appended: not yet
+        n = min(len(c.starts), len(c.waits), len(c.runq), len(c.q_at))  # a step being appended: not yet
         row: dict[str, Any] = {name: list(getattr(c, name))[:n] for name in _PER_STEP}
         gpu = c.timer.snapshot() if c.timer is not None else None
         row.update(key=key, label=c.label, config=c.config, order=c.order, gaps=list(c.gaps),

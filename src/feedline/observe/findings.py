@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SEVERITIES = ("high", "warning", "info")
+STEP_CONTENTION = 0.25
+"""Share of the step body spent queued for a core above which the step is contended."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class RunFacts:
     workers_rec: int = 1
     contention: float = 0.0
     """Fraction of the step the training thread waited for a CPU core inside next()."""
+    step_contention: float = 0.0
+    """Fraction of the step body the training thread waited for a CPU core."""
     blocked_fraction: float = 0.0
     """Share of the data path's time that was blocked (I/O, sleep, locks), not CPU."""
     io_workers: int = 1
@@ -252,6 +256,17 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
             "the machine, or pin processes (taskset / numactl)",
         ))
     workers = int(f.loader.get("num_workers") or 0)
+    if f.step_contention >= STEP_CONTENTION:
+        threads = f.loader.get("torch_threads")
+        who = f"torch's {threads} intra-op threads, " if threads else ""
+        out.append(Finding(
+            "step-contention", "warning",
+            f"the training thread waited {f.step_contention:.0%} of its step body for a CPU "
+            f"core: the step's compute shares the {f.cores} cores with {who}{workers} loader "
+            "workers and other jobs, so the step is slower than its work",
+            f"torch.set_num_threads({max(1, f.cores - workers)}) in the training script (the "
+            "cores the workers leave), fewer workers, or other jobs off the machine",
+        ))
     if (not f.loader.get("feedline") and workers > 0 and not f.loader.get("persistent_workers")
             and f.epoch_starts and f.step_p50 > 0
             and f.epoch_start_wait > max(3 * f.wait_p50, 0.25 * f.step_p50)):

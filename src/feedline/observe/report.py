@@ -65,6 +65,8 @@ class Measurements:
     spans: list[Span]
     step_starts: list[float] = field(default_factory=list)
     wait_runq: list[float] = field(default_factory=list)
+    body_runq: list[float] = field(default_factory=list)
+    """Seconds the training thread waited for a CPU core inside each step body."""
     """Per step: time of the wait the training thread spent queued for a CPU core."""
     copy_times: list[float] = field(default_factory=list)
     blocking_copy_s: float = 0.0
@@ -574,6 +576,9 @@ def build_report(m: Measurements) -> Report:
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0
+    queued_body = m.body_runq[k:len(m.body)]
+    facts.step_contention = (sum(queued_body) / max(sum(body[:len(queued_body)]), 1e-12)
+                             if queued_body else 0.0)
     findings = detect(facts)
     starts = m.step_starts[k:]
     return Report(

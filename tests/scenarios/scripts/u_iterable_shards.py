@@ -33,6 +33,9 @@ class RecordStream(IterableDataset):
 
 
 def main() -> None:
+    # one intra-op thread: on a busy two-core host torch's OpenMP threads otherwise spin
+    # against the workers and this tiny step takes tens of milliseconds instead of one
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
