@@ -550,13 +550,17 @@ def build_report(m: Measurements) -> Report:
     queued = m.wait_runq[k:len(m.wait)] if in_workers else []
     queued = queued + [0.0] * max(0, len(wait) - len(queued))
     # The first wait of each later epoch (a DataLoader starting its workers again) is its
-    # own finding; the tail of the other waits is what prefetching can hide.
+    # own finding; the tail of the other waits is what prefetching can hide. Each restarted
+    # worker's first batch waits for that worker's start, so a pass's first ``workers``
+    # waits are start-up, not the tail.
     opens = {i - k for i in m.pass_first if i >= k}
+    started = {i + j for i in opens for j in range(max(workers, 1))}
     waits_q = [max(0.0, a - b) for a, b in zip(wait, queued, strict=False)]
-    data_wait = summarize(x for i, x in enumerate(waits_q) if i not in opens)
+    data_wait = summarize(x for i, x in enumerate(waits_q) if i not in started)
     restart = [x for i, x in enumerate(waits_q) if i in opens]
     w_rec = workers_for(pb, m.cores, m.gpus)
-    restart_s = sum(restart) - len(restart) * data_wait.p50  # beyond an ordinary wait
+    after_start = [x for i, x in enumerate(waits_q) if i in started]
+    restart_s = sum(after_start) - len(after_start) * data_wait.p50  # beyond ordinary waits
     per_pass = len(iters) / (len(restart) + 1)
     restarts = ((restart_s / stall_s, restart_s / len(iters), per_pass) if iters and stall_s > 0
                 else (0.0, 0.0, per_pass))
