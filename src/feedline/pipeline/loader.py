@@ -146,8 +146,8 @@ class Loader:
             runs in the workers, into the slot rows (:mod:`feedline.decode.resized`): a
             ``transform=`` sees the resized ``(h, w, 3)`` array, and a damaged image is an
             ordinary bad sample (``on_error`` decides). With a device decoder, JPEG fields
-            are resized on the device after delivery (bilinear, antialiased; the CPU path
-            agrees with it to within a grey level or two).
+            are resized on the device after delivery (bilinear, antialiased; the in-worker
+            path agrees with it to within a few grey levels, under one on average).
         stages: extra per-sample stages run in the workers after decode and transform,
             each a value with a ``name`` and ``__call__(sample, place) -> sample`` (see
             :mod:`feedline.pipeline.stages`); a stage that raises makes a bad sample
