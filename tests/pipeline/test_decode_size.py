@@ -228,3 +228,16 @@ def test_a_mask_field_keeps_its_class_ids(tmp_path):
             assert tuple(b["jpg"].shape) == (4, 10, 10, 3)
             for k, m in zip(b["__key__"], b["seg.png"], strict=True):
                 np.testing.assert_array_equal(m.numpy(), masks[k])
+
+
+def test_auto_measuring_a_batch_with_a_damaged_jpeg_names_it():
+    """decode_on="auto" times the first batch on the CPU; a damaged image there does not
+    break the measurement: the decode proper names it."""
+    from feedline.pipeline.device_decode import DeviceDecode
+
+    blobs = [simplejpeg.encode_jpeg(_image(i)) for i in range(4)]
+    blobs[2] = _cut_in_the_scan(blobs[2])
+    stage = DeviceDecode(["jpg"], None, "auto", device="cpu", workers=1, size=(8, 8))
+    with pytest.raises(DecodeError) as e:
+        stage({"jpg": blobs, "__key__": list("abcd")})
+    assert e.value.place["key"] == "c" and stage.report()["cpu_decode_s_first_batch"] > 0

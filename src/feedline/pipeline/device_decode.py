@@ -188,7 +188,10 @@ class DeviceDecode:
         """``auto``: time one CPU decode of the first batch (one core); decide at the next step."""
         blobs = [b for f in self.fields if isinstance(batch.get(f), list) for b in batch[f]]
         t0 = time.thread_time()
-        CpuJpegDecoder(self.limits).decode(CompressedBatch.pack(blobs))
+        try:
+            CpuJpegDecoder(self.limits).decode(CompressedBatch.pack(blobs))
+        except DecodeError:
+            pass  # a damaged image: the decode proper falls back or names it (_one)
         self._cpu_s = time.thread_time() - t0
         self.decoder = CpuJpegDecoder(self.limits, threads=self.workers)
         self.reason = "auto: deciding (measured the first batch's CPU decode)"
