@@ -24,6 +24,7 @@ import itertools
 import multiprocessing as mp
 import pickle
 import signal
+import sys
 import threading
 import traceback
 from collections import deque
@@ -200,6 +201,30 @@ def _unpicklable(res: Result) -> dict[str, str]:
     return {"field": "collate= result"} if res.custom is not None else {}
 
 
+PRELOAD = ("torch", "numpy")
+"""Modules the forkserver imports once, when the parent has them (see preload_forkserver)."""
+
+
+def preload_forkserver(mpctx: Any) -> None:
+    """Let the forkserver import, once, what every worker would import again.
+
+    A worker imports the training script (``__main__``: pickled functions live there), so
+    with ``spawn`` every worker of every loader imports torch again: seconds each, all at
+    once. Forked from a server that imported them, workers start with them loaded (the
+    server itself is shared by every loader of the process: a second loader's workers
+    start in a fraction of a second). CPython 3.11's own ``__main__`` preload never runs
+    (a key mismatch in ``multiprocessing.forkserver``), hence the heavy modules by name:
+    :data:`PRELOAD` when the parent has imported them, and this module. Only takes effect
+    before the server starts; modules already asked for are kept. Imports are not CUDA:
+    the server never touches the GPU.
+    """
+    from multiprocessing import forkserver
+
+    current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
+    wanted = [m for m in (*PRELOAD, __name__) if m == __name__ or m in sys.modules]
+    mpctx.set_forkserver_preload(current + [m for m in wanted if m not in current])
+
+
 class ProcessWorkers:
     """A persistent pool of worker processes writing into a shared-memory arena.
 
@@ -216,7 +241,7 @@ class ProcessWorkers:
         on_layout: called in the reader thread with the layout the probe decided; it
             calls :meth:`configure` (or raises, failing the probe's job).
         batch_size: rows per batch (for the probe's arrays).
-        start_method: ``"spawn"`` or ``"forkserver"``.
+        start_method: ``"forkserver"`` (see :func:`preload_forkserver`) or ``"spawn"``.
         configured: the arena and plan when they are known before the workers start
             (``worker_type="auto"`` moving to processes): no probe will run.
     """
@@ -226,7 +251,7 @@ class ProcessWorkers:
     def __init__(self, count: int, ctx: Context,
                  on_result: Callable[[Result, Mapping[Any, Any]], Any],
                  on_layout: Callable[[collate.Layout], Any], batch_size: int, *,
-                 start_method: str = "spawn",
+                 start_method: str = "forkserver",
                  custom_collate: Callable[[list[Any]], Any] | None = None,
                  timed: bool = False,
                  configured: tuple[shm.ArenaSpec, BatchPlan] | None = None,
@@ -234,6 +259,8 @@ class ProcessWorkers:
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
         mpctx: Any = mp.get_context(start_method)
+        if start_method == "forkserver":
+            preload_forkserver(mpctx)
         self._on_result, self._on_layout = on_result, on_layout
         self._probe_errors: dict[int, BaseException] = {}
         self._cond = threading.Condition()
