@@ -62,3 +62,16 @@ def test_no_submodule_shares_a_lazy_name(init: Path) -> None:
     lazy = importlib.import_module(package)._LAZY
     clashes = [n for n in lazy if (init.parent / f"{n}.py").exists() or (init.parent / n).is_dir()]
     assert not clashes, f"{package}: rename the submodule(s) {clashes}"
+
+
+def test_submodules_are_attributes_after_import_feedline() -> None:
+    code = (
+        "import sys, feedline\n"
+        "t = feedline.vision.ImageTransform\n"
+        "c = feedline.checkpoint.Checkpointer\n"
+        "assert feedline.vision is sys.modules['feedline.vision'] and 'vision' in dir(feedline)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=SRC.parents[1])
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -5,8 +5,9 @@ is cheap and never imports torch or touches CUDA. A resolved name is kept in
 this module's namespace, so later lookups return the same object and never go
 through the import system again (no submodule can shadow it).
 
-``feedline.vision`` (uint8 image helpers for ``transform=``) is a plain
-submodule: ``from feedline import vision``.
+``feedline.vision`` (uint8 image helpers for ``transform=``) and
+``feedline.checkpoint`` are submodules, loaded on first use as well
+(``feedline.vision.ImageTransform`` works after ``import feedline``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ _LAZY = {
     "FeedlineError": "feedline.errors",
 }
 
+_SUBMODULES = ("vision", "checkpoint")
+
 __all__ = ["FeedlineError", "Loader", "__version__", "open_dataset", "watch", "wrap"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"feedline.{name}")  # binds itself here as it loads
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'feedline' has no attribute {name!r}")
@@ -37,4 +42,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted([*__all__, *_SUBMODULES])
