@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import pytest
@@ -41,9 +42,10 @@ def test_auto_reports_what_it_measured_and_follows_its_rule() -> None:
     _, stats = _epochs("auto", epochs=1)
     report = stats["auto"]
     assert report["chosen"] in ("thread", "process") and "CPU-s per second" in report["why"]
-    share = sorted(report["cpu_per_wall"])[len(report["cpu_per_wall"]) // 2]
-    assert (report["chosen"] == "process") == (share < auto.GIL_BOUND) or (
-        "could not start" in report["why"])
+    share = statistics.median(report["cpu_per_wall"])  # the rule's own median (was the upper one)
+    if "could not start" in report["why"] or abs(share - auto.GIL_BOUND) < 1e-3:
+        return  # the report rounds each ratio to 3 decimals: at the threshold either side is right
+    assert (report["chosen"] == "process") == (share < auto.GIL_BOUND), report
 
 
 def test_the_rule() -> None:
