@@ -49,7 +49,7 @@ TRUTH = {
     "u_batch_sampler": Truth("data-bound", "decode", DATA, "batches 40\n"),
     # tqdm around the loader, gradient accumulation every 4 micro-batches
     "u_tqdm_accum": Truth("compute-bound", "gpu", COMPUTE,
-                          "epoch 0 done: 60 micro-batches\nepoch 1 done: 60 micro-batches\n",
+                          "epoch 0 done: 40 micro-batches\nepoch 1 done: 40 micro-batches\n",
                           needs="tqdm"),
     # enumerate() with a break after 15 steps, 3 epochs, workers not persistent
     "u_enumerate_break": Truth("data-bound", "read", DATA, "".join(
@@ -63,8 +63,8 @@ TRUTH = {
     "u_hf_collate": Truth("data-bound", "decode", DATA, "trained 40 steps\n"),
     # real socket reads from a 127.0.0.1 server, in-process, no __main__ guard
     "u_socket_reads": Truth("data-bound", "read", DATA, "samples 800\n"),
-    # open() on 1600 small page-cached files, 2 workers, 30 ms step
-    "u_small_files": Truth("compute-bound", "gpu", COMPUTE, "steps 50\n"),
+    # open() on 1280 small page-cached files, 2 workers, 40 ms step
+    "u_small_files": Truth("compute-bound", "gpu", COMPUTE, "steps 40\n"),
     # real matmuls (no sleeps) on in-memory tensors, no __main__ guard
     "u_matmul": Truth("compute-bound", "gpu", (0.0, 0.1), "loss True\n"),
     # feedline.Loader, process worker, CPU transform

@@ -1,8 +1,8 @@
 """A tqdm progress bar around the loader and gradient accumulation (optimizer step every
 4 batches); 2 workers with 1 ms of reads per batch; each micro-batch's forward/backward
-takes 30 ms (the device).
+takes 50 ms (the device).
 
-Truth: compute-bound; the loader is far ahead of a 30 ms step.
+Truth: compute-bound; the loader is far ahead of a 50 ms step.
 """
 
 import time
@@ -19,7 +19,7 @@ class Slowish(TensorDataset):
 
 
 def main() -> None:
-    data = Slowish(torch.randn(480, 20), torch.randn(480))
+    data = Slowish(torch.randn(320, 20), torch.randn(320))
     loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=2)
     model = torch.nn.Linear(20, 1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -33,7 +33,7 @@ def main() -> None:
             if (i + 1) % accum == 0:
                 opt.step()
                 opt.zero_grad()
-            time.sleep(max(0.0, 0.030 - (time.perf_counter() - t0)))
+            time.sleep(max(0.0, 0.050 - (time.perf_counter() - t0)))
             bar.set_postfix(loss=f"{loss.item():.3f}")
         print(f"epoch {epoch} done: {i + 1} micro-batches")
 
