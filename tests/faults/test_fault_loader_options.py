@@ -4,6 +4,9 @@ what ranks get with drop_last=False when the size does not divide."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -152,3 +155,30 @@ def test_skip_that_runs_out_of_samples_says_which_stage_fails() -> None:
                           transform=_always_fails) as loader):
         next(iter(loader))
     assert e.value.stage == "transform" and "transform function" in (e.value.fix or "")
+
+
+@pytest.mark.timeout(120)
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> None:
+    """Process workers import the training script again (forkserver/spawn): one that starts
+    its loader at import time gets the guard as the fix, in the worker and in the parent."""
+    script = tmp_path / "train_unguarded.py"
+    script.write_text(
+        "import numpy as np, feedline\n"
+        "class Data:\n"
+        "    def __len__(self): return 16\n"
+        "    def __getitem__(self, i): return {'x': np.full(2, i, np.float32)}\n"
+        "loader = feedline.Loader(Data(), batch_size=4, workers=1, worker_type='process')\n"
+        "print(sum(1 for _ in loader))\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(feedline.__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
+                         cwd=tmp_path, env=env)
+    assert run.returncode != 0
+    assert "WorkerDied" in run.stderr and 'if __name__ == "__main__":' in run.stderr.splitlines()[-1]
+    assert "feedline worker importing the training script" in run.stderr  # the worker's own line
+    guarded = script.read_text(encoding="utf-8").replace(
+        "loader = ", "if __name__ == '__main__':\n    loader = ").replace(
+        "print(sum", "    print(sum")
+    script.write_text(guarded, encoding="utf-8")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
+                         cwd=tmp_path, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "4", run.stderr

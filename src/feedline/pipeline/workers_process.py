@@ -201,6 +201,9 @@ def _unpicklable(res: Result) -> dict[str, str]:
     return {"field": "collate= result"} if res.custom is not None else {}
 
 
+GUARD_FIX = ("put the training code under `if __name__ == \"__main__\":` (process workers start "
+             "by forkserver or spawn, which import the script again), or use worker_type=\"thread\"")
+
 PRELOAD = ("torch", "numpy")
 """Modules the forkserver imports once, when the parent has them (see preload_forkserver)."""
 
@@ -258,6 +261,10 @@ class ProcessWorkers:
                  placement: Placement | None = None) -> None:
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
+        if getattr(mp.current_process(), "_inheriting", False):
+            raise ConfigError(
+                "this process is a feedline worker importing the training script, and the "
+                "script starts process workers at import time", fix=GUARD_FIX)
         mpctx: Any = mp.get_context(start_method)
         if start_method == "forkserver":
             preload_forkserver(mpctx)
@@ -339,25 +346,28 @@ class ProcessWorkers:
                 if obj in sentinels:
                     name = sentinels[obj]
                     if name in waiting:
-                        raise self._death(name)
+                        raise self._death(name, starting=what == "ready")
                     continue
                 try:
                     _, name = conns_obj(obj).recv()
                 except EOFError:  # the worker died during start-up
                     name = next(n for n, c in self._conns.items() if c is obj)
                     self._procs[name].join(timeout=10)
-                    raise self._death(name) from None
+                    raise self._death(name, starting=what == "ready") from None
                 del waiting[name]
 
-    def _death(self, name: str) -> WorkerDied:
+    def _death(self, name: str, *, starting: bool = False) -> WorkerDied:
         self._procs[name].join(timeout=5)  # the sentinel fired: reap it to read the code
         code = self._procs[name].exitcode
         if code is not None and code < 0:
             sig = signal.Signals(-code).name
             return WorkerDied(f"process worker killed by {sig}", worker=name, signal=sig,
                               fix="check dmesg for the OOM killer; lower workers or batch_size")
+        fix = "see the worker's stderr above"
+        if starting:
+            fix += f"; a worker that dies while starting usually means: {GUARD_FIX}"
         return WorkerDied(f"process worker exited with code {code}", worker=name,
-                          exitcode=code, fix="see the worker's stderr above")
+                          exitcode=code, fix=fix)
 
     def submit(self, job: Job) -> Future[Any]:
         """Queue ``job`` for the least-loaded worker (sent when an arena slot is free; the
