@@ -321,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown shape(s) {sorted(unknown)}; choose from {','.join(SHAPES)}")
     rounds = args.rounds or (1 if args.quick else 3)
     sizes = QUICK if args.quick else FULL
+    if args.dir is not None:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="peers-shapes-", dir=args.dir))
     results = []
     try:
