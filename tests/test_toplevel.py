@@ -29,6 +29,11 @@ def test_wrap_callable_twice_in_a_fresh_process() -> None:
         "assert callable(feedline.wrap) and callable(feedline.pipeline.wrap)\n"
         "print('ok')\n"
     )
+    _prints_ok(code)
+
+
+def _prints_ok(code: str) -> None:
+    """Run ``code`` in a fresh interpreter (first lookups of a process) and expect 'ok'."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=SRC.parents[1])
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
@@ -72,6 +77,4 @@ def test_submodules_are_attributes_after_import_feedline() -> None:
         "assert feedline.vision is sys.modules['feedline.vision'] and 'vision' in dir(feedline)\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=SRC.parents[1])
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    _prints_ok(code)
