@@ -112,7 +112,10 @@ class Loader:
         collate: ``fn(list_of_samples) -> batch``; bypasses the slot pool (each batch is
             pinned on its own, bounded by the window).
         process_group: a torch.distributed group to read rank and world size from.
-        on_error: ``"raise"`` (WorkerError) or ``"skip"`` (counted in :attr:`stats`).
+        on_error: ``"raise"`` (WorkerError) or ``"skip"`` (counted in :attr:`stats`). A
+            skipped sample's place is filled by the samples that follow its batch in this
+            rank's order, so every rank keeps the same batch size and count (DDP needs
+            both); such a replacement is also delivered in its own batch that epoch.
         timeout: seconds (or ``"30s"``) to wait for one batch before LoaderTimeout.
         in_order: deliver batches in order; ``False`` delivers whichever is ready first.
         rank, world_size: explicit sharding without a process group.
