@@ -84,37 +84,9 @@ class CompressedBatch:
         return cls(out, offsets, tuple(keys))
 
 
-def check_headers(batch: CompressedBatch, limits: Limits) -> list[tuple[int, int]]:
-    """(height, width) of every image from its header, checked against ``limits`` on the host.
-
-    Raises:
-        DecodeError: a payload that is not a JPEG or is over the declared bounds,
-            naming the sample key.
-    """
-    import simplejpeg
-
-    shapes = []
-    for i in range(len(batch)):
-        data = batch.item(i)
-        if len(data) > limits.max_bytes:
-            raise DecodeError(f"JPEG of {len(data)} bytes is over max_bytes={limits.max_bytes}",
-                              key=batch.key(i), field="jpg")
-        try:
-            h, w, _, _ = simplejpeg.decode_jpeg_header(data)
-        except ValueError as e:
-            raise DecodeError(f"not a JPEG: {e}", key=batch.key(i), field="jpg") from e
-        if h * w > limits.max_pixels:
-            raise DecodeError(f"JPEG of {h}x{w} pixels is over max_pixels={limits.max_pixels}",
-                              key=batch.key(i), field="jpg")
-        shapes.append((h, w))
-    return shapes
-
-
-def checked_jpeg(data: Buffer, limits: Limits) -> bytes:
-    """``data`` as bytes once its JPEG header reads and fits ``limits``: the cheap check
-    the workers run on a JPEG field they keep compressed for a decode after delivery, so
-    that an empty, headerless or non-JPEG payload is a bad sample in the worker
-    (``on_error`` decides) instead of a failed batch after delivery.
+def jpeg_shape(data: Buffer, limits: Limits) -> tuple[int, int]:
+    """(height, width) from the JPEG header of ``data``, checked against ``limits``; no
+    pixel is decoded.
 
     Raises:
         DecodeError: not a JPEG, or over ``max_bytes`` / ``max_pixels``.
@@ -123,14 +95,44 @@ def checked_jpeg(data: Buffer, limits: Limits) -> bytes:
 
     if len(data) > limits.max_bytes:
         raise DecodeError(f"JPEG of {len(data)} bytes is over max_bytes={limits.max_bytes}")
-    blob = bytes(data)
     try:
-        h, w, _, _ = simplejpeg.decode_jpeg_header(blob)
+        h, w, _, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError as e:
         raise DecodeError(f"not a JPEG: {e}",
                           fix="remove or replace the file, or skip it with on_error='skip'") from e
     if h * w > limits.max_pixels:
         raise DecodeError(f"JPEG of {h}x{w} pixels is over max_pixels={limits.max_pixels}")
+    return h, w
+
+
+def check_headers(batch: CompressedBatch, limits: Limits) -> list[tuple[int, int]]:
+    """(height, width) of every image from its header, checked against ``limits`` on the host.
+
+    Raises:
+        DecodeError: a payload that is not a JPEG or is over the declared bounds,
+            naming the sample key.
+    """
+    shapes = []
+    for i in range(len(batch)):
+        try:
+            shapes.append(jpeg_shape(batch.item(i), limits))
+        except DecodeError as e:
+            raise DecodeError(e.message, key=batch.key(i), field="jpg", fix=e.fix) from e.__cause__
+    return shapes
+
+
+def checked_jpeg(data: Buffer, limits: Limits) -> bytes:
+    """``data`` as bytes once its JPEG header reads and fits ``limits``
+    (:func:`jpeg_shape`): the cheap check the workers run on a JPEG field they keep
+    compressed for a decode after delivery, so that an empty, headerless or non-JPEG
+    payload is a bad sample in the worker (``on_error`` decides) instead of a failed
+    batch after delivery.
+
+    Raises:
+        DecodeError: not a JPEG, or over ``max_bytes`` / ``max_pixels``.
+    """
+    blob = bytes(data)
+    jpeg_shape(blob, limits)
     return blob
 
 
