@@ -224,17 +224,19 @@ class TaskClock:
         self._last: dict[tuple[int, int], tuple[float, float]] = {}
         self._first = True
 
-    def _pids(self) -> list[int]:
-        """This process and its descendants, from ``/proc/<pid>/task/<tid>/children``
-        (psutil's walk reads every process on the host: ten times slower)."""
-        out, todo = [], [os.getpid()]
+    def _tasks(self) -> dict[int, list[str]]:
+        """This process and its descendants, each with its thread ids, from
+        ``/proc/<pid>/task/<tid>/children`` (psutil's walk reads every process on the host:
+        ten times slower)."""
+        out: dict[int, list[str]] = {}
+        todo = [os.getpid()]
         while todo:
             pid = todo.pop()
-            out.append(pid)
             try:
                 tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue
+            out[pid] = tids
             for tid in tids:
                 try:
                     with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
@@ -247,11 +249,7 @@ class TaskClock:
         """(CPU seconds, run-queue seconds) the loader's threads used since the last call."""
         me, cpu, runq = os.getpid(), 0.0, 0.0
         seen: dict[tuple[int, int], tuple[float, float]] = {}
-        for pid in self._pids():
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
+        for pid, tids in self._tasks().items():
             for name in tids:
                 tid = int(name)
                 if (pid == me and tid == me) or tid in self.skip:
