@@ -270,23 +270,17 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
     if (not f.loader.get("feedline") and workers > 0 and not f.loader.get("persistent_workers")
             and f.epoch_starts and f.step_p50 > 0
             and f.epoch_start_wait > max(3 * f.wait_p50, 0.25 * f.step_p50)):
+        waited = f"{f.epoch_start_wait * 1e3:.0f} ms (median of {f.epoch_starts})"
         if f.steps_per_pass < 2:
-            out.append(Finding(
-                "epoch-restarts", "warning",
-                f"a new iterator every step (next(iter(loader))) starts the {workers} worker "
-                f"processes again: each step's batch waited {f.epoch_start_wait * 1e3:.0f} ms "
-                f"(median of {f.epoch_starts})",
-                "make the iterator once before the loop (it = iter(loader); next(it) in each "
-                "step), or DataLoader(..., persistent_workers=True)",
-            ))
+            message = (f"a new iterator every step (next(iter(loader))) starts the {workers} "
+                       f"worker processes again: each step's batch waited {waited}")
+            fix = ("make the iterator once before the loop (it = iter(loader); next(it) in each "
+                   "step), or DataLoader(..., persistent_workers=True)")
         else:
-            out.append(Finding(
-                "epoch-restarts", "warning",
-                f"each epoch starts its {workers} worker processes again: the first batch of "
-                f"an epoch waited {f.epoch_start_wait * 1e3:.0f} ms (median of "
-                f"{f.epoch_starts}) against {f.wait_p50 * 1e3:.1f} ms for the others",
-                "keep the workers between epochs: DataLoader(..., persistent_workers=True)",
-            ))
+            message = (f"each epoch starts its {workers} worker processes again: the first batch "
+                       f"of an epoch waited {waited} against {f.wait_p50 * 1e3:.1f} ms for the others")
+            fix = "keep the workers between epochs: DataLoader(..., persistent_workers=True)"
+        out.append(Finding("epoch-restarts", "warning", message, fix))
     if f.step_p50 > 0 and f.wait_p99 > 0.5 * f.step_p50 and f.wait_p50 < 0.2 * f.step_p50:
         out.append(Finding(
             "tail-stalls", "warning",

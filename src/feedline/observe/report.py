@@ -65,9 +65,9 @@ class Measurements:
     spans: list[Span]
     step_starts: list[float] = field(default_factory=list)
     wait_runq: list[float] = field(default_factory=list)
+    """Per step: time of the wait the training thread spent queued for a CPU core."""
     body_runq: list[float] = field(default_factory=list)
     """Seconds the training thread waited for a CPU core inside each step body."""
-    """Per step: time of the wait the training thread spent queued for a CPU core."""
     copy_times: list[float] = field(default_factory=list)
     blocking_copy_s: float = 0.0
     """Total time of copies that block the step (pageable, or without non_blocking)."""

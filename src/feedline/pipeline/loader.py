@@ -145,8 +145,9 @@ class Loader:
             ``stats["decode_on"]`` says which and why (:mod:`feedline.pipeline.device_decode`).
         decode_size: ``(h, w)``: every JPEG field, and the sample's image in another
             format (a field named ``png``, ``webp``...; not a mask such as ``seg.png``, whose
-            class ids stay as stored), is decoded to RGB and resized to it, so the field is one dense ``(N, h, w, 3)`` uint8 tensor (default:
-            as stored; a list when sizes vary). Grey, CMYK, palette and alpha images all
+            class ids stay as stored), is decoded to RGB and resized to it, so the field is
+            one dense ``(N, h, w, 3)`` uint8 tensor (default: as stored; a list when sizes
+            vary). Grey, CMYK, palette and alpha images all
             come out as 3-channel RGB; the aspect ratio is not kept; EXIF orientation is
             not applied (as in torchvision's ImageFolder). With ``decode_on="cpu"`` this
             runs in the workers, into the slot rows (:mod:`feedline.decode.resized`): a
