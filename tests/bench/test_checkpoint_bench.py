@@ -24,7 +24,8 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=230, check=False, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
-    assert set(doc["saves"]) == {"torch.save", "dcp.save", "dcp.async_save", "Checkpointer.save"}
+    assert set(doc["saves"]) == {"torch.save", "dcp.save", "dcp.async_save", "dcp.async_save+feedline",
+                                 "Checkpointer.save"}
     for row in doc["saves"].values():
         assert 0 < row["blocked_s"] <= row["durable_s"] and len(row["blocked_runs"]) == 1
     assert doc["saves"]["Checkpointer.save"]["staging_allocations"] == 1
@@ -33,7 +34,7 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert loop["segment_plain_s"] > 0 and loop["segment_saving_s"] > 0 and len(loop["pair_ratios"]) == 2
     assert len(loop["blocked_runs"]) == 2 and 0 < loop["floor_s"] < loop["segment_plain_s"]
     assert loop["memcpy_GBps"] > 0 and loop["first_save_s"]["without_reserve"] > 0
-    assert len(doc["comparisons"]) == 4 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
+    assert len(doc["comparisons"]) == 6 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
                                                  for c in doc["comparisons"])
     assert "blocked per save" in proc.stdout
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("bench-checkpoint-")]  # cleaned up

@@ -1,7 +1,8 @@
 """One rank of the DCP interop test (run as a script): ``ck_dcp_child.py DIR RANK WORLD PORT``.
 
 Saves with ``dcp.async_save(..., async_stager=CheckpointStager())`` twice (the
-second save must reuse the staging buffer), changes the live state right
+second save must reuse the staging buffer; it also writes through feedline's
+``DCPWriter``, O_DIRECT, where the first uses DCP's own writer), changes the live state right
 after each call returns, then loads into zeroed tensors and checks the values
 are the ones at save time. Prints one JSON line.
 """
@@ -15,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from feedline.checkpoint import CheckpointStager
+from feedline.checkpoint import CheckpointStager, DCPWriter
 
 
 def make(rank: int, step: int) -> dict:
@@ -32,7 +33,8 @@ def main(directory: str, rank: int, world: int, port: int) -> None:
     for step in (1, 2):
         state = make(rank, step)
         expect = {k: v.clone() for k, v in state["model"].items()}
-        fut = dcp.async_save(state, checkpoint_id=f"{directory}/s{step}", async_stager=stager)
+        writer = {"storage_writer": DCPWriter(f"{directory}/s{step}")} if step == 2 else {}
+        fut = dcp.async_save(state, checkpoint_id=f"{directory}/s{step}", async_stager=stager, **writer)
         for v in state["model"].values():
             v.add_(100.0)  # training goes on while DCP writes the staged copy
         state["local"][f"rank{rank}"].zero_()
@@ -43,6 +45,8 @@ def main(directory: str, rank: int, world: int, port: int) -> None:
         ok = all(torch.equal(target["model"][k], expect[k]) for k in expect)
         local_ok = torch.equal(target["local"][f"rank{rank}"], torch.arange(1000, dtype=torch.float64) * (rank + 1) + step)
         out[f"step{step}"] = {"model_ok": ok, "local_ok": local_ok, "step": target["step"]}
+        if writer:
+            out["writer"] = writer["storage_writer"].choice.name
     out["allocations"] = stager.allocations
     stager.close()
     dist.destroy_process_group()

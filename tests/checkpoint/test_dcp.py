@@ -1,4 +1,4 @@
-"""DCP interop: two real ranks on gloo (127.0.0.1) save with feedline's stager and load back."""
+"""DCP interop: two real ranks on gloo (127.0.0.1) save with feedline's stager (and DCPWriter) and load back."""
 
 from __future__ import annotations
 
@@ -39,8 +39,9 @@ def test_two_ranks_async_save_with_the_feedline_stager(tmp_path: Path) -> None:
     for doc in outs:
         for step in (1, 2):
             assert doc[f"step{step}"] == {"model_ok": True, "local_ok": True, "step": step}, doc
-        assert doc["allocations"] == 1, doc
+        assert doc["allocations"] == 1 and doc["writer"] in ("direct", "buffered"), doc
     assert (tmp_path / "s1" / ".metadata").exists() and (tmp_path / "s2" / ".metadata").exists()
+    assert sorted(p.name for p in (tmp_path / "s2").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
 
 
 def test_stage_copies_into_a_reused_buffer_and_keeps_plain_values() -> None:
