@@ -172,3 +172,33 @@ def test_jpeg_decode_releases_the_gil(wrap: Any) -> None:
     finally:
         sys.setswitchinterval(old)
     assert finished_meanwhile < 40 and done[0] == 40
+
+
+@pytest.mark.parametrize(("field", "fmt", "mode"), [
+    ("webp", "WEBP", "RGB"), ("bmp", "BMP", "RGB"), ("tiff", "TIFF", "I;16"),
+    ("photo.tif", "TIFF", "RGBA"), ("gif", "GIF", "P"), ("ppm", "PPM", "RGB"), ("scan.pgm", "PPM", "L"),
+])
+def test_every_pillow_image_format_decodes_as_pillow_reads_it(field: str, fmt: str, mode: str) -> None:
+    """An ImageFolder of phone exports and scans: each format decodes to the pixels
+    ``np.asarray(Image.open(f))`` gives, not to bytes."""
+    rng = np.random.default_rng(3)
+    if mode == "I;16":
+        img = Image.fromarray(rng.integers(0, 65535, (9, 13), dtype=np.uint16))
+    else:
+        img = Image.fromarray(rng.integers(0, 255, (9, 13, 4), dtype=np.uint8), "RGBA")
+        img = img.convert(mode)
+    buf = io.BytesIO()
+    img.save(buf, format=fmt, **({"lossless": True} if fmt == "WEBP" else {}))
+    with Image.open(io.BytesIO(buf.getvalue())) as ref:
+        want = np.asarray(ref)
+    got = Decoders().decode_field(field, memoryview(buf.getvalue()), key="k")
+    assert isinstance(got, np.ndarray) and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("field", ["jpg", "png", "npy", "json", "webp"])
+def test_an_empty_field_says_it_is_empty(field: str) -> None:
+    with pytest.raises(DecodeError, match=r"empty \(0 bytes\)") as info:
+        Decoders().decode_field(field, b"", key="cats/IMG_1")
+    assert info.value.place["key"] == "cats/IMG_1" and info.value.place["field"] == field
+    assert "--exclude" in str(info.value)

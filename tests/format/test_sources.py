@@ -49,3 +49,16 @@ def test_plan_never_splits_a_sample_and_fills_in_order(tmp_path: Path) -> None:
     assert [s.key for shard in plan for s in shard] == [str(i) for i in range(10)]
     assert all(sum(s.bound(0) for s in shard) <= 8192 - 1024 for shard in plan)
     assert len(plan) == 5  # 2 samples of 3 KiB (headers included) fit in 8 KiB less the 1 KiB end
+
+
+def test_empty_files_are_packed_and_named_in_the_notes(tmp_path: Path) -> None:
+    """A camera roll synced with failures: zero-byte photos are reported before they
+    fail to decode in training."""
+    for name, data in (("roll/IMG_0001.HEIC.jpg", b"\xff\xd8x"), ("roll/IMG_0002.jpg", b""),
+                       ("roll/sub/IMG_0003.jpeg", b""), ("roll/notes.txt", b"")):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    found = collect([tmp_path / "roll"])
+    assert found.empty_files == ["IMG_0002.jpg", "notes.txt", "sub/IMG_0003.jpeg"]
+    note = next(line for line in found.notes() if "empty" in line)
+    assert note.startswith("3 empty file(s)") and "--exclude" in note

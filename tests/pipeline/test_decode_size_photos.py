@@ -26,7 +26,6 @@ from PIL import Image
 
 import feedline
 from feedline import vision
-from feedline.errors import WorkerError
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 BAD = {"cats/empty", "cats/truncated", "dogs/notes"}
@@ -136,14 +135,20 @@ def test_phone_photos_two_epochs_then_resume(tmp_path, worker_type):
         assert [list(b["__key__"]) for b in again] == epochs[1][2:]
 
 
-def test_mixed_formats_without_a_transform_name_the_fields_and_the_fix(tmp_path):
+def test_mixed_formats_without_a_transform_give_each_field_where_present(tmp_path):
+    """No transform to merge jpg and png: each is a field, ``None`` where a photo has the
+    other format; the first such batch warns naming the field."""
     ds = _pack(tmp_path)
-    with feedline.Loader(ds, batch_size=4, workers=1, shuffle=False, decode_size=(32, 32)) as loader, \
-            pytest.raises(WorkerError) as e:
-        list(loader)
-    text = str(e.value)
-    assert "lacks 'jpg' and has 'png'" in text and "ImageTransform(('jpg', 'png'))" in text
-    assert e.value.place["key"].startswith("Birds/")
+    with feedline.Loader(ds, batch_size=4, workers=1, shuffle=False, drop_last=False,
+                         decode_size=(32, 32), on_error="skip") as loader, \
+            pytest.warns(RuntimeWarning, match="None where a sample lacks it"):
+        batches = list(loader)
+    rows = [(key, b["jpg"][i], b["png"][i]) for b in batches for i, key in enumerate(b["__key__"])]
+    assert {key for key, _, _ in rows} >= {"Birds/palette", "Birds/alpha", "dogs/gray"}
+    for key, jpg, png in rows:
+        image = png if key in ("Birds/palette", "Birds/alpha") else jpg
+        other = jpg if image is png else png
+        assert other is None and tuple(image.shape) == (32, 32, 3), key
 
 
 @pytest.mark.slow

@@ -175,6 +175,9 @@ def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> 
 def decode_png(data: Buffer, limits: Limits) -> np.ndarray:
     """An array (H, W[, C]) via Pillow; the size is checked before pixels load.
 
+    The codec of PNG and of every other non-JPEG image format Pillow reads (WebP, BMP,
+    TIFF, GIF, PPM/PGM): the first frame of an animated file.
+
     Pixels come out as Pillow stores them: grey (H, W), RGB (H, W, 3), RGBA (H, W, 4), and
     a palette image as its palette *indices* (H, W) -- the class ids of a segmentation mask
     (VOC, Cityscapes, ADE20K store masks so), exactly what ``np.asarray(Image.open(f))``

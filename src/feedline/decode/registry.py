@@ -17,7 +17,13 @@ import numpy as np
 
 from feedline.decode import codecs
 from feedline.decode.codecs import Buffer, Limits
-from feedline.decode.resized import JPEG_EXTENSIONS, check_size, decode_resized, resizable
+from feedline.decode.resized import (
+    IMAGE_EXTENSIONS,
+    JPEG_EXTENSIONS,
+    check_size,
+    decode_resized,
+    resizable,
+)
 from feedline.errors import DecodeError, FeedlineError
 
 FieldDecoder = Callable[[Buffer], Any]
@@ -40,6 +46,8 @@ _BUILTIN: dict[str, Callable[[Buffer, Limits], Any]] = {
     "cls": codecs.decode_cls,
     "cls2": codecs.decode_cls,
     "index": codecs.decode_cls,
+    # every other image format Pillow reads (webp, bmp, tiff, gif, ppm...) as PNG is read
+    **{ext: codecs.decode_png for ext in IMAGE_EXTENSIONS if ext not in JPEG_EXTENSIONS},
 }
 
 
@@ -200,6 +208,10 @@ class Decoders:
                     return into(data, out)
             return self.for_field(field)(data)
         except FeedlineError as exc:
+            if size == 0 and isinstance(exc, DecodeError):
+                raise DecodeError(f"field is empty (0 bytes): {exc}", field=field, key=key,
+                                  fix="the source file was empty: re-create it, or leave it "
+                                  "out (feedline pack --exclude)") from None
             if exc.place.get("field") in (None, extension(field)):
                 exc.place.update(field=field, key=key)
                 exc.args = (exc._render(),)

@@ -156,6 +156,7 @@ class Collection:
         excluded: files left out by ``exclude`` or by not matching ``include``.
         field_counts: samples holding each field.
         empty_classes: class folders that gave no sample.
+        empty_files: names of the zero-byte files packed (they decode to nothing).
     """
 
     samples: list[PlannedSample]
@@ -164,6 +165,7 @@ class Collection:
     excluded: int = 0
     field_counts: dict[str, int] = field(default_factory=dict)
     empty_classes: list[str] = field(default_factory=list)
+    empty_files: list[str] = field(default_factory=list)
 
     def notes(self, limit: int = 5) -> list[str]:
         """One line per thing the user should hear about: skipped files, fields
@@ -187,6 +189,13 @@ class Collection:
                 "feedline never unpickles (loading one can run any code), so they load as bytes; "
                 "save tensors with numpy.save (.npy) to read them without pickle, or opt in with "
                 "Loader(decode={'pt': lambda b: torch.load(io.BytesIO(b), weights_only=True)}) for files you trust"
+            )
+        if self.empty_files:
+            shown = ", ".join(self.empty_files[:limit])
+            more = f" and {len(self.empty_files) - limit} more" if len(self.empty_files) > limit else ""
+            lines.append(
+                f"{len(self.empty_files)} empty file(s) (0 bytes) packed: {shown}{more}; decoding them "
+                "fails (Loader on_error='skip' skips them): re-create them or --exclude them"
             )
         if self.empty_classes:
             lines.append(
@@ -353,6 +362,7 @@ def collect(
     labels: dict[str, str] = {}
     skipped: list[Skipped] = []
     excluded = 0
+    empty_files: list[str] = []
     class_names: set[str] = set()
     skip_real = Path(os.path.realpath(skip)) if skip is not None else None
     for source in sources:
@@ -395,6 +405,8 @@ def collect(
                     fix="each key.field must come from one file (rename one, or --exclude it)",
                 )
             sample[field_name] = SourceFile(field_name, path, st.st_size)
+            if st.st_size == 0:
+                empty_files.append(name)
     if not grouped:
         detail = f" ({len(skipped)} skipped, {excluded} excluded by the patterns)" if skipped or excluded else ""
         raise ConfigError(f"no files to pack in the sources{detail}", fix="check the SRC paths and the --include/--exclude patterns")
@@ -416,7 +428,7 @@ def collect(
             counts[f.field] = counts.get(f.field, 0) + 1
     used = set(labels.values())
     empty = [c for c in classes if c not in used] if classes is not None else []
-    return Collection(samples, classes, skipped, excluded, counts, empty)
+    return Collection(samples, classes, skipped, excluded, counts, empty, empty_files)
 
 
 def plan_shards(samples: list[PlannedSample], shard_size: int, align: int) -> list[list[PlannedSample]]:

@@ -11,8 +11,15 @@ varying shape) is *ragged* and delivered as a list.
 
 A later batch in which some sample's dense leaf has another shape or dtype
 (a portrait photo among landscape ones) does not fail: that leaf falls back
-to a list for that batch only (:func:`fill` reports it). A sample whose
-*structure* differs (a missing field) is a bad sample (``on_error`` decides).
+to a list for that batch only (:func:`fill` reports it).
+
+Fields that only some samples have (an optional mask, a dataset mixing
+``jpg`` and ``png``) are fields too: a dict sample's top-level fields are the
+union over batch 0 and the ``fields`` the dataset declares (every field of a
+packed dataset read without a transform). A sample lacking one gives ``None``
+in its place, so that field is a list for the batch. A sample with a field the
+layout does not know, or with another nesting, is a bad sample (``on_error``
+decides).
 This module uses numpy only, so process workers can fill shared-memory slots
 without torch.
 """
@@ -67,6 +74,11 @@ class Layout:
         return count * np.dtype(leaf.dtype).itemsize
 
     @cached_property
+    def names(self) -> tuple[Any, ...]:
+        """The top-level field of each leaf, in layout order."""
+        return tuple(leaf.path[0] if leaf.path else None for leaf in self.leaves)
+
+    @cached_property
     def flat(self) -> bool:
         """True for a flat dict of fields (packed samples): the fast path (computed once:
         every sample of every batch asks)."""
@@ -113,22 +125,51 @@ def _as_dense(value: Any) -> np.ndarray | None:
     return None
 
 
-def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int) -> Layout:
+def _union(flat: Sequence[tuple[Any, list[tuple[Path, Any]]]], fields: Sequence[Any]) -> Any:
+    """The skeleton of batch 0: sample 0's, or, when every sample is a dict, the union of
+    their top-level fields (first-seen order) and then ``fields`` not seen."""
+    if not all(isinstance(sk, dict) for sk, _ in flat):
+        return flat[0][0]
+    union: dict[Any, Any] = {}
+    for sk, _ in flat:
+        for k, v in sk.items():
+            union.setdefault(k, v)
+    for name in fields:
+        if not (isinstance(name, str) and name.startswith("__")):
+            union.setdefault(name, Ref((name,)))
+    return union
+
+
+def _paths(skeleton: Any) -> list[Path]:
+    """The leaf paths of a skeleton, in order."""
+    if isinstance(skeleton, Ref):
+        return [skeleton.path]
+    parts = skeleton.values() if isinstance(skeleton, dict) else skeleton
+    return [p for part in parts for p in _paths(part)]
+
+
+def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int,
+                 fields: Sequence[Any] = ()) -> Layout:
     """The layout of batch 0 of decoded/transformed samples (see the module docstring:
     a leaf is dense when more than half of the batch has one shape and dtype for it).
+
+    Args:
+        fields: top-level fields the dataset may hold beyond those of batch 0 (dict
+            samples only): they join the layout, ragged unless batch 0 has them.
 
     Raises:
         ValueError: ``samples`` is empty.
     """
     if not samples:
         raise ValueError("cannot infer a batch layout from zero samples")
-    skeleton, first = flatten(samples[0], max_depth)
-    rest = [dict(flatten(s, max_depth)[1]) for s in samples[1:]]
+    flat = [flatten(s, max_depth) for s in samples]
+    skeleton = _union(flat, fields)
+    values = [dict(leaves) for _, leaves in flat]
     leaves = []
-    for path, value in first:
+    for path in _paths(skeleton):
         kinds: Counter[tuple[tuple[int, ...], str]] = Counter()
-        for v in (value, *(r.get(path) for r in rest)):
-            arr = _as_dense(v)
+        for v in values:
+            arr = _as_dense(v.get(path))
             if arr is not None:
                 kinds[(tuple(arr.shape), arr.dtype.str)] += 1
         common = kinds.most_common(1)  # ties: the kind met first (Counter keeps order)
@@ -139,42 +180,49 @@ def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int) -> Lay
     return Layout(skeleton, tuple(leaves), batch_size, max_depth)
 
 
+_MISSING = object()
+
+
 def _leaves(layout: Layout, sample: Any) -> list[Any]:
-    """The sample's leaf values in layout order (structure checked)."""
+    """The sample's leaf values in layout order (structure checked; ``None`` for each
+    leaf under a top-level field the sample lacks)."""
     if layout.flat and isinstance(sample, Mapping):
-        try:
-            values = [sample[leaf.path[0]] for leaf in layout.leaves]
-        except KeyError:
-            values = []
-        if values and len(sample) - ("__key__" in sample) == len(values):
-            return values
+        values = [sample.get(name, _MISSING) for name in layout.names]
+        lacking = sum(v is _MISSING for v in values)
+        if len(sample) - ("__key__" in sample) == len(values) - lacking:
+            return [None if v is _MISSING else v for v in values] if lacking else values
     skeleton, leaves = flatten(sample, layout.max_depth)
-    if skeleton != layout.skeleton:
-        raise DecodeError(
-            f"sample structure differs from the first batch{_field_difference(layout.skeleton, skeleton)}",
-            stage="collate", fix="return the same fields from every sample (a dataset that "
-            "mixes image formats, jpg and png: pack one format, or map them to one field in "
-            "transform=, e.g. feedline.vision.ImageTransform(('jpg', 'png'))), or pass collate=",
-        )
-    return [value for _, value in leaves]
+    want = layout.skeleton
+    if skeleton == want:
+        return [value for _, value in leaves]
+    if isinstance(want, dict) and isinstance(skeleton, dict) and all(
+            k in want and want[k] == v for k, v in skeleton.items()):
+        got = dict(leaves)
+        return [got.get(leaf.path) for leaf in layout.leaves]
+    raise DecodeError(
+        f"sample structure differs from the first batch{_field_difference(want, skeleton)}",
+        stage="collate", fix="return the same fields from every sample (a dataset that "
+        "mixes image formats, jpg and png: pack one format, or map them to one field in "
+        "transform=, e.g. feedline.vision.ImageTransform(('jpg', 'png'))), or pass collate=",
+    )
 
 
 def _field_difference(want: Any, got: Any) -> str:
-    """``": it lacks 'jpg' and has 'png'"`` for two top-level field sets ('' otherwise)."""
+    """``": it has 'png', ..."`` naming the top-level fields ``got`` has and ``want`` lacks
+    ('' otherwise: a field the sample lacks is no error)."""
     if not isinstance(want, dict) or not isinstance(got, dict) or want.keys() == got.keys():
         return ""
-    lacks = [k for k in want if k not in got]
     extra = [k for k in got if k not in want]
-    parts = ([f"lacks {', '.join(map(repr, lacks))}"] if lacks else []) + \
-        ([f"has {', '.join(map(repr, extra))}"] if extra else [])
-    return ": it " + " and ".join(parts)
+    if not extra:
+        return ""
+    return f": it has {', '.join(map(repr, extra))}, which batch 0 (and the dataset's fields) lack"
 
 
 def check(layout: Layout, sample: Any) -> None:
-    """Check the structure of one sample against the layout (same fields, same nesting).
+    """Check the structure of one sample against the layout (no unknown field, same nesting).
 
-    A dense leaf of another shape or dtype is *not* an error: :func:`fill` delivers
-    that leaf as a list for the batch.
+    A dense leaf of another shape or dtype, or a top-level field the sample lacks, is
+    *not* an error: :func:`fill` delivers that leaf as a list for the batch.
 
     Raises:
         DecodeError: the sample's structure differs from the layout.

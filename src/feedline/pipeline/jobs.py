@@ -60,6 +60,13 @@ class Context:
             first.append(Transform(self.transform))
         return (*first, *self.stages)
 
+    def known_fields(self) -> tuple[str, ...]:
+        """The fields every batch's layout holds beyond batch 0's: a packed dataset's
+        fields when no transform or stage may rename them; else none."""
+        if self.transform is not None or self.stages:
+            return ()
+        return tuple(self.source.fields)
+
 
 @dataclass
 class Prepared:

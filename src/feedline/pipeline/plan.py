@@ -221,7 +221,7 @@ def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batc
                 ) -> tuple[collate.Layout, Filled]:
     """Batch 0 of the plan: prepare it per sample, infer the layout from its samples, then
     fill the arrays ``slot_for(layout)`` gives (a pool slot, or fresh arrays in a process
-    worker). A sample whose structure differs from sample 0's is a bad sample as in any
+    worker). A sample whose structure does not fit the layout (:mod:`.collate`) is a bad sample as in any
     batch (``on_error`` decides; skipping redoes the batch on the plan's path).
 
     Raises:
@@ -229,7 +229,7 @@ def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batc
     """
     prep = prepare(ctx, ctx.sample_stages(), job, worker, record)
     depth = 1 if ctx.source.packed else 8
-    layout = collate.infer_layout(prep.samples, batch_size, depth)
+    layout = collate.infer_layout(prep.samples, batch_size, depth, ctx.known_fields())
     arrays = slot_for(layout)
     t0 = time.perf_counter()
     for k, sample in enumerate(prep.samples):

@@ -296,10 +296,11 @@ class Runtime:
             if self.fallbacks[name] == 1:
                 warnings.warn(
                     f"field {name!r}: a sample of another shape or dtype than batch 0's "
-                    f"{leaf.shape} {np.dtype(leaf.dtype).name}; this batch (and any other "
-                    "like it) gives the field as a list of tensors. For dense batches make it "
-                    "one size: resize or crop in transform=, or decode it to a fixed size "
-                    "with decode={field: fn}", RuntimeWarning, stacklevel=4)
+                    f"{leaf.shape} {np.dtype(leaf.dtype).name}, or without the field; this batch "
+                    "(and any other like it) gives the field as a list of tensors (None where a "
+                    "sample lacks it). For dense batches make it one size: resize or crop in "
+                    "transform=, or decode it to a fixed size with decode={field: fn}",
+                    RuntimeWarning, stacklevel=4)
 
     def _send_tree(self, job: Job, tree: Any, worker: str) -> tuple[Any, Fence | None]:
         """Start the transfer; when timed, the ``h2d`` span carries the copy stream's

@@ -93,6 +93,12 @@ class Source:
                 for i, s in zip(indices, samples, strict=True)]
 
     @property
+    def fields(self) -> list[str]:
+        """The field names a packed dataset declares (its manifest); empty for map-style ones."""
+        names = getattr(self.dataset, "fields", None) if self.packed else None
+        return [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+
+    @property
     def columnar(self) -> bool:
         """True when fixed-size fields can be read straight into host rows (:meth:`read_columns`)."""
         if not self.packed or not callable(getattr(self.dataset, "read_fields_into", None)):
