@@ -254,7 +254,8 @@ def pack(
             but after a power loss or kernel crash `feedline verify` may find
             shards the manifest lists incomplete.
         rules: how files become samples: the key rule, labels from class
-            folders, include/exclude patterns, symbolic links
+            folders or from a labels file (CSV/TSV/JSONL/COCO JSON), include/exclude
+            patterns, symbolic links
             (:class:`~feedline.format._sources.SourceRules`; default: the WebDataset rule).
         warn: called with one line per thing to hear about (skipped files,
             fields only some samples have, empty class folders); default:
@@ -262,7 +263,7 @@ def pack(
 
     Returns:
         The manifest written last to ``out_dir/manifest.json`` (with the class
-        list when labels come from folders).
+        list when labels come from folders or are class names in a labels file).
 
     Raises:
         ConfigError: bad arguments or unusable sources (a source that does not

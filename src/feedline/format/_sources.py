@@ -25,6 +25,13 @@ folders are skipped, which torchvision would count). It implies
 ``key="file"`` unless a key rule is given, and packs only image files unless
 ``include`` patterns are given.
 
+``labels=<file>`` (``.csv``, ``.tsv``, ``.jsonl``, ``.json``: a label table or
+COCO annotations, see :mod:`feedline.format._labels`) packs the files the
+table names, each with its ``cls`` (when the table has one label per file)
+and a ``json`` field with the rest of its row (COCO: its boxes); files it
+does not name are skipped and listed, as are entries that name no file. It
+implies ``key="file"`` unless a key rule is given.
+
 Image extensions are normalised to one field name each, whatever their case:
 ``.jpg/.jpeg/.jpe/.JPEG`` -> ``jpg``, ``.tif/.tiff`` -> ``tiff``, ``.png``
 -> ``png`` (kept apart from ``jpg``: the bytes differ and so does the decoder).
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import json
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -50,11 +58,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from feedline.errors import ConfigError
+from feedline.format._labels import SUFFIXES, LabelTable, read_table
 from feedline.format._tar import BLOCK, END_OF_ARCHIVE, header_upper_bound, round_up, split_name
 
 KEY_RULES = ("webdataset", "file")
 LABEL_MODES = ("from-folder",)
 LABEL_FIELD = "cls"
+EXTRA_FIELD = "json"
 IMAGE_FIELDS: dict[str, str] = {
     "jpg": "jpg", "jpeg": "jpg", "jpe": "jpg", "png": "png", "ppm": "ppm", "pgm": "pgm",
     "bmp": "bmp", "tif": "tiff", "tiff": "tiff", "webp": "webp",
@@ -105,7 +115,8 @@ class SourceRules:
     Args:
         key: ``"webdataset"`` or ``"file"``; None: ``"file"`` with
             ``labels="from-folder"``, else ``"webdataset"``.
-        labels: None, or ``"from-folder"`` (an integer ``cls`` per sample from its class folder).
+        labels: None, ``"from-folder"`` (an integer ``cls`` per sample from its class
+            folder), or the path of a labels file (``.csv``, ``.tsv``, ``.jsonl``, ``.json``).
         include: glob patterns a file must match (any); empty: every file
             (image files only with ``labels="from-folder"``).
         exclude: glob patterns that leave a file out.
@@ -121,8 +132,11 @@ class SourceRules:
     def __post_init__(self) -> None:
         if self.key is not None and self.key not in KEY_RULES:
             raise ConfigError(f"key: must be one of {', '.join(KEY_RULES)}, got {self.key!r}")
-        if self.labels is not None and self.labels not in LABEL_MODES:
-            raise ConfigError(f"labels: must be one of {', '.join(LABEL_MODES)}, got {self.labels!r}")
+        if self.labels is not None and self.labels not in LABEL_MODES and not (
+                isinstance(self.labels, (str, os.PathLike))
+                and os.fspath(self.labels).lower().endswith(SUFFIXES)):
+            raise ConfigError(f"labels: must be from-folder or a labels file ({', '.join(SUFFIXES)}), "
+                              f"got {self.labels!r}", fix="name a .csv/.tsv/.jsonl/.json file, or from-folder")
         for name in ("include", "exclude"):
             patterns = getattr(self, name)
             if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
@@ -134,7 +148,7 @@ class SourceRules:
         """The key rule in force."""
         if self.key is not None:
             return self.key
-        return "file" if self.labels == "from-folder" else "webdataset"
+        return "webdataset" if self.labels is None else "file"
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,7 @@ class Collection:
         field_counts: samples holding each field.
         empty_classes: class folders that gave no sample.
         empty_files: names of the zero-byte files packed (they decode to nothing).
+        unmatched: entries of a labels file that name no file found.
     """
 
     samples: list[PlannedSample]
@@ -166,6 +181,7 @@ class Collection:
     field_counts: dict[str, int] = field(default_factory=dict)
     empty_classes: list[str] = field(default_factory=list)
     empty_files: list[str] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
 
     def notes(self, limit: int = 5) -> list[str]:
         """One line per thing the user should hear about: skipped files, fields
@@ -197,6 +213,11 @@ class Collection:
                 f"{len(self.empty_files)} empty file(s) (0 bytes) packed: {shown}{more}; decoding them "
                 "fails (Loader on_error='skip' skips them): re-create them or --exclude them"
             )
+        if self.unmatched:
+            shown = ", ".join(self.unmatched[:limit])
+            more = f" and {len(self.unmatched) - limit} more" if len(self.unmatched) > limit else ""
+            lines.append(f"{len(self.unmatched)} entr(y/ies) of the labels file name no file found: "
+                         f"{shown}{more} (names are paths below SRC, or bare file names)")
         if self.empty_classes:
             lines.append(
                 f"class folder(s) with no files packed: {', '.join(self.empty_classes[:limit])} "
@@ -357,6 +378,9 @@ def collect(
     rules = rules or SourceRules()
     rule = rules.key_rule
     labelled = rules.labels == "from-folder"
+    table = read_table(rules.labels) if rules.labels is not None and not labelled else None
+    table_real = os.path.realpath(table.path) if table is not None else None
+    names: dict[str, str] = {}  # key -> file name (with a labels table)
     images_only = labelled and not rules.include
     grouped: dict[str, dict[str, SourceFile]] = {}
     labels: dict[str, str] = {}
@@ -379,7 +403,8 @@ def collect(
         else:
             raise ConfigError(f"source {str(src)!r} does not exist", fix="pass a folder or a list file")
         for name, path, st in entries:
-            if (rules.include and not _matches(name, rules.include)) or (rules.exclude and _matches(name, rules.exclude)):
+            if (rules.include and not _matches(name, rules.include)) or (rules.exclude and _matches(name, rules.exclude)) \
+                    or (table_real is not None and os.path.realpath(path) == table_real):
                 excluded += 1
                 continue
             if images_only and name.rpartition(".")[2].lower() not in IMAGE_FIELDS:
@@ -396,6 +421,8 @@ def collect(
                     continue
                 class_names.add(name.split("/", 1)[0])
                 labels[key] = name.split("/", 1)[0]
+            if table is not None:
+                names[key] = name
             sample = grouped.setdefault(key, {})
             if field_name in sample:
                 raise ConfigError(
@@ -407,11 +434,14 @@ def collect(
             sample[field_name] = SourceFile(field_name, path, st.st_size)
             if st.st_size == 0:
                 empty_files.append(name)
-    if not grouped:
+    if not grouped and table is None:
         detail = f" ({len(skipped)} skipped, {excluded} excluded by the patterns)" if skipped or excluded else ""
         raise ConfigError(f"no files to pack in the sources{detail}", fix="check the SRC paths and the --include/--exclude patterns")
-    classes = tuple(sorted(class_names)) if labelled else None
-    if classes is not None:
+    unmatched: list[str] = []
+    if table is not None:
+        unmatched = _apply_table(table, grouped, names, skipped)
+    classes = tuple(sorted(class_names)) if labelled else table.classes if table is not None else None
+    if classes is not None and labelled:
         number = {c: str(i).encode("ascii") for i, c in enumerate(classes)}
         for key, sample in grouped.items():
             if LABEL_FIELD in sample:
@@ -427,8 +457,37 @@ def collect(
         for f in s.files:
             counts[f.field] = counts.get(f.field, 0) + 1
     used = set(labels.values())
-    empty = [c for c in classes if c not in used] if classes is not None else []
-    return Collection(samples, classes, skipped, excluded, counts, empty, empty_files)
+    empty = [c for c in classes if c not in used] if classes is not None and labelled else []
+    if not samples:
+        raise ConfigError(f"no files to pack: none of the files found is named in {table.path if table else 'SRC'}",
+                          fix="check that the labels file names files below SRC (paths or bare names)")
+    return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched)
+
+
+def _apply_table(table: LabelTable, grouped: dict[str, dict[str, SourceFile]], names: dict[str, str],
+                 skipped: list[Skipped]) -> list[str]:
+    """Give each sample its row's ``cls``/``json`` fields; drop (and list) the samples the
+    table does not name. Returns the table entries that named no file."""
+    found, unmatched = table.match(names.values())
+    for key, name in names.items():
+        row = found.get(name)
+        sample = grouped[key]
+        if row is None:
+            del grouped[key]
+            skipped.append(Skipped(name, f"not named in the labels file {table.path}"))
+            continue
+        for field_name, value in ((LABEL_FIELD, None if row.cls is None else str(row.cls)),
+                                  (EXTRA_FIELD, None if row.extra is None else json.dumps(row.extra, ensure_ascii=False))):
+            if value is None:
+                continue
+            if field_name in sample:
+                raise ConfigError(
+                    f"sample {key!r} already has a {field_name!r} field, and the labels file adds one",
+                    key=key, fix=f"exclude the .{field_name} files or drop --labels",
+                )
+            data = value.encode("utf-8")
+            sample[field_name] = SourceFile(field_name, "", len(data), data)
+    return unmatched
 
 
 def plan_shards(samples: list[PlannedSample], shard_size: int, align: int) -> list[list[PlannedSample]]:

@@ -1,0 +1,233 @@
+"""Read an annotation file that names the files of a flat folder: labels for ``pack``.
+
+Users keep labels beside their images in one of three shapes; each becomes a
+:class:`LabelTable`, one :class:`Row` per file it names:
+
+``.csv`` / ``.tsv``
+    A header row, then one row per file. The file column is the first column
+    named ``filename``, ``file_name``, ``file``, ``path``, ``image``, ``img`` or
+    ``name`` (else the first column).
+``.jsonl``
+    One JSON object per line; the file is the first of the same keys.
+``.json``
+    COCO (``images``, ``annotations``, ``categories``): every image's
+    annotations (boxes, segmentations, any number, possibly none) go with it;
+    or a list of objects as in ``.jsonl``; or an object ``{file: label}``.
+
+The *label* is the value under the first key named ``label``, ``class``,
+``category``, ``target`` or ``cls`` (the only other column when a CSV has
+two). When every row's label is an integer (or a CSV cell of digits) it is the
+sample's ``cls`` as written; when the labels are names, ``cls`` is the index
+of the name in the sorted list of names, which goes into the manifest as the
+classes (as ``--labels from-folder`` does). A label that is a list (multi-label)
+or absent from some rows gives no ``cls``. Every other value of a row (and, for
+COCO, the image's record with its ``annotations`` and each annotation's
+``category_name``) goes into one ``json`` field, numbers of CSV cells parsed.
+
+A table entry matches a file by its path below SRC (``dogs/1.jpg``) or, when
+the entry is a bare name, by the file name wherever it lies (two such files is
+an error naming both). Bounded: a file over :data:`MAX_TABLE_BYTES` is refused
+before it is read.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from feedline.errors import ConfigError
+
+FILE_KEYS = ("filename", "file_name", "file", "path", "image", "img", "name")
+LABEL_KEYS = ("label", "class", "category", "target", "cls")
+SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
+MAX_TABLE_BYTES = 2 << 30
+_FIX = ("give a CSV/TSV with a header (filename,label), a JSONL of objects with a "
+        "'file_name' key, or a COCO annotations.json")
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the table says about one file: its ``cls`` value (or None) and its ``json``
+    value (or None: nothing else)."""
+
+    cls: int | None
+    extra: Any = None
+
+
+@dataclass(frozen=True)
+class LabelTable:
+    """File name (as the table spells it) -> :class:`Row`, and the class names when the
+    labels were names (index = ``cls``)."""
+
+    path: str
+    rows: Mapping[str, Row]
+    classes: tuple[str, ...] | None
+
+    def match(self, names: Iterable[str]) -> tuple[dict[str, Row], list[str]]:
+        """Rows for the walked file ``names``: (name -> row, table entries no file matched).
+
+        Raises:
+            ConfigError: a bare entry that two files of the walk share the name of.
+        """
+        names = list(names)
+        name_set = set(names)
+        by_base: dict[str, list[str]] = {}
+        for name in names:
+            by_base.setdefault(name.rsplit("/", 1)[-1], []).append(name)
+        found: dict[str, Row] = {}
+        unmatched: list[str] = []
+        for entry, row in self.rows.items():
+            norm = entry.replace("\\", "/")
+            while norm.startswith("./"):
+                norm = norm[2:]
+            if norm in name_set:
+                found[norm] = row
+                continue
+            hits = by_base.get(norm, []) if "/" not in norm else []
+            if len(hits) > 1:
+                raise ConfigError(
+                    f"{self.path}: entry {entry!r} matches {len(hits)} files: {', '.join(hits[:3])}",
+                    path=self.path, fix="write the path below SRC in the labels file (dogs/1.jpg)",
+                )
+            if hits:
+                found[hits[0]] = row
+            else:
+                unmatched.append(entry)
+        return found, unmatched
+
+
+def _first(keys: Iterable[str], wanted: tuple[str, ...]) -> str | None:
+    lowered = {k.lower(): k for k in keys}
+    return next((lowered[w] for w in wanted if w in lowered), None)
+
+
+def _cell(text: str) -> Any:
+    """A CSV cell as a number when it is one, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _records_csv(text: str, delimiter: str, path: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter)
+    header = next(reader, None)
+    if not header or len(header) < 2:
+        raise ConfigError(f"{path}: needs a header row with a file column and a label column", path=path, fix=_FIX)
+    file_col = header.index(_first(header, FILE_KEYS) or header[0])
+    label_name = _first([h for i, h in enumerate(header) if i != file_col], LABEL_KEYS)
+    if label_name is None and len(header) == 2:
+        label_name = header[1 - file_col]
+    out = []
+    for line, cells in enumerate(reader, start=2):
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise ConfigError(f"{path}: line {line} has {len(cells)} cells, the header {len(header)}",
+                              path=path, fix="quote cells that hold the delimiter")
+        values = {h: _cell(c) for i, (h, c) in enumerate(zip(header, cells, strict=True)) if i != file_col}
+        label = values.pop(label_name) if label_name is not None else None
+        out.append((cells[file_col], label, values))
+    return out
+
+
+def _record(obj: Any, where: str, path: str) -> tuple[str, Any, dict[str, Any]]:
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: {where} is not an object", path=path, fix=_FIX)
+    file_key = _first(obj, FILE_KEYS)
+    if file_key is None or not isinstance(obj[file_key], str):
+        raise ConfigError(f"{path}: {where} has no file name (a key of {', '.join(FILE_KEYS)})",
+                          path=path, fix=_FIX)
+    rest = {k: v for k, v in obj.items() if k != file_key}
+    label_key = _first(rest, LABEL_KEYS)
+    label = rest.pop(label_key) if label_key is not None else None
+    return obj[file_key], label, rest
+
+
+def _records_coco(doc: dict[str, Any], path: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    images, anns = doc.get("images"), doc.get("annotations", [])
+    if not isinstance(images, list) or not isinstance(anns, list):
+        raise ConfigError(f"{path}: COCO 'images' and 'annotations' must be lists", path=path, fix=_FIX)
+    names = {c.get("id"): c.get("name") for c in doc.get("categories", []) if isinstance(c, dict)}
+    per_image: dict[Any, list[Any]] = {}
+    for ann in anns:
+        if isinstance(ann, dict):
+            if ann.get("category_id") in names:
+                ann = {**ann, "category_name": names[ann["category_id"]]}
+            per_image.setdefault(ann.get("image_id"), []).append(ann)
+    out = []
+    for n, img in enumerate(images):
+        name, _, rest = _record(img, f"images[{n}]", path)
+        out.append((name, None, {**rest, "annotations": per_image.get(img.get("id"), [])}))
+    return out
+
+
+def _records(path: Path, text: str) -> list[tuple[str, Any, dict[str, Any]]]:
+    suffix = path.suffix.lower()
+    where = str(path)
+    if suffix in (".csv", ".tsv"):
+        return _records_csv(text, "\t" if suffix == ".tsv" else ",", where)
+    try:
+        if suffix == ".jsonl":
+            return [_record(json.loads(line), f"line {n}", where)
+                    for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        doc = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{where}: not valid JSON: {e}", path=where, fix=_FIX) from None
+    if isinstance(doc, dict) and "images" in doc:
+        return _records_coco(doc, where)
+    if isinstance(doc, list):
+        return [_record(obj, f"item {n}", where) for n, obj in enumerate(doc)]
+    if isinstance(doc, dict):
+        return [(str(k), v, {}) for k, v in doc.items()]
+    raise ConfigError(f"{where}: a JSON list or object was expected", path=where, fix=_FIX)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63)
+
+
+def read_table(path: str | os.PathLike[str]) -> LabelTable:
+    """Read the annotation file at ``path`` (see the module docstring).
+
+    Raises:
+        ConfigError: a missing, oversized, unreadable or malformed file, an unknown suffix,
+            or one file named twice.
+    """
+    p = Path(path)
+    if p.suffix.lower() not in SUFFIXES:
+        raise ConfigError(f"--labels {str(p)!r}: must be from-folder or a labels file",
+                          fix=f"use from-folder, or a file ending in {', '.join(SUFFIXES)}")
+    try:
+        if p.stat().st_size > MAX_TABLE_BYTES:
+            raise ConfigError(f"{p}: larger than {MAX_TABLE_BYTES >> 30} GiB", path=str(p),
+                              fix="split the labels file")
+        text = p.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read labels file {str(p)!r}: {e}", path=str(p),
+                          fix="give a readable UTF-8 file") from None
+    records = _records(p, text)
+    labels = [label for _, label, _ in records]
+    ints = all(_is_int(v) for v in labels)
+    names = all(isinstance(v, str) for v in labels)
+    classes = tuple(sorted(set(labels))) if names and not ints and labels else None
+    number = {c: i for i, c in enumerate(classes or ())}
+    rows: dict[str, Row] = {}
+    for name, label, rest in records:
+        if name in rows:
+            raise ConfigError(f"{p}: file {name!r} is named twice", path=str(p),
+                              fix="give one row per file (a list of labels for multi-label)")
+        cls = label if ints else number.get(label) if classes is not None else None
+        extra = dict(rest)
+        if cls is None and label is not None:
+            extra["label"] = label
+        rows[name] = Row(cls, extra or None)
+    return LabelTable(str(p), rows, classes)

@@ -1,0 +1,143 @@
+"""``pack --labels FILE``: a flat folder of images plus the annotation file users keep
+beside it (a Kaggle-style CSV, a TSV with a path column, a JSONL of multi-label lists, COCO
+``annotations.json`` with any number of boxes per image). The labels arrive in the batches
+next to the pixels, class names are numbered in sorted order and listed in the manifest,
+and files the table does not name, or entries that name no file, are reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import simplejpeg
+
+import feedline
+from feedline.errors import ConfigError
+from feedline.format import SourceRules, pack
+from feedline.format._labels import read_table
+from feedline.format._manifest import read_manifest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _photos(root: Path, names: list[str]) -> None:
+    for i, name in enumerate(names):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        img = np.full((8, 10, 3), i * 9 % 256, np.uint8)
+        (root / name).write_bytes(simplejpeg.encode_jpeg(img, quality=95))
+
+
+def _load(root: Path, **kw: Any) -> dict[str, dict[str, Any]]:
+    """Every sample of ``root`` by key, from a Loader (thread workers)."""
+    out: dict[str, dict[str, Any]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for batch in feedline.Loader(os.fspath(root), batch_size=3, workers=2, shuffle=False,
+                                     drop_last=False, **kw):
+            for i, key in enumerate(batch["__key__"]):
+                out[key] = {f: v[i] for f, v in batch.items() if f != "__key__"}
+    return out
+
+
+def test_csv_class_names_become_sorted_indices(tmp_path: Path) -> None:
+    names = [f"{i:05d}_leaf.spot.jpg" for i in range(7)]  # dots in names, Kaggle-style
+    _photos(tmp_path / "train_images", names)
+    diseases = ["rust", "healthy", "scab", "rust", "multiple diseases", "healthy", "scab"]
+    rows = "".join(f'"{n}",{d}\n' for n, d in zip(names, diseases, strict=True))
+    (tmp_path / "train.csv").write_text("image_id,label\n" + rows + "\n")
+    with pytest.warns(Warning, match="not named in the labels file"):
+        (tmp_path / "train_images" / "thumbs.db.jpg").write_bytes(b"\xff\xd8")
+        pack([tmp_path / "train_images"], tmp_path / "ds",
+             rules=SourceRules(labels=os.fspath(tmp_path / "train.csv")))
+    classes = ["healthy", "multiple diseases", "rust", "scab"]
+    assert list(read_manifest(tmp_path / "ds").classes or ()) == classes
+    got = _load(tmp_path / "ds")
+    assert len(got) == 7
+    for name, disease in zip(names, diseases, strict=True):
+        key = name.rsplit(".", 1)[0].replace(".", "%2E")
+        assert classes[int(got[key]["cls"])] == disease
+
+
+def test_jsonl_multi_label_lists_and_tsv_paths(tmp_path: Path) -> None:
+    names = ["Île/plage 1.jpg", "Île/plage 2.jpg", "montagne/été.jpg", "montagne/hiver.jpg"]
+    _photos(tmp_path / "photos", names)
+    tags = [[0, 3], [], [2], [1, 2, 4]]
+    with open(tmp_path / "tags.jsonl", "w", encoding="utf-8") as f:
+        for n, t in zip(names, tags, strict=True):
+            f.write(json.dumps({"path": n, "labels": t, "meta": {"gps": None, "iso": 100}}) + "\n")
+    pack([tmp_path / "photos"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "tags.jsonl")))
+    got = _load(tmp_path / "ds")
+    by_name = {k.replace("%2E", "."): v for k, v in got.items()}
+    for n, t in zip(names, tags, strict=True):
+        sample = by_name[n.rsplit(".", 1)[0]]
+        assert "cls" not in sample  # a list per file is no single class
+        assert sample["json"] == {"labels": t, "meta": {"gps": None, "iso": 100}}
+        assert sample["jpg"].shape == (8, 10, 3)
+    (tmp_path / "paths.tsv").write_text("label\tpath\n" + "".join(f"{i}\t{n}\n" for i, n in enumerate(names)))
+    table = read_table(tmp_path / "paths.tsv")
+    assert table.classes is None and table.rows["montagne/été.jpg"].cls == 2
+
+
+def test_coco_boxes_of_any_count_go_with_their_image(tmp_path: Path) -> None:
+    names = [f"COCO_val2014_{i:012d}.jpg" for i in range(6)]
+    _photos(tmp_path / "val2014", names)
+    images = [{"id": 1000 + i, "file_name": n, "width": 10, "height": 8} for i, n in enumerate(names)]
+    anns = [{"id": 10 * i + k, "image_id": 1000 + i, "category_id": 1 + (k % 2), "bbox": [k, i, 3.5, 2.0],
+             "iscrowd": 0} for i in range(6) for k in range(i % 4)]
+    coco = {"info": {}, "images": images, "annotations": anns,
+            "categories": [{"id": 1, "name": "person"}, {"id": 2, "name": "bicycle"}]}
+    (tmp_path / "instances_val2014.json").write_text(json.dumps(coco))
+    pack([tmp_path / "val2014"], tmp_path / "ds",
+         rules=SourceRules(labels=os.fspath(tmp_path / "instances_val2014.json")))
+    got = _load(tmp_path / "ds")
+    for i, n in enumerate(names):
+        record = got[n[:-4]]["json"]
+        assert record["id"] == 1000 + i and record["width"] == 10
+        assert [a["bbox"] for a in record["annotations"]] == [[k, i, 3.5, 2.0] for k in range(i % 4)]
+        assert all(a["category_name"] == ("person" if a["category_id"] == 1 else "bicycle")
+                   for a in record["annotations"])
+
+
+@pytest.mark.parametrize(("name", "text", "match"), [
+    ("l.csv", "file,label\na.jpg,1\na.jpg,2\n", "named twice"),
+    ("l.csv", "file\na.jpg\n", "header row"),
+    ("l.csv", "file,label,x\na.jpg,1\n", "line 2 has 2 cells"),
+    ("l.jsonl", '{"file_name": "a.jpg"}\n{oops\n', "not valid JSON"),
+    ("l.jsonl", '{"label": 3}\n', "no file name"),
+    ("l.json", '"just a string"', "list or object"),
+    ("l.xlsx", "", "must be from-folder or a labels file"),
+])
+def test_bad_labels_files_are_config_errors(tmp_path: Path, name: str, text: str, match: str) -> None:
+    _photos(tmp_path / "imgs", ["a.jpg"])
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / name)))
+
+
+def test_a_bare_name_two_files_share_is_refused(tmp_path: Path) -> None:
+    _photos(tmp_path / "imgs", ["day1/0001.jpg", "day2/0001.jpg"])
+    (tmp_path / "l.csv").write_text("filename,label\n0001.jpg,1\n")
+    with pytest.raises(ConfigError, match=r"matches 2 files: day1/0001\.jpg, day2/0001\.jpg"):
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "l.csv")))
+
+
+def test_cli_packs_with_a_labels_file_and_reports_unmatched_rows(tmp_path: Path) -> None:
+    _photos(tmp_path / "imgs", ["a.jpg", "b.jpg"])
+    (tmp_path / "imgs" / "labels.csv").write_text("filename,label\na.jpg,7\nb.jpg,9\ngone.jpg,1\n")
+    env = {**os.environ, "PYTHONPATH": os.fspath(SRC)}
+    res = subprocess.run([sys.executable, "-m", "feedline", "pack", "imgs", "--out", "ds", "--labels",
+                          "imgs/labels.csv", "-q"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "gone.jpg" in res.stderr and "labels.csv (" not in res.stderr  # the table itself is not a sample
+    assert "packed 2 samples" in res.stdout
+    res = subprocess.run([sys.executable, "-m", "feedline", "pack", "imgs", "--out", "ds2", "--labels",
+                          "nope.parquet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode in (1, 2) and "Traceback" not in res.stderr and "from-folder" in res.stderr
