@@ -1,8 +1,10 @@
-"""worker_type="auto": decided from measured CPU vs wall time; batches never change."""
+"""worker_type="auto": decided from a GIL probe and measured CPU vs wall time; batches never change."""
 
 from __future__ import annotations
 
+import hashlib
 import statistics
+import threading
 from typing import Any
 
 import pytest
@@ -10,12 +12,12 @@ from loader_helpers import Busy, batch_ids
 
 import feedline
 from feedline.pipeline import auto
-from feedline.pipeline.auto import AutoChoice
+from feedline.pipeline.auto import AutoChoice, GilProbe, GilReading
 
 
 def _epochs(worker_type: str, epochs: int = 2) -> tuple[list[list[int]], dict[str, Any]]:
     out = []
-    with feedline.Loader(Busy(96, work=30_000), batch_size=4, workers=2, seed=4,
+    with feedline.Loader(Busy(96, work=60_000), batch_size=4, workers=2, seed=4,
                          worker_type=worker_type, drop_last=False) as loader:
         for epoch in range(epochs):
             loader.set_epoch(epoch)
@@ -29,6 +31,7 @@ def _epochs(worker_type: str, epochs: int = 2) -> tuple[list[list[int]], dict[st
 def test_auto_never_changes_content_or_order(monkeypatch: pytest.MonkeyPatch,
                                              bound: float) -> None:
     want, _ = _epochs("thread")
+    monkeypatch.setattr(auto, "GIL_HELD", (-1.0, 2.0))  # the probe never decides: the share does
     monkeypatch.setattr(auto, "GIL_BOUND", bound)
     got, stats = _epochs("auto")
     assert got == want
@@ -43,7 +46,13 @@ def test_auto_reports_what_it_measured_and_follows_its_rule() -> None:
     report = stats["auto"]
     assert report["chosen"] in ("thread", "process") and "CPU-s per second" in report["why"]
     share = statistics.median(report["cpu_per_wall"])  # the rule's own median (was the upper one)
-    if "could not start" in report["why"] or abs(share - auto.GIL_BOUND) < 1e-3:
+    held, (low, high) = report["gil_held"], auto.GIL_HELD
+    if "could not start" in report["why"]:
+        return
+    if held is not None and abs(held - low) > 1e-3 and abs(held - high) > 1e-3 and not low < held < high:
+        assert report["chosen"] == ("process" if held >= high else "thread") and "probe" in report["why"], report
+        return
+    if abs(share - auto.GIL_BOUND) < 1e-3:
         return  # the report rounds each ratio to 3 decimals: at the threshold either side is right
     assert (report["chosen"] == "process") == (share < auto.GIL_BOUND), report
 
@@ -61,3 +70,68 @@ def test_the_rule() -> None:
     assert [free.timed(False, cpu=0.85, wall=1.0) for _ in range(4)][-1] == "thread"
     one = AutoChoice(workers=1, cores=8)
     assert one.timed(False, cpu=0.2, wall=1.0) == "thread" and "one worker" in one.why
+
+
+def test_the_probe_reading_decides_clear_cases_and_leaves_the_middle_to_the_share() -> None:
+    def decide(held: int, cpu: float) -> AutoChoice:
+        choice = AutoChoice(workers=2, cores=2)
+        choice.reading = GilReading(wakes=100, elapsed=1.0, waited=held / 100)
+        choice.timed(True, cpu=0.9, wall=1.0)
+        for _ in range(4):
+            choice.timed(False, cpu=cpu, wall=1.0)
+        return choice
+
+    assert decide(90, cpu=0.95).decided == "process"  # a busy host can lift the share: the probe wins
+    assert decide(5, cpu=0.40).decided == "thread"
+    assert decide(45, cpu=0.40).decided == "process" and "in between" in decide(45, cpu=0.4).why
+    assert decide(45, cpu=0.90).decided == "thread"
+    assert GilReading(wakes=50, elapsed=auto.MIN_PROBE_SECONDS / 2, waited=0.04).fraction is None  # too short
+
+
+def _probe_while(work: Any, threads: int = 2) -> float:
+    probe = GilProbe(max_seconds=0.5)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            work()
+
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    probe.start()
+    assert probe._thread is not None
+    probe._thread.join(30)  # it stops by itself after max_seconds
+    reading = probe.stop()
+    stop.set()
+    for t in workers:
+        t.join()
+    assert reading.fraction is not None, reading
+    return reading.fraction
+
+
+@pytest.mark.timeout(60)
+def test_the_probe_finds_python_holding_the_gil_and_hashing_releasing_it() -> None:
+    def python() -> None:
+        x = 0
+        for i in range(20_000):
+            x += i * i
+
+    blob = bytes(4 << 20)
+
+    def hashing() -> None:
+        hashlib.sha256(blob).digest()  # releases the GIL for the whole buffer
+
+    assert _probe_while(python) >= auto.GIL_HELD[1]
+    assert _probe_while(hashing) <= auto.GIL_HELD[0]
+
+
+@pytest.mark.timeout(30)
+def test_the_probe_stops_by_itself() -> None:
+    probe = GilProbe(max_seconds=0.2)
+    probe.start()
+    assert probe._thread is not None
+    probe._thread.join(10)
+    reading = probe.stop()
+    assert not probe._thread.is_alive() and reading.wakes > 3 and 0.2 <= reading.elapsed < 1.0
+    assert reading.fraction is not None and reading.fraction <= auto.GIL_HELD[0]  # nothing else runs here

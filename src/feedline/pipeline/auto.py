@@ -14,6 +14,17 @@ submitted after that; otherwise it keeps threads. Work blocked on slow storage
 also shows a low share; processes read just as well, so that choice costs
 only their start-up.
 
+On a busy host the share is a weak signal (cores taken by other work blur the turns
+the threads take on the GIL), so a second measure decides the clear cases: while
+the batches are timed, a :class:`GilProbe` thread sleeps 1 ms again and again and
+adds up how long each wake waited for the GIL (less its own wait for a core).
+Workers running Python hold the GIL nearly all the time: the probe waits a whole
+switch interval (5 ms) or more on every wake, most of its time. Workers in code
+that releases the GIL leave it free: the probe gets it at once. At or above
+``GIL_HELD[1]`` of its time waiting the loader moves to processes, at or below
+``GIL_HELD[0]`` it keeps threads, and in between (some Python per sample, some
+released) the CPU share decides.
+
 Batches keep their content and order either way (both kinds run the same
 plan; the consumer takes batches in plan order). The decision, the figures
 and the reason are in ``loader.stats["auto"]``. This module does not import
@@ -32,7 +43,14 @@ GIL_BOUND = 0.7
 """A median CPU share (of the time not waiting for a core) below this: GIL-bound."""
 
 
-MIN_SECONDS = 0.2
+GIL_HELD = (0.3, 0.6)
+"""Shares of its time a :class:`GilProbe` waited for the GIL: at or below the first, the GIL
+is free (threads); at or above the second, the workers hold it (processes)."""
+
+MIN_PROBE_SECONDS = 0.1
+"""A GIL probe that ran less than this says nothing: the share decides."""
+
+MIN_SECONDS = 0.6
 """Measure batches after the probe until at least this much wall time is covered (short
 batches are below the scheduler's accounting grain)."""
 
@@ -48,6 +66,77 @@ def thread_clock() -> tuple[float, float]:
         return time.thread_time(), 0.0
 
 
+@dataclass(frozen=True)
+class GilReading:
+    """What a :class:`GilProbe` saw: its wakes, the seconds it ran, of those the seconds it
+    waited for a core (``runq``) and the seconds it waited for the GIL."""
+
+    wakes: int
+    elapsed: float
+    waited: float
+    runq: float = 0.0
+
+    @property
+    def fraction(self) -> float | None:
+        """The share of the probe's time not spent waiting for a core that it spent waiting
+        for the GIL (``None`` when that time is under :data:`MIN_PROBE_SECONDS`: a very short
+        measurement says nothing). On a busy host a thread waiting for the GIL also waits
+        for a core at every hand-over; that time counts for neither."""
+        own = self.elapsed - self.runq
+        if own < MIN_PROBE_SECONDS or self.wakes < 3:
+            return None
+        return min(1.0, max(0.0, self.waited / own))
+
+
+class GilProbe:
+    """A thread that sleeps ``interval`` again and again and adds up the time it waited for
+    the GIL: each cycle's wall time less the sleep, its own CPU time, its wait for a core,
+    and the timer's ordinary slack (``slack``). Sleeping and every system call give up
+    the GIL, going on needs it: with the GIL free the probe is late by microseconds; with
+    threads running Python it waits for a switch interval (5 ms) or longer each time. The
+    cycles are contiguous, so every wait is counted. It stops by itself after
+    ``max_seconds`` (a loader whose measurement never completes, say a dataset of fewer
+    batches, does not keep a thread waking forever)."""
+
+    def __init__(self, interval: float = 0.001, slack: float = 0.0002, max_seconds: float = 5.0) -> None:
+        self.interval = interval
+        self.slack = slack
+        self.max_seconds = max_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wakes, self._elapsed, self._waited, self._runq = 0, 0.0, 0.0, 0.0
+
+    def start(self) -> None:
+        """Start probing (a daemon thread; :meth:`stop` ends it)."""
+        self._thread = threading.Thread(target=self._run, name="feedline-gil-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        began = time.perf_counter()
+        t0, (c0, q0) = began, thread_clock()
+        while not self._stop.is_set() and t0 - began < self.max_seconds:
+            time.sleep(self.interval)
+            t1, (c1, q1) = time.perf_counter(), thread_clock()
+            cycle, runq = t1 - t0, q1 - q0
+            self._wakes += 1
+            self._elapsed += cycle
+            self._runq += runq
+            self._waited += max(0.0, cycle - self.interval - (c1 - c0) - runq - self.slack)
+            t0, c0, q0 = t1, c1, q1
+
+    def restart_count(self) -> None:
+        """Forget what was seen so far (start-up, before the batches are timed)."""
+        self._wakes, self._elapsed, self._waited, self._runq = 0, 0.0, 0.0, 0.0
+
+    def stop(self) -> GilReading:
+        """Stop probing; what was seen (idempotent)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(1.0)
+        return GilReading(self._wakes, self._elapsed, self._waited, self._runq)
+
+
 @dataclass
 class AutoChoice:
     """Collects (cpu, wall) per batch and decides once."""
@@ -61,10 +150,25 @@ class AutoChoice:
     seconds: float = 0.0
     decided: str | None = None
     why: str = ""
+    gil: GilProbe | None = None
+    """The GIL probe running while batches are timed (:meth:`start_probe`)."""
+    reading: GilReading | None = None
+    """What the probe saw, once stopped."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.measure = self.measure or max(4, 2 * self.workers)
+
+    def start_probe(self) -> None:
+        """Start the :class:`GilProbe` (stopped by the decision or :meth:`stop_probe`)."""
+        self.gil = GilProbe()
+        self.gil.start()
+
+    def stop_probe(self) -> GilReading | None:
+        """Stop the probe if it runs; its reading."""
+        if self.gil is not None and self.reading is None:
+            self.reading = self.gil.stop()
+        return self.reading
 
     def timed(self, probe: bool, cpu: float, wall: float) -> str | None:
         """Record one batch (``wall`` less the time spent waiting for a core); returns the
@@ -77,6 +181,8 @@ class AutoChoice:
                 return None
             if probe:
                 self.probe_ratio = cpu / wall
+                if self.gil is not None:
+                    self.gil.restart_count()
                 return None
             self.ratios.append(cpu / wall)
             self.seconds += wall
@@ -91,15 +197,29 @@ class AutoChoice:
         share = statistics.median(self.ratios)
         figures = (f"each thread got {share:.2f} CPU-s per second not waiting for a core, "
                    f"with {self.workers} workers on {self.cores} cores")
+        reading = self.stop_probe()
+        held = reading.fraction if reading is not None else None
+        if held is not None:
+            probed = f"a probe thread spent {held:.0%} of its time (not waiting for a core) waiting for the GIL"
+            if held >= GIL_HELD[1]:
+                return "process", f"{probed} and {figures}: the workers hold the GIL (Python per sample)"
+            if held <= GIL_HELD[0]:
+                return "thread", f"{probed} and {figures}: the work releases the GIL, threads scale"
+            figures = f"{probed} (in between) and {figures}"
         if share < GIL_BOUND:
             return "process", f"{figures}: the workers wait for the GIL (Python per sample)"
         return "thread", f"{figures}: the work releases the GIL, threads scale"
 
     def _decide(self, kind: str, why: str) -> str:
+        self.stop_probe()
         self.decided, self.why = kind, why
         return kind
 
     def report(self) -> dict[str, Any]:
         """What ``loader.stats["auto"]`` shows."""
+        reading = self.reading
         return {"chosen": self.decided, "why": self.why, "probe_cpu_per_wall": self.probe_ratio,
-                "cpu_per_wall": [round(r, 3) for r in self.ratios]}
+                "cpu_per_wall": [round(r, 3) for r in self.ratios],
+                "gil_held": None if reading is None or reading.fraction is None else round(reading.fraction, 3),
+                "gil_probe_wakes": None if reading is None else reading.wakes,
+                "gil_probe_s": None if reading is None else round(reading.elapsed, 3)}

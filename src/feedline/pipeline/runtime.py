@@ -121,6 +121,8 @@ class Runtime:
             self.plan = make_plan(self.ctx, None, custom=True)
         if self.opts.worker_type == "auto":
             self.auto = AutoChoice(self.opts.workers, usable_cores())
+            if self.opts.workers > 1:
+                self.auto.start_probe()
         if self.opts.worker_type in ("thread", "auto"):
             place = self.opts.placement
             self.pool_workers = ThreadWorkers(self.opts.workers, self._timed_job, self.opts.timeout,
@@ -330,6 +332,8 @@ class Runtime:
         if self.closed:
             return
         self.closed = True
+        if self.auto is not None:
+            self.auto.stop_probe()
         self.sched.close()
         self.pool.close()  # first: wakes producers waiting for a slot
         self.settle(60.0)  # a move to processes in progress sees closed and stops them
