@@ -175,6 +175,7 @@ def test_zipped_loaders_are_in_lockstep_and_a_validation_loader_is_not() -> None
     for _ in zip(run(sc, a, 12), run(sc, b, 12), strict=False):  # for x, u in zip(a, b)
         pass
     ca, cb = sc.clock(a), sc.clock(b)
+    assert ca is not cb  # first iterated at one place, but side by side: two loaders
     assert lockstep(ca, cb) and lockstep(cb, ca)
     va, vb = ca.steps_view(time.perf_counter(), []), cb.steps_view(time.perf_counter(), [])
     folded = fold_waits(va, [vb])
@@ -189,3 +190,29 @@ def test_zipped_loaders_are_in_lockstep_and_a_validation_loader_is_not() -> None
             for _ in run(sc, val, 6):
                 pass
     assert not lockstep(sc.clock(train), sc.clock(val))
+
+
+class Settings:
+    """A loader-like object with one DataLoader setting."""
+
+    def __init__(self, num_workers: int) -> None:
+        self.num_workers = num_workers
+
+
+def test_a_loader_rebuilt_at_one_place_each_epoch_is_one_data_path() -> None:
+    sc, built = clocks(), []
+    for epoch in range(4):
+        loader = Settings(2 if epoch < 3 else 4)  # DataLoader(...) inside the epoch loop
+        built.append(loader)
+        for _ in run(sc, loader, 5):
+            pass
+    first = sc.clock(built[0])
+    assert all(sc.find(x) is first for x in built[:3]) and first.steps == 15
+    assert first.config["instances"] == 3 and len(first.pass_starts) == 3
+    assert sc.clock(built[3]) is not first  # other settings: another loader
+    assert sc.labels()[id(built[1])] == first.label
+    # a loader built elsewhere in the code stays its own, even with the same settings
+    other = Settings(2)
+    for _ in run(sc, other, 5):
+        pass
+    assert sc.clock(other) is not first and sc.training() is first

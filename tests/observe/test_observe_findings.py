@@ -144,3 +144,27 @@ def test_workers_off_the_gpus_node_are_a_finding() -> None:
     assert "workers-off-gpu-node" not in codes(facts(placement=node1, loader={"feedline": True}))
     assert "workers-off-gpu-node" not in codes(facts(placement={"cpus": None, "node": None}))
     assert "workers-off-gpu-node" not in codes(facts(device_type="cpu", placement=node1))
+
+
+def test_passes_that_wait_differently_are_told_apart_and_are_not_a_tail() -> None:
+    # the first epoch reads from storage, later ones from a cache: a third of the waits
+    # are long, which is no "few slow batches"
+    cached = facts(device_type="cpu", verdict="data-bound", stall_fraction=0.6, step_p50=0.01,
+                   wait_p50=0.0005, wait_p99=0.05, pass_stalls=[0.83, 0.04, 0.04])
+    found = {x.code: x for x in detect(cached)}
+    assert "tail-stalls" not in found
+    msg = found["passes-differ"].message
+    assert "first pass" in msg and "83%" in msg and "compute-bound" in msg
+    slower = facts(pass_stalls=[0.05, 0.06, 0.7])
+    assert "stall by pass: 1: 5%, 2: 6%, 3: 70%" in next(
+        x for x in detect(slower) if x.code == "passes-differ").message
+    assert "passes-differ" not in codes(facts(pass_stalls=[0.5, 0.3, 0.4]))
+
+
+def test_more_workers_for_an_iterable_dataset_say_how_to_split_its_stream() -> None:
+    from feedline.observe.findings import loader_call
+
+    one = {"num_workers": 1, "batch_size": 8, "iterable": True}
+    assert "get_worker_info()" in loader_call(one, 4, False)
+    assert "get_worker_info()" not in loader_call(one | {"num_workers": 2}, 4, False)  # split already
+    assert "get_worker_info()" not in loader_call(one | {"iterable": False}, 4, False)

@@ -191,3 +191,28 @@ def test_a_step_queued_for_a_core_gets_the_step_contention_finding() -> None:
     assert "torch.set_num_threads(6)" in f.fix  # 8 cores, 2 workers
     m.body_runq = [0.001] * len(m.body)
     assert "step-contention" not in {f.code for f in build_report(m).findings}
+
+
+def test_a_first_pass_read_from_storage_and_later_ones_from_a_cache_are_both_said() -> None:
+    # epoch 1 waits 48 ms per 10 ms step, epochs 2 and 3 read from a cache
+    n, waits = 36, [0.048] * 12 + [0.0005] * 24
+    spans = [Span("fetch", i, i + w, 1, 1, {"cpu": 0.0002, "runq": 0.0}) for i, w in enumerate(waits)]
+    rep = build_report(Measurements(name="c", device_type="cpu", wait=waits, body=[0.010] * n,
+                                    gpu=[0.010] * n, spans=spans, cores=2, pass_first=[12, 24],
+                                    loader={"num_workers": 0, "batch_size": 8}))
+    first, *later = rep.analysis["pass_stalls"]
+    assert len(later) == 2 and first > 0.7 and max(later) < 0.1
+    codes = {f.code for f in rep.findings}
+    assert "passes-differ" in codes and "tail-stalls" not in codes
+
+
+def test_a_loader_rebuilt_each_epoch_restarts_its_workers_even_if_persistent() -> None:
+    n = 20
+    spans = [Span("fetch", i, i + 0.001, 1, 1, {"cpu": 0.0008, "runq": 0.0}) for i in range(n)]
+    waits = [0.300 if i % 5 == 4 else 0.001 for i in range(n)]
+    loader = {"num_workers": 2, "batch_size": 16, "persistent_workers": True, "instances": 4}
+    rep = build_report(Measurements(name="r", device_type="cpu", wait=waits, body=[0.010] * n,
+                                    gpu=[0.010] * n, spans=spans, cores=2, loader=loader,
+                                    pass_first=[5, 10, 15]))
+    (f,) = [f for f in rep.findings if f.code == "epoch-restarts"]
+    assert "built again 3 time(s)" in f.message and "before the epoch loop" in f.fix

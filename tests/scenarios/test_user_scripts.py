@@ -7,7 +7,9 @@ spins for decode, a sleep-padded step) with margins that hold on a loaded two-co
 a data-bound script's data path is at least four times its step, a compute-bound one's
 at most a tenth. For each: the verdict, binding stage and stall are right, and the run
 is the user's run: the same output (epochs, steps, batches per epoch) and exit status
-as without diagnose, no ``--steps`` given. The default suite runs a few of them;
+as without diagnose, no ``--steps`` given. Round 3 (``w_*.py``) adds the ways trainers,
+launchers and hurried researchers write loops (a Lightning-like or HF-like trainer class,
+spawned ranks, a loader rebuilt every epoch, a RAM cache, a lying ``__len__``...). The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
 
@@ -37,6 +39,14 @@ class Truth:
     """What the script prints without diagnose (its run length: epochs, steps, batches)."""
     needs: str = ""
     """A module the script imports that is not a feedline dependency."""
+    args: tuple[str, ...] = ()
+    """The script's command-line arguments."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables the script reads."""
+    code: int = 0
+    """The script's own exit status."""
+    script: str = ""
+    """The script's file name without ``.py`` when it is not the case's name."""
 
 
 DATA = (0.3, 1.0)
@@ -79,24 +89,71 @@ TRUTH = {
     # no_grad evaluation every 15 steps over a second loader with its own workers
     "u_eval_inside": Truth("compute-bound", "gpu", COMPUTE,
                            "epoch 0: 45 steps\nepoch 1: 45 steps\n"),
+    # -- round 3 (w_*.py)
+    # LightningModule-like training_step driven by a hand-written Trainer class
+    "w_lightning_trainer": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: global_step={20 * (e + 1)} val_batches=2\n" for e in range(2))),
+    # HF Trainer lookalike: DataCollatorWithPadding-like class, 30 ms of CPU, in-process
+    "w_hf_trainer": Truth("data-bound", "collate", DATA, "optimizer updates: 20\n"),
+    # enumerate(dl, start=1), step % accum, non_blocking copies, pin_memory=True on a CPU
+    "w_accelerate_accum": Truth("compute-bound", "gpu", COMPUTE, "micro-batches 30 updates 7\n"),
+    # torch.compile: the first step compiles (warm-up, not a stall)
+    "w_compile_warmup": Truth("compute-bound", "gpu", COMPUTE, "steps 40\n"),
+    # a RAM cache in the dataset: epoch 0 read-bound, later epochs compute-bound
+    "w_ram_cache": Truth("data-bound", "read", DATA,
+                         "".join(f"epoch {e}: 12 batches\n" for e in range(3))),
+    # an IterableDataset whose __len__ says 100 but streams 48
+    "w_len_lies": Truth("data-bound", "read", DATA,
+                        "epoch 0: 6 of 13 batches\nepoch 1: 6 of 13 batches\n"),
+    # an endless sampler bounded by zip(range(max_iter), loader)
+    "w_infinite_sampler": Truth("compute-bound", "gpu", COMPUTE, "iterations 60 islice ok 2\n"),
+    # torch.multiprocessing.spawn: two gloo ranks, each its own DataLoader; the parent waits
+    "w_mp_spawn": Truth("data-bound", "read", DATA, "rank 0 steps 20\ndone\n"),
+    # a long status line printed every step
+    "w_print_every_step": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"step {i:04d} | lr 1.00e-03 | batch (8, 10) | " + "#" * (i % 60) + "\n"
+        for i in range(80)) + "finished 80\n"),
+    # argparse + EPOCHS from the environment, sys.exit(3) at the end
+    "w_argv_env_exit": Truth("data-bound", "read", DATA, "bs=8 epochs=2 steps=24\n",
+                             args=("--batch-size", "8"), env=(("EPOCHS", "2"),), code=3),
+    # a cycle() generator around a DataLoader, next(gen) per step
+    "w_generator_over_loader": Truth("data-bound", "read", DATA, "steps 24\n"),
+    # ConcatDataset of an in-memory and a slow remote dataset
+    "w_concat_fast_slow": Truth("data-bound", "read", DATA,
+                                "epoch 0: 10 batches\nepoch 1: 10 batches\n"),
+    # worker_init_fn seeds and opens the file; CPU parsing of page-cached records
+    "w_worker_init_files": Truth("data-bound", "decode", DATA, "batches 20\n"),
+    # a sleep standing in for a slow GPU in the step, or for storage in the dataset
+    "w_step_sleep_vs_data:step": Truth("compute-bound", "gpu", COMPUTE, "step 25\n",
+                                       args=("step",), script="w_step_sleep_vs_data"),
+    "w_step_sleep_vs_data:data": Truth("data-bound", "read", DATA, "data 25\n",
+                                       args=("data",), script="w_step_sleep_vs_data"),
+    # DataLoader(...) built anew inside the epoch loop: one data path, five instances
+    "w_loader_per_epoch": Truth("data-bound", "read", DATA,
+                                "".join(f"epoch {e}: 8 batches\n" for e in range(5))),
+    # a DataLoader subclass whose __iter__ generator keeps one batch ahead (accelerate)
+    "w_accelerate_shard": Truth("data-bound", "decode", DATA,
+                                "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
 }
-FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders")
-"""The default suite's share (about 30 s on two busy cores): one of each fix (start-up
-binding, run-queue wait of process workers, zipped loaders)."""
+FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch")
+"""The default suite's share (about 45 s on two busy cores): one of each fix (start-up
+binding, run-queue wait of process workers, zipped loaders, ranks in processes the
+command starts, a loader rebuilt every epoch)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
     """Run one script under diagnose as a user would; exit status, JSON, stdout, stderr."""
-    json_path = out / f"{name}.json"
+    truth = TRUTH[name]
+    json_path = out / f"{name.replace(':', '-')}.json"
     cmd = [sys.executable, "-m", "feedline", "diagnose", "--json", str(json_path), "--",
-           sys.executable, f"{name}.py"]
+           sys.executable, f"{truth.script or name}.py", *truth.args]
     # the scripts run from their own folder, as a user runs one: feedline is found by
     # absolute path, whatever relative PYTHONPATH the suite runs with
     src = str(Path(feedline.__file__).resolve().parents[1])
     path = os.pathsep.join([src] + [os.path.abspath(p) for p in
                                     os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False,
-                          cwd=SCRIPTS, env=os.environ | {"PYTHONPATH": path})
+                          cwd=SCRIPTS, env=os.environ | dict(truth.env) | {"PYTHONPATH": path})
     data = json.loads(json_path.read_text()) if json_path.exists() else {}
     return proc.returncode, data, proc.stdout, proc.stderr
 
@@ -110,7 +167,7 @@ def run_many(out: Path, names: list[str]) -> dict[str, tuple[int, dict, str, str
 def check(name: str, result: tuple[int, dict, str, str]) -> None:
     code, data, out, err = result
     truth = TRUTH[name]
-    assert code == 0, err[-3000:]
+    assert code == truth.code, err[-3000:]
     assert out == truth.stdout, (name, out)  # the same run: epochs, steps, batches
     assert data, f"{name}: no report; stderr:\n{err[-3000:]}"
     got = (data["verdict"], data["binding"])
@@ -160,8 +217,24 @@ def test_zipped_loaders_are_one_data_path_and_the_slow_one_binds(fast_runs: dict
     assert "num_workers=" in data["recommendation"]
 
 
+@pytest.mark.timeout(400)
+def test_ranks_the_command_starts_are_measured_and_named(fast_runs: dict) -> None:
+    data = fast_runs["w_mp_spawn"][1]
+    assert data["host"]["process"]["rank"] == 0 and data["steps"] == 19
+    (note,) = [n for n in data["host"]["notes"] if "iterated no loader" in n]
+    assert "rank 0" in note and "one of 2" in note and "rank 1) data-bound" in note
+
+
+@pytest.mark.timeout(400)
+def test_a_loader_rebuilt_every_epoch_is_one_training_loader(fast_runs: dict) -> None:
+    data = fast_runs["w_loader_per_epoch"][1]
+    assert data["loader"]["instances"] == 5 and data["loaders"] == [] and data["steps"] == 39
+    (f,) = [f for f in data["findings"] if f["code"] == "epoch-restarts"] or [None]
+    assert f is None or "before the epoch loop" in f["fix"]
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(3600)
 def test_every_script_three_times(tmp_path: Path) -> None:
     """Every script right in each of three runs (the machine may be busy)."""
     names = available(list(TRUTH))
@@ -175,3 +248,13 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         assert "batch_size=None" in results["u_batch_sampler"][1]["recommendation"]
         # the user's own generator: unknown, and how to measure it
         assert "feedline.watch" in results["u_generator"][1]["fix"]
+        # a RAM cache: the first pass is data-bound, later ones are not, and both are said
+        cached = results["w_ram_cache"][1]
+        first, *later = cached["analysis"]["pass_stalls"]
+        assert first > 0.5 and max(later) < 0.2
+        assert "passes-differ" in {f["code"] for f in cached["findings"]}
+        # more workers for a stream that is not split: say how to split it
+        assert "get_worker_info()" in results["w_len_lies"][1]["recommendation"]
+        # no pinning advice without a GPU; compile warm-up is no stall
+        assert "pin_memory" not in json.dumps(results["w_accelerate_accum"][1]["findings"])
+        assert "pin_memory" not in results["w_accelerate_accum"][1]["recommendation"]

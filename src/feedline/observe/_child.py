@@ -47,6 +47,8 @@ from feedline.observe._snapshot import snapshot
 CONFIG_ENV = "FEEDLINE_DIAGNOSE"
 PID_ENV = "FEEDLINE_DIAGNOSE_PID"
 MAX_RESULT_SPANS = 200_000
+PROC_PREFIX = "proc-"
+"""Results of processes the command started are ``proc-<pid>.json`` (and ``.partial.json``)."""
 PARTIAL_DUTY = 0.005
 """Largest share of the run's time the partial-report thread may take."""
 
@@ -67,6 +69,8 @@ class Child:
         self._done = False
         self._stop = threading.Event()
         self._due = threading.Event()
+        self.process: dict[str, Any] | None = None
+        """A descendant's pid and rank (when known): ``host["process"]`` of its report."""
 
     def start(self) -> None:
         atexit.register(self.finish)
@@ -95,7 +99,12 @@ class Child:
             self._stop.set()
             self._due.set()
             try:
-                data = self.session.report().to_dict(include_spans=True)
+                rep = self.session.report()
+                if self.process is not None:
+                    rank = self.process.get("rank")
+                    rep.host = rep.host | {"process": self.process | {
+                        "rank": _rank() if rank is None else rank}}
+                data = rep.to_dict(include_spans=True)
                 data["spans"] = data["spans"][:MAX_RESULT_SPANS]
                 _write_atomic(self.result, data)
             except Exception:  # report the failure loudly; the user's exit status stays intact
@@ -121,7 +130,7 @@ class Child:
                 return
             t0 = time.perf_counter()
             try:
-                data = {"snapshot": snapshot(self.session)}
+                data = {"snapshot": snapshot(self.session), "process": self.process}
                 with self._lock:
                     if self._done:
                         return
@@ -147,8 +156,33 @@ def settle() -> None:
     gc.collect()
 
 
-def bootstrap() -> None:
-    """Start measuring this process (called from the generated sitecustomize)."""
+def result_paths(cfg: dict[str, Any], pid: int | None) -> tuple[Path, Path]:
+    """Where a process writes its final and partial results: the command's own process
+    (``pid`` None) at the configured paths, a descendant at ``proc-<pid>.json`` and
+    ``proc-<pid>.partial.json`` beside them."""
+    result, partial = Path(cfg["result"]), Path(cfg["partial"])
+    if pid is None:
+        return result, partial
+    return result.with_name(f"{PROC_PREFIX}{pid}.json"), partial.with_name(
+        f"{PROC_PREFIX}{pid}.partial.json")
+
+
+def _rank() -> int | None:
+    """This process's rank in torch.distributed, when it has joined a process group."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except (RuntimeError, ValueError):
+        pass
+    rank = os.environ.get("RANK")
+    return int(rank) if rank is not None and rank.isdigit() else None
+
+
+def bootstrap(descendant: bool = False) -> None:
+    """Start measuring this process (called from the generated sitecustomize for the
+    command's own process; ``descendant``: from :mod:`feedline.observe._descendant`, in a
+    process the command started, at its first loader iteration)."""
     cfg = json.loads(Path(os.environ[CONFIG_ENV]).read_text(encoding="utf-8"))
     os.environ[PID_ENV] = str(os.getpid())
     import torch
@@ -162,9 +196,12 @@ def bootstrap() -> None:
                       on_end=lambda: holder[0].on_limit())
     if float(cfg.get("partial_every", 5.0)) > 0:
         session.clocks.on_milestone = lambda: holder[0].milestone()
-    child = Child(session, Path(cfg["result"]), Path(cfg["partial"]),
-                  float(cfg.get("partial_every", 5.0)))
+    result, partial = result_paths(cfg, os.getpid() if descendant else None)
+    child = Child(session, result, partial, float(cfg.get("partial_every", 5.0)))
+    if descendant:
+        child.process = {"pid": os.getpid(), "rank": _rank()}  # the group may be gone at exit
     holder.append(child)
-    settle()
+    if not descendant:
+        settle()  # a descendant starts mid-run: a full collection now would be the tool's cost
     session.start()
     child.start()

@@ -6,7 +6,10 @@ feedline's Loader through :func:`feedline.spans.step_hook`, any iterable
 through :func:`feedline.watch`) and times it on the loader's own clock: the
 wait inside ``next()``, and the time until that loader's next ``next()`` (the
 step body). A ``next()`` that starts while another one runs on the same thread
-(a loader that iterates a loader) is part of the outer one, not a step.
+(a loader that iterates a loader) is part of the outer one, not a step. A
+loader built again at the same place in the user's code (``DataLoader(...)``
+inside the epoch loop) after the previous one's pass ended is the same data
+path rebuilt: it continues that loader's clock (:meth:`StepClocks.clock`).
 
 Clocks only append to lists while running; everything derived (step bodies
 with other loaders' time taken out, epoch starts moved into the wait) is
@@ -17,11 +20,13 @@ pays for nothing at an epoch end.
 from __future__ import annotations
 
 import bisect
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 from feedline.observe._timing import DeviceTimer
@@ -52,6 +57,9 @@ def loader_config(obj: Any) -> dict[str, Any]:
         ctx = getattr(obj, "multiprocessing_context", None)
         if ctx is not None:
             out["start_method"] = getattr(ctx, "_name", None) or str(ctx)
+        iterable = getattr(torch.utils.data, "IterableDataset", None) if torch is not None else None
+        if iterable is not None and isinstance(getattr(obj, "dataset", None), iterable):
+            out["iterable"] = True  # more workers each replay the stream unless it is sharded
     return out
 
 
@@ -70,6 +78,28 @@ def batch_info(batch: Any, depth: int = 0) -> tuple[int | None, int]:
         samples = samples if samples is not None else s
         total += b
     return samples, total
+
+
+def call_site(skip: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """The calling thread's stack as (file, line) pairs, innermost first, without the
+    frames of files under the ``skip`` folders (torch's and feedline's own)."""
+    out = []
+    f: FrameType | None = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith(skip):
+            out.append((name, f.f_lineno))
+        f = f.f_back
+    return tuple(out)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # feedline
+    torch = sys.modules.get("torch")
+    path = getattr(torch, "__file__", None) if torch is not None else None
+    if isinstance(path, str):
+        dirs.append(os.path.dirname(os.path.abspath(path)))
+    return tuple(d + os.sep for d in dirs)
 
 
 @dataclass
@@ -115,6 +145,8 @@ class LoaderClock:
     inner: bool = False
     """A pass of this loader ran inside another loader's pass, which then went on (a
     validation loader run every N training steps): it is not the training loader."""
+    site: tuple[tuple[str, int], ...] = ()
+    """Where in the user's code the loader was first iterated (its stack)."""
     last: Any = field(default=None, repr=False)
     timer: DeviceTimer | None = field(default=None, repr=False)
     token: Any = field(default=None, repr=False)
@@ -269,6 +301,8 @@ class StepClocks:
         64, 256... (powers of 4): partial reports are taken there, off the consumer thread."""
         self.steps, self.on_limit = steps, on_limit
         self.clocks: dict[int, LoaderClock] = {}
+        self.aliases: dict[int, int] = {}
+        """``id`` of a rebuilt loader -> the key of the clock it continues."""
         self._owners: list[Any] = []  # keeps owners alive so their ids stay theirs
         self._lock = threading.Lock()
         self._tls = threading.local()
@@ -276,19 +310,43 @@ class StepClocks:
         """The training loader when the caller names it (``feedline.watch``)."""
 
     # -- naming
+    def find(self, owner: Any) -> LoaderClock | None:
+        """The clock of ``owner`` if it has one."""
+        key = id(owner)
+        return self.clocks.get(self.aliases.get(key, key))
+
     def clock(self, owner: Any) -> LoaderClock:
-        """The clock of ``owner`` (created at its first use)."""
-        c = self.clocks.get(id(owner))
+        """The clock of ``owner``, made at its first use; a loader like an earlier one (the
+        same settings), first used at the same place in the user's code (the same stack)
+        after that one's pass ended, continues the earlier one's clock (a loader rebuilt
+        every epoch is one data path; its settings get ``instances``)."""
+        c = self.find(owner)
         if c is None:
             with self._lock:
-                c = self.clocks.get(id(owner))
+                c = self.find(owner)
                 if c is None:
+                    config = loader_config(owner)
+                    site = call_site(_library_dirs())
+                    key = next((k for k, o in self.clocks.items() if o.site == site and site
+                                and len(o.pass_starts) == len(o.pass_ends)
+                                and {**o.config, "instances": 1} == {**config, "instances": 1}),
+                               None)
+                    self._owners.append(owner)  # keeps its id its own
+                    if key is not None:
+                        c = self.clocks[key]
+                        c.config["instances"] = int(c.config.get("instances", 1)) + 1
+                        self.aliases[id(owner)] = key
+                        return c
                     n = len(self.clocks) + 1
-                    c = LoaderClock(f"loader-{n}", loader_config(owner), n)
+                    c = LoaderClock(f"loader-{n}", config, n, site=site)
                     c.timer = self._make_timer()
-                    self._owners.append(owner)
                     self.clocks[id(owner)] = c
         return c
+
+    def labels(self) -> dict[int, str]:
+        """Each loader's label by the ``id`` of its owner, rebuilt loaders included."""
+        out = {key: c.label for key, c in self.clocks.items()}
+        return out | {a: self.clocks[k].label for a, k in self.aliases.items()}
 
     def label(self, owner: Any) -> str:
         return self.clock(owner).label
@@ -379,7 +437,7 @@ class StepClocks:
 
     def step_done(self, owner: Any) -> None:
         """End the current body of ``owner``'s clock now (an explicit step boundary)."""
-        c = self.clocks.get(id(owner))
+        c = self.find(owner)
         if c is not None and c.steps and c.steps - 1 not in c.done:
             c.done[c.steps - 1] = time.perf_counter()
             self._close_body(c)
@@ -398,8 +456,8 @@ class StepClocks:
         """The training loader: the one named by the caller, else the one with most steps
         among those not run inside another loader's pass (ties: the one stepped first).
         None before any step."""
-        if self.primary is not None and id(self.primary) in self.clocks:
-            return self.clocks[id(self.primary)]
+        if self.primary is not None and self.find(self.primary) is not None:
+            return self.find(self.primary)
         stepped = [c for c in self.clocks.values() if c.steps]
         stepped = [c for c in stepped if not c.inner] or stepped
         return min(stepped, key=lambda c: (-c.steps, c.starts[0])) if stepped else None

@@ -90,6 +90,9 @@ def render_text(rep: Report, width: int = 100) -> str:
         how = (f"stepped in lockstep with {', '.join(zipped)}, whose waits each step also "
                "pays; the one that waits most" if zipped else
                "not run inside another loader's pass, with the most steps")
+        built = int(rep.loader.get("instances") or 1)
+        if built > 1:
+            how += f"; built {built} times at the same place in the code, one data path"
         con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, {how})")
     con.print(f"verdict: {rep.verdict.upper()} (binding: {rep.binding})  data stall: "
               f"{rep.stall_fraction:.0%} of each step  busy: {util}  samples/s: {sps}")
@@ -117,6 +120,8 @@ def render_text(rep: Report, width: int = 100) -> str:
     for f in rep.findings:
         con.print(f"[{f.severity}] {f.code}: {f.message}\n    fix: {f.fix}", markup=False)
     h = rep.host
+    for note in h.get("notes", []):
+        con.print(f"note: {note}", markup=False)
     if h.get("samples", 0) > 1:
         con.print(f"host: CPU {h.get('cpu_mean_pct')}% mean, busiest core {h.get('cpu_max_core_pct')}%, "
                   f"{h.get('ctx_switches_per_s')} ctx switches/s, disk read {h.get('disk_read_mb_s')} MB/s"

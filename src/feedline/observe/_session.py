@@ -191,7 +191,7 @@ class Session:
         recorded = self.recorder.spans()
         if not final and self._worker_dir is not None and self._t_end is None:
             recorded += read_worker_spans(self._worker_dir)
-        labels = {key: c.label for key, c in self.clocks.clocks.items()}
+        labels = self.clocks.labels()
         for s in recorded:
             ev, owner = s.attrs.get("events"), s.attrs.get("owner")
             if ev is None and owner is None:

@@ -52,6 +52,7 @@ def snapshot(session: Session) -> dict[str, Any]:
         "device": str(session.device), "batch_size": session.batch_size,
         "steps": session.steps, "t0": session._t0, "limit_at": session._limit_at,
         "notes": list(session.notes), "pinned": list(session.pinned), "clocks": clocks,
+        "aliases": sorted(session.clocks.aliases.items()),
         "spans": spans,
         "worker_dir": session._worker_dir,
         "copies": [[r.start, r.end, r.nbytes, r.pinned, r.non_blocking, d]
@@ -106,6 +107,7 @@ def restore(data: dict[str, Any]) -> Session:
         c.inner, c.batch_samples, c.batch_bytes = row["inner"], row["batch_samples"], row["batch_bytes"]
         c.timer = _Recorded(row["gpu"]) if row["gpu"] is not None else None
         s.clocks.clocks[row["key"]] = c
+    s.clocks.aliases = {int(a): int(k) for a, k in data.get("aliases", [])}
     s.recorder.add(Span.from_list(row) for row in data["spans"])
     for start, end, nbytes, pinned, non_blocking, dur in data["copies"]:
         s.copy_log.add(CopyRecord(start, end, nbytes, pinned, non_blocking, dur))

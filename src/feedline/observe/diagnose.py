@@ -27,13 +27,16 @@ from typing import Any
 
 import feedline
 from feedline.errors import ConfigError
-from feedline.observe._child import CONFIG_ENV, PID_ENV
+from feedline.observe._child import CONFIG_ENV, PID_ENV, PROC_PREFIX
 from feedline.observe.report import Report
 
+DESCENDANT = str(Path(__file__).with_name("_descendant.py"))
+"""Loaded by path in the processes the command starts (see :mod:`._descendant`)."""
 HOOK_ERROR = "hook_error.txt"
 """Written next to the config by a child whose Python cannot import the hook."""
 
-SITECUSTOMIZE = f'''"""Written by feedline diagnose: measure this process only."""
+SITECUSTOMIZE = f'''"""Written by feedline diagnose: measure the command's process, and any
+process it starts that iterates a loader."""
 import os
 
 if os.environ.get("{CONFIG_ENV}") and os.environ.get("{PID_ENV}") in (None, str(os.getpid())):
@@ -46,6 +49,16 @@ if os.environ.get("{CONFIG_ENV}") and os.environ.get("{PID_ENV}") in (None, str(
             f.write(f"{{sys.executable}}: {{type(e).__name__}}: {{e}}")
     else:
         bootstrap()
+elif os.environ.get("{CONFIG_ENV}"):
+    try:  # by file path: importing the feedline.observe package here would slow every subprocess
+        import importlib.util
+
+        _spec = importlib.util.spec_from_file_location("_feedline_descendant", {DESCENDANT!r})
+        _mod = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(_mod)
+        _mod.arm("{PID_ENV}")
+    except (ImportError, OSError, SyntaxError):
+        pass  # another Python than feedline's: this process goes unmeasured
 '''
 
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -133,8 +146,8 @@ def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _read_report(result: Path, partial: Path) -> Report | None:
-    """The child's final report, else the report of its last partial result (built
+def _read_one(result: Path, partial: Path) -> Report | None:
+    """One process's final report, else the report of its last partial result (built
     here from its raw measurements, :mod:`feedline.observe._snapshot`), else None."""
     if result.exists():
         return Report.from_dict(json.loads(result.read_text(encoding="utf-8")))
@@ -142,14 +155,61 @@ def _read_report(result: Path, partial: Path) -> Report | None:
         return None
     from feedline.observe._snapshot import restore
 
-    session = restore(json.loads(partial.read_text(encoding="utf-8"))["snapshot"])
+    data = json.loads(partial.read_text(encoding="utf-8"))
+    session = restore(data["snapshot"])
     try:
         report = session.partial_report()
     finally:
         if session._worker_dir is not None:  # the killed child could not remove it
             shutil.rmtree(session._worker_dir, ignore_errors=True)
     report.host = report.host | {"partial": True}
+    if data.get("process"):
+        report.host["process"] = dict(data["process"])
     return report
+
+
+def _descendants(tmp: Path) -> list[Report]:
+    """Reports of the processes the command started that iterated a loader."""
+    pids = sorted({int(m.group(1)) for p in tmp.glob(f"{PROC_PREFIX}*.json")
+                   if (m := re.fullmatch(rf"{PROC_PREFIX}(\d+)(?:\.partial)?\.json", p.name))})
+    reps = [_read_one(tmp / f"{PROC_PREFIX}{pid}.json", tmp / f"{PROC_PREFIX}{pid}.partial.json")
+            for pid in pids]
+    return [r for r in reps if r is not None and r.steps > 0]
+
+
+def _who(rep: Report) -> str:
+    proc = rep.host.get("process") or {}
+    rank = proc.get("rank")
+    return f"process {proc.get('pid')}" + (f" (rank {rank})" if rank is not None else "")
+
+
+def _read_report(tmp: Path, result: Path, partial: Path) -> Report | None:
+    """The command's own report, or, when its own process measured no training step and
+    processes it started did (ranks of ``torch.multiprocessing.spawn``, torchrun workers,
+    a launcher's ``python train.py``), the report of one of those: rank 0 if known, else
+    the one with the most steps, else the first started. Notes say which, and of how many."""
+    main = _read_one(result, partial)
+    kids = _descendants(tmp)
+    if not kids:
+        return main
+    if main is not None and main.steps > 0:
+        main.host = main.host | {"notes": [*main.host.get("notes", []), (
+            f"{len(kids)} process(es) the command started also iterated loaders "
+            f"({', '.join(_who(k) for k in kids)}); this report is the command's own process")]}
+        return main
+    pick = min(kids, key=lambda r: (r.host["process"].get("rank") not in (0, None),
+                                    r.host["process"].get("rank") is None, -r.steps))
+    rest = [k for k in kids if k is not pick]
+    note = (f"the command's own process iterated no loader: this report measured {_who(pick)}, "
+            f"one of {len(kids)} process(es) it started that trained")
+    if rest:
+        note += "; the others: " + ", ".join(
+            f"{_who(k)} {k.verdict} ({k.stall_fraction:.0%} stall, binding {k.binding})"
+            for k in rest)
+    pick.host = pick.host | {"notes": [*pick.host.get("notes", []), note]}
+    if main is not None and main.loaders:
+        pick.loaders = [*main.loaders, *pick.loaders]
+    return pick
 
 
 def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool = False,
@@ -222,7 +282,7 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
                 proc.kill()
                 proc.wait()
                 raise
-        report = _read_report(result, partial)
+        report = _read_report(tmp, result, partial)
         if report is None and (err := _hook_error(tmp)) is not None:
             raise err
         return exit_status(code), report

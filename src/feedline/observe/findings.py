@@ -71,6 +71,8 @@ class RunFacts:
     """How many such steps were measured."""
     steps_per_pass: float = 0.0
     """Mean measured steps per pass of the loader (below 2: a new iterator every step)."""
+    pass_stalls: list[float] = field(default_factory=list)
+    """Share of each pass's (epoch's) time spent waiting for data (empty: one pass)."""
     binding: str = ""
     """The stage that binds (``decode``, ``read``, ``gpu``...)."""
     decode_gain: tuple[float, float] | None = None
@@ -117,7 +119,11 @@ def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) 
         args.append("pin_memory=True")
     args.append("persistent_workers=True")
     args += [f"{k}={v!r}" for k, v in extra.items()]
-    return "DataLoader(dataset" + (f", batch_size={bs}" if bs else "") + ", " + ", ".join(args) + ")"
+    call = "DataLoader(dataset" + (f", batch_size={bs}" if bs else "") + ", " + ", ".join(args) + ")"
+    if loader.get("iterable") and workers > 1 and int(loader.get("num_workers") or 0) <= 1:
+        call += (" (an IterableDataset: split its stream between the workers in __iter__ with "
+                 "torch.utils.data.get_worker_info(), or each worker yields every sample)")
+    return call
 
 
 def _switch(f: RunFacts) -> str:
@@ -267,11 +273,21 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
             f"torch.set_num_threads({max(1, f.cores - workers)}) in the training script (the "
             "cores the workers leave), fewer workers, or other jobs off the machine",
         ))
-    if (not f.loader.get("feedline") and workers > 0 and not f.loader.get("persistent_workers")
+    rebuilt = int(f.loader.get("instances") or 1) > 1
+    if (not f.loader.get("feedline") and workers > 0
+            and (rebuilt or not f.loader.get("persistent_workers"))
             and f.epoch_starts and f.step_p50 > 0
             and f.epoch_start_wait > max(3 * f.wait_p50, 0.25 * f.step_p50)):
         waited = f"{f.epoch_start_wait * 1e3:.0f} ms (median of {f.epoch_starts})"
-        if f.steps_per_pass < 2:
+        if rebuilt:
+            message = (f"the DataLoader is built again {f.loader['instances'] - 1} time(s) at the "
+                       f"same line (each epoch), and each new one starts its {workers} worker "
+                       f"processes: the first batch of an epoch waited {waited} against "
+                       f"{f.wait_p50 * 1e3:.1f} ms for the others")
+            fix = ("build it once, before the epoch loop, with DataLoader(..., "
+                   "persistent_workers=True); change what an epoch draws through its sampler "
+                   "(or a Subset's indices) instead of a new loader")
+        elif f.steps_per_pass < 2:
             message = (f"a new iterator every step (next(iter(loader))) starts the {workers} "
                        f"worker processes again: each step's batch waited {waited}")
             fix = ("make the iterator once before the loop (it = iter(loader); next(it) in each "
@@ -281,7 +297,10 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
                        f"of an epoch waited {waited} against {f.wait_p50 * 1e3:.1f} ms for the others")
             fix = "keep the workers between epochs: DataLoader(..., persistent_workers=True)"
         out.append(Finding("epoch-restarts", "warning", message, fix))
-    if f.step_p50 > 0 and f.wait_p99 > 0.5 * f.step_p50 and f.wait_p50 < 0.2 * f.step_p50:
+    phases = _passes_differ(f)
+    if phases is not None:
+        out.append(phases)  # the long waits are one pass's, not a tail of slow batches
+    elif f.step_p50 > 0 and f.wait_p99 > 0.5 * f.step_p50 and f.wait_p50 < 0.2 * f.step_p50:
         out.append(Finding(
             "tail-stalls", "warning",
             f"the wait for data is short at the median ({f.wait_p50 * 1e3:.1f} ms) but "
@@ -291,6 +310,33 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
             "shows them)",
         ))
     return out
+
+
+PHASE_GAP = 0.4
+"""Difference of two passes' stall fractions above which the passes are told apart."""
+
+
+def _passes_differ(f: RunFacts) -> Finding | None:
+    """Passes (epochs) that wait for data very differently: the first reads from storage
+    and later ones from a cache (the dataset's own, or the page cache), or the reverse."""
+    st = f.pass_stalls
+    if len(st) < 2 or max(st) - min(st) < PHASE_GAP:
+        return None
+    each = ", ".join(f"{k + 1}: {x:.0%}" for k, x in enumerate(st))
+    first, later = st[0], sum(st[1:]) / len(st[1:])
+    if first - later >= PHASE_GAP:
+        message = (f"the first pass over the data waited {first:.0%} of its time for data "
+                   f"(data-bound), later passes {later:.0%} ("
+                   f"{'compute-bound' if later < 0.2 else 'less'}): the data is cached after the "
+                   f"first pass (in the dataset, or the page cache). Stall by pass: {each}")
+        fix = ("a long run is mostly later passes: judge it by them; to shorten the first, "
+               "read ahead with more workers or warm the cache before training")
+    else:
+        message = (f"passes over the data wait for it very differently (stall by pass: {each}): "
+                   "the data path changes between epochs (a cache evicted, storage slowing "
+                   "down, or a dataset that grows)")
+        fix = "open the trace (--trace) at the slow pass and compare its fetch times"
+    return Finding("passes-differ", "warning", message, fix)
 
 
 def prefetch_depth(fetch_p99: float, step: float, workers: int, feedline: bool) -> int:

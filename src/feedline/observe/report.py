@@ -25,6 +25,7 @@ measured one. Every other loader (validation, say) gets its own line
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -558,6 +559,9 @@ def build_report(m: Measurements) -> Report:
     waits_q = [max(0.0, a - b) for a, b in zip(wait, queued, strict=False)]
     data_wait = summarize(x for i, x in enumerate(waits_q) if i not in started)
     restart = [x for i, x in enumerate(waits_q) if i in opens]
+    pass_stalls = _pass_stalls(waits_q, iters, sorted(opens))
+    if len(pass_stalls) > 1:
+        analysis["pass_stalls"] = pass_stalls
     w_rec = workers_for(pb, m.cores, m.gpus)
     after_start = [x for i, x in enumerate(waits_q) if i in started]
     restart_s = sum(after_start) - len(after_start) * data_wait.p50  # beyond ordinary waits
@@ -565,7 +569,8 @@ def build_report(m: Measurements) -> Report:
     restarts = ((restart_s / stall_s, restart_s / len(iters), per_pass) if iters and stall_s > 0
                 else (0.0, 0.0, per_pass))
     if (verdict == "data-bound" and restarts[0] > 0.5 and workers > 0 and not pb.gil_bound
-            and not m.loader.get("feedline") and not m.loader.get("persistent_workers")):
+            and not m.loader.get("feedline") and (not m.loader.get("persistent_workers")
+                                                   or int(m.loader.get("instances") or 1) > 1)):
         binding = "startup"  # worker start-up at each new iterator is most of the stall
     rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50, restarts)
     facts = RunFacts(
@@ -576,7 +581,7 @@ def build_report(m: Measurements) -> Report:
         blocked_fraction=pb.blocked_fraction, io_workers=io_workers(pb, m.cores),
         fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound, binding=binding,
         epoch_start_wait=sorted(restart)[len(restart) // 2] if restart else 0.0,
-        epoch_starts=len(restart), steps_per_pass=per_pass,
+        epoch_starts=len(restart), steps_per_pass=per_pass, pass_stalls=pass_stalls,
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0
@@ -597,6 +602,16 @@ def build_report(m: Measurements) -> Report:
         timeline=[[t, a, b] for t, a, b in zip(starts, wait, body, strict=False)],
         spans=m.spans + m.extra_spans, loaders=m.loaders_other, reason=reason, fix=fix,
     )
+
+
+def _pass_stalls(waits: list[float], iters: list[float], opens: list[int]) -> list[float]:
+    """Share of each pass's (epoch's) time spent waiting for data, in order; passes of
+    fewer than 3 measured steps (a ``next(iter(loader))`` per step) are not told apart."""
+    bounds = [0, *[i for i in opens if 0 < i < len(iters)], len(iters)]
+    cuts = [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+    if len(cuts) < 2 or min(b - a for a, b in cuts) < 3:
+        return []
+    return [min(1.0, sum(waits[a:b]) / max(sum(iters[a:b]), 1e-12)) for a, b in cuts]
 
 
 def other_loader(label: str, config: dict[str, Any], waits: list[float], bodies: list[float],
