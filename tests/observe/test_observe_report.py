@@ -209,7 +209,7 @@ def test_a_first_pass_read_from_storage_and_later_ones_from_a_cache_are_both_sai
 def test_a_loader_rebuilt_each_epoch_restarts_its_workers_even_if_persistent() -> None:
     n = 20
     spans = [Span("fetch", i, i + 0.001, 1, 1, {"cpu": 0.0008, "runq": 0.0}) for i in range(n)]
-    waits = [0.300 if i % 5 == 4 else 0.001 for i in range(n)]
+    waits = [0.300 if i in (5, 10, 15) else 0.001 for i in range(n)]  # each epoch's first batch
     loader = {"num_workers": 2, "batch_size": 16, "persistent_workers": True, "instances": 4}
     rep = build_report(Measurements(name="r", device_type="cpu", wait=waits, body=[0.010] * n,
                                     gpu=[0.010] * n, spans=spans, cores=2, loader=loader,
