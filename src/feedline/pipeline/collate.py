@@ -193,10 +193,10 @@ def _leaves(layout: Layout, sample: Any) -> list[Any]:
             return [None if v is _MISSING else v for v in values] if lacking else values
     skeleton, leaves = flatten(sample, layout.max_depth)
     want = layout.skeleton
-    if skeleton == want:
-        return [value for _, value in leaves]
-    if isinstance(want, dict) and isinstance(skeleton, dict) and all(
-            k in want and want[k] == v for k, v in skeleton.items()):
+    # by path, not position: dict equality ignores key order, and samples built by
+    # different code paths list their keys in different orders
+    if skeleton == want or (isinstance(want, dict) and isinstance(skeleton, dict) and all(
+            k in want and want[k] == v for k, v in skeleton.items())):
         got = dict(leaves)
         return [got.get(leaf.path) for leaf in layout.leaves]
     raise DecodeError(
