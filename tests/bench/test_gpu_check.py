@@ -1,30 +1,146 @@
-"""The GPU check script never passes silently without CUDA."""
+"""bench/gpu_check.py: never passes silently without CUDA, and its plumbing (timeouts that stop a
+step with its children, a summary rewritten after every step, the budget, the dry run) works on
+CPU, so the one GPU run it gets runs clean."""
+
+from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import gpu_check  # noqa: E402
 
 
-def test_dry_run_lists_the_plan():
-    out = subprocess.run(
-        [sys.executable, "bench/gpu_check.py", "--dry-run"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert out.returncode == 0
-    assert "pytest tests/gpu" in out.stdout and "loader_h2d" in out.stdout
+def _run(*args: str, timeout: float = 100) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "bench/gpu_check.py", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """Whether ``pid`` has exited (or is a zombie) before ``within`` seconds pass."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)  # polling an exit, not ordering two threads
+    return False
 
 
 def test_without_cuda_it_fails_loudly(tmp_path):
     if torch.cuda.is_available():  # on a GPU machine the real run is the test
         return
-    out = subprocess.run(
-        [sys.executable, "bench/gpu_check.py", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True,
-    )
-    assert out.returncode == 2
+    assert gpu_check.main(["--out", str(tmp_path)]) == 2
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     assert summary["env"]["cuda_available"] is False and "did not run" in summary["error"]
+    assert summary["steps"] == {}
+
+
+@pytest.mark.timeout(120)
+def test_a_crash_of_the_runner_keeps_the_steps_done_and_a_hung_step_dies_with_its_children(tmp_path):
+    """Step 1 writes a result, step 2 fails, step 3 hangs with a child process (stopped at its
+    timeout, child included), step 4 SIGKILLs the runner itself: steps 1-3 are in the summary."""
+    child_pid = tmp_path / "child.pid"
+    hang = ("import subprocess, sys, time\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'])\n"
+            f"open({str(child_pid)!r}, 'w').write(str(c.pid))\n"
+            "while True: time.sleep(1)\n")
+    plan = [
+        {"name": "one", "argv": ["{python}", "-c", "import json, sys; json.dump({'rows': [{'name': 'a', "
+                                 "'samples_per_s': 123.0}]}, open(sys.argv[1], 'w'))", "{json}"]},
+        {"name": "two", "argv": ["{python}", "-c", "print('about to fail'); raise SystemExit(3)"]},
+        {"name": "three", "argv": ["{python}", "-c", hang], "timeout": 1.5},
+        {"name": "four", "argv": ["{python}", "-c", "import os, signal; os.kill(os.getppid(), signal.SIGKILL)"]},
+        {"name": "five", "argv": ["{python}", "-c", "pass"]},
+    ]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out = tmp_path / "out"
+    run = _run("--dry-run", "--skip-preflight", "--plan-file", str(tmp_path / "plan.json"), "--out", str(out))
+    assert run.returncode == -9, run.stderr
+    steps = json.loads((out / "gpu_check.json").read_text())["steps"]
+    assert list(steps) == ["one", "two", "three"]
+    assert steps["one"]["status"] == "ok" and "samples_per_s=123" in steps["one"]["headline"]
+    assert steps["one"]["result"]["rows"][0]["samples_per_s"] == 123.0
+    assert steps["two"]["status"] == "rc 3" and steps["three"]["status"] == "timeout"
+    assert _gone(int(child_pid.read_text())), "the hung step's child outlived its timeout"
+    log = (out / "gpu_check.log").read_text()
+    assert "about to fail" in log and "three: stopped after 1.5 s" in log
+    assert not (out / ".gpu_check.json.tmp").exists()
+
+
+def test_the_budget_stops_starting_steps_and_the_table_says_so(tmp_path, capsys):
+    (tmp_path / "plan.json").write_text(json.dumps([{"name": "late", "argv": ["{python}", "-c", "pass"]}]))
+    rc = gpu_check.main(["--dry-run", "--plan-file", str(tmp_path / "plan.json"), "--out", str(tmp_path),
+                         "--budget", str(gpu_check.MIN_STEP_S - 1)])
+    assert rc == 1
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["steps"]["late"]["status"] == "not run"
+    assert "budget was spent" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_an_unknown_only_name_is_a_usage_error_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_check.main(["--dry-run", "--only", "tests,nonesuch", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "nonesuch" in err and "gpu_decode" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.timeout(180)
+def test_dry_run_collects_every_gpu_test_and_parses_a_bench_command_line(tmp_path):
+    """The GPU tests import on CPU (collect-only) and the demo's exact command line parses."""
+    assert gpu_check.main(["--dry-run", "--only", "tests,demo", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert summary["steps"]["tests"]["collected"] >= 30
+    assert summary["steps"]["demo"]["status"] == "ok"
+    assert "torch" in summary["env"] and "kvikio" in summary["env"]["imports"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check.json", "gpu_check.log", "gpu_tests.xml"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_full_dry_run_parses_every_bench_command_line(tmp_path):
+    run = _run("--dry-run", "--out", str(tmp_path), timeout=290)
+    assert run.returncode == 0, run.stdout + run.stderr
+    steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
+    assert set(steps) == {"tests"} | {b[0] for b in gpu_check.GPU_BENCHES}
+    assert all(s["status"] == "ok" for s in steps.values())
+
+
+def test_test_counts_come_from_junit_or_else_from_the_verbose_log(tmp_path):
+    xml = tmp_path / "t.xml"
+    xml.write_text('<testsuites><testsuite><testcase classname="a" name="ok"/>'
+                   '<testcase classname="a" name="bad"><failure message="assert 1 == 2">x</failure>'
+                   '</testcase><testcase classname="a" name="s"><skipped/></testcase></testsuite></testsuites>')
+    counts = gpu_check.junit_counts(xml)
+    assert (counts["passed"], counts["failed"], counts["skipped"]) == (1, 1, 1)
+    assert counts["failures"] == {"a::bad": "assert 1 == 2"}
+    assert "error" in gpu_check.junit_counts(tmp_path / "missing.xml")
+    log = ("tests/gpu/x_test.py::test_a PASSED                      [ 33%]\n"
+           "tests/gpu/x_test.py::test_b[gds] FAILED                 [ 66%]\n"
+           "tests/gpu/x_test.py::test_c ERROR\n"
+           "FAILED tests/gpu/x_test.py::test_b[gds] - AssertionError\n")
+    v = gpu_check.verbose_counts(log)
+    assert (v["passed"], v["failed"], v["errors"]) == (1, 1, 1)
+    assert set(v["failures"]) == {"tests/gpu/x_test.py::test_b[gds]", "tests/gpu/x_test.py::test_c"}
+
+
+def test_wheels_install_into_a_private_site_without_network(tmp_path):
+    """A folder without wheels is reported, not fatal; bench/gpu_wheels.sh pins one version each."""
+    with open(os.devnull, "w") as log:
+        site, info = gpu_check.install_wheels(tmp_path, log)
+    assert site is None and "no wheels" in info["error"]
+    pins = (ROOT / "bench/gpu_wheels.sh").read_text()
+    for name in ("simplejpeg==", "kvikio-cu13==", "libkvikio-cu13==", "rapids-logger=="):
+        assert name in pins
