@@ -9,6 +9,7 @@ device memory and never reuses a block a live tensor view still points at.
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
@@ -19,11 +20,23 @@ _KVIKIO_FIX = "pip install 'feedline[gds]' (kvikio) on a machine with CUDA"
 
 
 def _import_kvikio() -> Any:
+    """The kvikio module.
+
+    Raises:
+        DeviceError: kvikio is missing, or its native libraries do not load
+            (``import kvikio`` loads libkvikio and libcufile, which fail with
+            ``OSError`` or cuda-pathfinder's errors, not ``ImportError``).
+    """
     try:
         import kvikio
         import kvikio.defaults
     except ImportError as e:
         raise DeviceError(f"io='gds' needs kvikio, which is not importable ({e})", fix=_KVIKIO_FIX) from e
+    except Exception as e:  # a wheel for another CUDA, a missing libcufile...
+        raise DeviceError(
+            f"io='gds': kvikio is installed but does not load ({type(e).__name__}: {e})",
+            fix="install the kvikio wheel for this machine's CUDA major version "
+                "(kvikio-cu12 or kvikio-cu13) with its libcufile, or use io='auto'") from e
     return kvikio
 
 
@@ -54,12 +67,27 @@ def _compat_mode_on(kvikio: Any) -> tuple[bool, str]:
     return True, f"KvikIO compat mode is {name} (cuFile may not be engaged)"
 
 
+def _gds_driver_available(kvikio: Any) -> bool | None:
+    """cuFile's own answer to "is GPUDirect Storage available" (the nvidia-fs driver), or
+    ``None`` when this kvikio cannot say. Without it cuFile still opens files, in its own
+    compatibility mode (POSIX reads through a bounce buffer), so KvikIO's compat mode being
+    off does not mean GDS is used."""
+    try:
+        drv = getattr(kvikio, "cufile_driver", None)
+        if drv is None:
+            drv = importlib.import_module(f"{kvikio.__name__}.cufile_driver")
+        return bool(drv.get("is_gds_available"))
+    except Exception:
+        return None
+
+
 def gds_status() -> tuple[bool, str]:
     """``(engaged, reason)``: is GPUDirect Storage really used for reads here?
 
-    Engaged means kvikio imports, CUDA is available and KvikIO's compatibility
-    mode is off (so reads go through cuFile, not a POSIX bounce buffer). Never
-    raises; the reason says what is missing.
+    Engaged means kvikio imports (native libraries included), CUDA is
+    available, KvikIO's compatibility mode is off and cuFile does not say that
+    GDS is unavailable (so reads go through cuFile with the nvidia-fs driver,
+    not a POSIX bounce buffer). Never raises; the reason says what is missing.
     """
     try:
         kvikio = _import_kvikio()
@@ -75,6 +103,9 @@ def gds_status() -> tuple[bool, str]:
         return False, f"cannot read KvikIO's compat mode ({type(e).__name__}: {e})"
     if on:
         return False, f"GDS not engaged: {how}"
+    if _gds_driver_available(kvikio) is False:
+        return False, (f"GDS not engaged: {how}, but cuFile says GPUDirect Storage is not available "
+                       "(no nvidia-fs driver), so cuFile reads through its own bounce buffer")
     return True, f"GDS engaged: {how}"
 
 
@@ -127,7 +158,7 @@ class GdsReader:
             if got == body and length > body:
                 tail = buffer[body:length]
                 got += cufile.pread(tail, length - body, offset + body).get()
-        except RuntimeError as e:
+        except (RuntimeError, OSError) as e:  # cuFile errors arrive as RuntimeError
             raise ReadError(f"GDS read of {length} bytes at {offset} failed: {e}") from e
         return int(got)
 
