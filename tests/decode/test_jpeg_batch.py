@@ -90,3 +90,22 @@ def test_choose_decoder_says_why():
         assert e.value.fix
     with pytest.raises(ConfigError, match="decode_on must be"):
         choose_jpeg_decoder("tpu", "cpu")
+
+
+def test_device_decoders_say_what_is_missing_at_construction() -> None:
+    """No AttributeError or ImportError from deep inside a decode: the decoder cannot be made,
+    and the error says why (CUDA first, then the library)."""
+    from feedline.decode.jpeg_batch import NvImageCodecDecoder, TorchvisionJpegDecoder
+    from feedline.errors import DeviceError
+
+    if not torch.cuda.is_available():
+        for cls in (TorchvisionJpegDecoder, NvImageCodecDecoder):
+            with pytest.raises(DeviceError, match="needs CUDA") as e:
+                cls("cuda:0")
+            assert "decode_on='cpu'" in (e.value.fix or "")
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        with pytest.raises(ConfigError, match="needs torchvision") as e:
+            TorchvisionJpegDecoder("cpu")
+        assert "pip install torchvision" in (e.value.fix or "")

@@ -115,3 +115,44 @@ def test_auto_measures_the_first_batch_then_decides():
     assert rep["device"] == "cpu" and "device is cpu" in rep["reason"]
     second = stage({"jpg": list(blobs), "__key__": list("abcd")})
     assert torch.equal(second["jpg"][2], first["jpg"][2])
+
+
+class _NoNvjpeg(CpuJpegDecoder):
+    """A device decoder broken as a torchvision built without nvJPEG is: every call fails."""
+
+    name = "torchvision.io.decode_jpeg"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def decode(self, batch, *, size=None):
+        self.calls += 1
+        raise RuntimeError("decode_jpegs_cuda: torchvision not compiled with nvJPEG support")
+
+
+def test_a_decoder_that_fails_every_image_is_replaced_by_the_cpu_once_and_said():
+    blobs = [simplejpeg.encode_jpeg(np.full((16, 24, 3), 40 * i, np.uint8)) for i in range(4)]
+    broken = _NoNvjpeg()
+    stage = DeviceDecode(["jpg"], broken, "decoder given", device="cpu", workers=1, size=(8, 8))
+    first = stage({"jpg": list(blobs), "__key__": list("abcd")})
+    assert tuple(first["jpg"].shape) == (4, 8, 8, 3)
+    rep = stage.report()
+    assert rep["decoder"] == "simplejpeg" and "failed on every image" in rep["reason"]
+    assert "nvJPEG" in rep["reason"] and rep["cpu_fallbacks"] == 4
+    calls = broken.calls
+    second = stage({"jpg": list(blobs), "__key__": list("abcd")})
+    assert broken.calls == calls and stage.report()["cpu_fallbacks"] == 4
+    assert torch.equal(second["jpg"], first["jpg"])
+
+
+def test_images_decoded_on_the_cpu_go_to_the_loaders_device():
+    """auto deciding the CPU on a GPU loader must not leave the JPEG field on the host while
+    every other field is on the device ("meta" stands in for cuda: a real non-CPU device here)."""
+    blobs = [simplejpeg.encode_jpeg(np.full((16, 24, 3), i, np.uint8)) for i in range(3)]
+    stage = DeviceDecode(["jpg"], CpuJpegDecoder(), "cpu", device="meta", workers=1)
+    out = stage({"jpg": list(blobs), "__key__": list("abc")})
+    assert [t.device.type for t in out["jpg"]] == ["meta"] * 3
+    assert [tuple(t.shape) for t in out["jpg"]] == [(16, 24, 3)] * 3
+    dense = DeviceDecode(["jpg"], CpuJpegDecoder(), "cpu", device="meta", workers=1, size=(8, 8))
+    assert dense({"jpg": list(blobs)})["jpg"].device.type == "meta"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from feedline.decode.codecs import Buffer, Limits, decode_jpeg
-from feedline.errors import ConfigError, DecodeError
+from feedline.errors import ConfigError, DecodeError, DeviceError
 
 if TYPE_CHECKING:
     import torch
@@ -204,17 +204,55 @@ class CpuJpegDecoder:
         return {**self.__dict__, "_pool": None}
 
 
+def _require(module: str, what: str, fix: str) -> None:
+    """ConfigError (with the package to install) when ``module`` is not installed."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing or broken
+        found = False
+    if not found:
+        raise ConfigError(f"{what} needs {module}, which is not installed", field="decode_on", fix=fix)
+
+
+def _require_cuda(device: str, what: str) -> None:
+    """DeviceError when ``device`` is a CUDA device and CUDA is not available (or has no such index)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise DeviceError(f"{what} on {device} needs CUDA, which is not available",
+                          fix="decode_on='cpu' (or CpuJpegDecoder) on this host")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"{what}: {device} does not exist (this host sees "
+                          f"{torch.cuda.device_count()} CUDA device(s))",
+                          fix="pass device='cuda:N' with N below the device count")
+
+
 class TorchvisionJpegDecoder:
     """Batched nvJPEG through ``torchvision.io.decode_jpeg(list, device="cuda")``.
 
-    torchvision takes the encoded bytes as host tensors and copies them itself;
-    a pinned :class:`CompressedBatch` buffer makes that copy asynchronous.
+    torchvision takes the encoded bytes as host tensors (views of the batch
+    buffer), copies them through nvJPEG's own staging and synchronises its
+    decode stream before returning, so the batch buffer may be refilled as soon
+    as :meth:`decode` returns; the images are ordered before later work on the
+    caller's current stream. A batch fails as a whole (torchvision returns no
+    partial results): :class:`~feedline.pipeline.device_decode.DeviceDecode`
+    then retries image by image.
+
+    Raises:
+        DeviceError: at construction, a CUDA ``device`` without CUDA (or no such index).
+        ConfigError: at construction, torchvision is not installed.
     """
 
     name = "torchvision.io.decode_jpeg"
 
     def __init__(self, device: str = "cuda", limits: Limits | None = None) -> None:
-        self.device = device
+        _require_cuda(str(device), "TorchvisionJpegDecoder")
+        _require("torchvision", "TorchvisionJpegDecoder",
+                 "pip install torchvision (the build matching torch), or decode_on='cpu'")
+        self.device = str(device)
         self.limits = limits or Limits()
 
     def decode(self, batch: CompressedBatch, *, size: tuple[int, int] | None = None) -> Any:
@@ -239,12 +277,17 @@ class NvImageCodecDecoder:
     name = "nvimgcodec"
 
     def __init__(self, device: str = "cuda", limits: Limits | None = None) -> None:
-        self.device = device
+        _require_cuda(str(device), "NvImageCodecDecoder")
+        _require("nvidia.nvimgcodec", "NvImageCodecDecoder",
+                 "pip install nvidia-nvimgcodec-cu12 (cu13 for CUDA 13), or use TorchvisionJpegDecoder")
+        self.device = str(device)
         self.limits = limits or Limits()
+        import torch
         from nvidia import nvimgcodec
 
-        index = int(device.partition(":")[2] or 0)
-        self._decoder = nvimgcodec.Decoder(device_id=index)
+        index = torch.device(device).index
+        self._decoder = nvimgcodec.Decoder(
+            device_id=torch.cuda.current_device() if index is None else index)
 
     def decode(self, batch: CompressedBatch, *, size: tuple[int, int] | None = None) -> Any:
         import torch
@@ -307,6 +350,7 @@ def choose_jpeg_decoder(
         ConfigError: ``decode_on`` is not one of cpu/gpu/auto, or ``"gpu"`` was
             asked for without CUDA or without a GPU JPEG library (the fix names
             the package to install).
+        DeviceError: ``"gpu"`` on a CUDA device index this host does not have.
     """
     if decode_on not in DECODE_ON:
         raise ConfigError(f"decode_on must be one of {DECODE_ON}, got {decode_on!r}", field="decode_on")
@@ -333,7 +377,10 @@ def choose_jpeg_decoder(
         return cpu, "CPU: no measurement of CPU decode vs step time yet"
     per_batch = cpu_decode_s / max(1, workers)
     if per_batch > step_s:
-        dec = _gpu_decoder(str(device), limits)
+        try:
+            dec = _gpu_decoder(str(device), limits)
+        except (ConfigError, DeviceError) as e:
+            return cpu, f"CPU: CPU decode would bind, but the GPU decoder cannot start: {e.message}"
         return dec, (f"GPU ({dec.name}): CPU decode needs {per_batch * 1e3:.1f} ms per batch on "
                      f"{workers} worker(s), more than the {step_s * 1e3:.1f} ms step")
     return cpu, (f"CPU: decode takes {per_batch * 1e3:.1f} ms per batch on {workers} worker(s), "

@@ -15,7 +15,11 @@ what the CPU tests exercise).
 one CPU core to measure it, takes the consumer's time per batch from the next
 delivery, and then keeps the GPU decoder if the CPU decode would bind (CPU time
 per batch / workers > step time), or decodes on the CPU otherwise; the choice
-and the measurements are in ``loader.stats["decode_on"]``.
+and the measurements are in ``loader.stats["decode_on"]``. Images a CPU decoder
+produced are moved to the loader's device, like every other field of the batch.
+A device decoder that fails on every image of a batch the CPU decodes (a
+torchvision built without nvJPEG, a device fault) is replaced by the CPU decoder
+for good, with the reason in the stats.
 
 Bad JPEGs: the workers check each JPEG field's header (:func:`checked_jpeg`:
 cheap, no pixel decoded), so an empty, headerless or non-JPEG payload is an
@@ -92,12 +96,14 @@ class _Ring:
             buf = self._bufs[i] = torch.empty(grown, dtype=torch.uint8, pin_memory=self.pinned)
         return i, buf.numpy()
 
-    def guard(self, i: int) -> None:
+    def guard(self, i: int, device: Any) -> None:
+        """Buffer ``i`` is refilled only after the work queued so far on ``device``'s current
+        stream (the decode that read it) has run."""
         if self.pinned:
             import torch
 
             event = torch.cuda.Event()
-            event.record()
+            event.record(torch.cuda.current_stream(torch.device(device)))
             self._events[i] = event
 
 
@@ -138,8 +144,8 @@ class DeviceDecode:
                 continue
             i, buf = self._ring.take(sum(len(b) for b in blobs))
             packed = CompressedBatch.pack(blobs, out=buf, keys=keys if isinstance(keys, list) else ())
-            out = self._decode(packed, f)
-            self._ring.guard(i)
+            out = self._to_loader_device(self._decode(packed, f))
+            self._ring.guard(i, self.device)
             batch[f] = out
             self.compressed_bytes += packed.nbytes
             self.decoded_bytes += sum(int(t.numel()) for t in (out if isinstance(out, list) else [out]))
@@ -147,14 +153,38 @@ class DeviceDecode:
         self._returned_at = time.perf_counter()
         return batch
 
+    def _to_loader_device(self, out: Any) -> Any:
+        """Images a CPU decoder produced (``auto`` deciding the CPU, or after a switch to it)
+        moved to the loader's device, like every other field of the batch."""
+        import torch
+
+        dev = torch.device(self.device)
+        if dev.type == "cpu" or self.decoder is None or self.decoder.device != "cpu":
+            return out
+        if isinstance(out, list):
+            return [t.to(dev) for t in out]
+        return out.to(dev)
+
     def _decode(self, packed: CompressedBatch, field: str) -> Any:
-        """The batch on the decoder; when it fails, image by image with a CPU fallback."""
+        """The batch on the decoder; when it fails, image by image with a CPU fallback.
+
+        When the device decoder fails on every image of a batch (of two or more) that the
+        CPU decodes, the fault is the decoder, not the data (a torchvision without nvJPEG,
+        a device error): the stage switches to the CPU decoder for good and says why in
+        :meth:`report`, instead of failing every image on the device first.
+        """
         assert self.decoder is not None
         try:
             return self.decoder.decode(packed, size=self.size)
         except Exception as exc:
             first = exc
+        before = len(self.cpu_fallbacks)
         images = [self._one(packed, k, field, first) for k in range(len(packed))]
+        if len(packed) >= 2 and len(self.cpu_fallbacks) - before == len(packed):
+            self.reason = (f"CPU: the {self.decoder.name} decoder failed on every image of a batch "
+                           f"that the CPU decodes ({type(first).__name__}: {first}); decoding on "
+                           f"the CPU from then on")
+            self.decoder = CpuJpegDecoder(self.limits, threads=self.workers)
         if self.size is None:
             return images
         return resize_stack(images, self.size)
