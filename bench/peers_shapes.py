@@ -12,7 +12,15 @@ the same workers (2) and the same decoders, in interleaved rounds:
 * ``f16``: ``.npy`` float16 (3, 64, 64), batch 32;
 * ``wds``: tars written by ``webdataset.TarWriter`` (keys with dots in folders, ``.jpg``,
   ``.json``, ``.txt``, ``.cls``, ``.label``, ``.class.txt``), adopted with
-  ``feedline index``; the baseline is WebDataset + DataLoader over the same tars.
+  ``feedline index``; the baseline is WebDataset + DataLoader over the same tars;
+* ``folder``: an ImageFolder tree (class names with spaces, unicode and dots; ``IMG_2023.01.05``
+  names; ``.jpg``/``.JPEG``/``.png``/``.webp``; grey, RGB and RGBA; landscape and portrait),
+  packed with ``--labels from-folder``; both contenders run ``vision.ImageTransform`` to
+  ``float32[3, 64, 64]``, batch 32; the baseline is a torchvision-style ImageFolder Dataset;
+* ``csv``: a flat folder of ``.jpg`` plus ``labels.csv`` (``filename,label`` with class
+  names), packed with ``--labels labels.csv``, batch 64; the baseline reads the CSV once;
+* ``audio``: ``.wav`` clips of 0.3-2 s (16 kHz int16) + ``.txt`` transcripts, decoded with
+  the standard library's ``wave`` by both, clips delivered as a list, batch 16.
 
 The DataLoader baselines read the original small files (map-style Dataset: one ``open``
 per field, simplejpeg / Pillow / ``np.load``, default collate; shuffled). Rates count the
@@ -43,10 +51,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-SHAPES = ("seg", "tokens", "sensor", "mnist", "f16", "wds")
-BATCH = {"seg": 16, "tokens": 32, "sensor": 8, "mnist": 64, "f16": 32, "wds": 32}
-FULL = {"seg": 1000, "tokens": 20_000, "sensor": 400, "mnist": 60_000, "f16": 20_000, "wds": 2000}
-QUICK = {"seg": 48, "tokens": 96, "sensor": 24, "mnist": 256, "f16": 96, "wds": 64}
+SHAPES = ("seg", "tokens", "sensor", "mnist", "f16", "wds", "folder", "csv", "audio")
+BATCH = {"seg": 16, "tokens": 32, "sensor": 8, "mnist": 64, "f16": 32, "wds": 32, "folder": 32,
+         "csv": 64, "audio": 16}
+FULL = {"seg": 1000, "tokens": 20_000, "sensor": 400, "mnist": 60_000, "f16": 20_000, "wds": 2000,
+        "folder": 2000, "csv": 4000, "audio": 2000}
+QUICK = {"seg": 48, "tokens": 96, "sensor": 24, "mnist": 256, "f16": 96, "wds": 64, "folder": 48,
+         "csv": 96, "audio": 48}
+CLASSES = ("golden retriever", "café", "n01.440764", "Zebra")
+IMAGE_FIELDS = ("jpg", "png", "webp")
 
 
 # --- data -----------------------------------------------------------------------------------
@@ -75,11 +88,44 @@ def _npy(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def _pillow(rng: np.random.Generator, i: int) -> tuple[str, bytes]:
+    """One photo of the ``folder`` shape: (extension as the file has it, bytes)."""
+    from PIL import Image
+
+    h, w = (96, 128) if i % 5 else (128, 96)
+    img = Image.fromarray(rng.integers(0, 8, (h, w, 3), dtype=np.uint8) * 32)
+    ext, fmt, mode = [("jpg", "JPEG", "RGB"), ("JPEG", "JPEG", "L"), ("png", "PNG", "RGBA"),
+                      ("jpg", "JPEG", "RGB"), ("webp", "WEBP", "RGB")][i % 5]
+    buf = io.BytesIO()
+    img.convert(mode).save(buf, format=fmt)
+    return ext, buf.getvalue()
+
+
+def _wav(rng: np.random.Generator) -> bytes:
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16_000)
+        w.writeframes((rng.standard_normal(int(rng.integers(4800, 32_000))) * 3000).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
 def samples(shape: str, n: int, seed: int = 0) -> Iterator[tuple[str, dict[str, bytes]]]:
-    """``(key, {field: bytes})`` of the shape's ``n`` samples (deterministic)."""
+    """``(key, {field: bytes})`` of the shape's ``n`` samples (deterministic); the key of a
+    ``folder`` or ``csv`` sample is its file name without the extension."""
     rng = np.random.default_rng(seed)
     for i in range(n):
-        if shape == "seg":
+        if shape == "folder":
+            ext, data = _pillow(rng, i)
+            yield f"{CLASSES[i % len(CLASSES)]}/IMG_2023.01.05_{i:05d}", {ext: data}
+        elif shape == "csv":
+            yield f"{i:05d}_{'abcdef'[i % 6]}.photo", {"jpg": _jpg(rng, 96, 128)}
+        elif shape == "audio":
+            yield f"speaker{i % 7}/utt_{i:05d}", {"wav": _wav(rng), "txt": f"words of clip {i} ünï".encode()}
+        elif shape == "seg":
             mask = rng.integers(0, 21, (128, 160), dtype=np.uint8)
             yield f"img{i:06d}", {"jpg": _jpg(rng, 128, 160), "seg.png": _png(mask, i % 2 == 0)}
         elif shape == "tokens":
@@ -128,12 +174,22 @@ def build(shape: str, n: int, folder: Path) -> Path:
             os.link(t, folder / "ds" / t.name)
         index_tars(sorted((folder / "ds").glob("*.tar")))
         return folder
-    for key, fields in samples(shape, n):
+    from feedline.format import SourceRules
+
+    rows = []
+    for i, (key, fields) in enumerate(samples(shape, n)):
         for field, data in fields.items():
             path = files / f"{key}.{field}"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-    pack([os.fspath(files)], os.fspath(folder / "ds"), durable=False, warn=lambda line: None)
+            rows.append(f"{path.name},{CLASSES[i % len(CLASSES)]}\n")
+    rules = None
+    if shape == "folder":
+        rules = SourceRules(labels="from-folder")
+    elif shape == "csv":
+        (folder / "labels.csv").write_text("filename,label\n" + "".join(rows), encoding="utf-8")
+        rules = SourceRules(labels=os.fspath(folder / "labels.csv"))
+    pack([os.fspath(files)], os.fspath(folder / "ds"), durable=False, warn=lambda line: None, rules=rules)
     return folder
 
 
@@ -157,7 +213,74 @@ def decode(field: str, data: bytes) -> Any:
         return int(data)
     if ext == "bin":
         return torch.from_numpy(np.frombuffer(data, np.float32).reshape(-1, 4).copy())
+    if ext == "wav":
+        return torch.from_numpy(wav(data))
+    if ext == "txt":
+        return data.decode("utf-8")
     return data
+
+
+def wav(data: bytes) -> np.ndarray:
+    """The ``.wav`` decoder both contenders use (standard library, int16 mono)."""
+    import wave
+
+    with wave.open(io.BytesIO(bytes(data))) as w:
+        return np.frombuffer(w.readframes(w.getnframes()), "<i2").copy()
+
+
+def image_transform() -> Any:
+    """The ``folder`` shape's transform, the same for both contenders."""
+    from feedline import vision
+
+    return vision.ImageTransform(IMAGE_FIELDS, size=64, out="image")
+
+
+class ImageFolderFiles:
+    """What torchvision's ImageFolder does (sorted class folders, sorted files), decoding
+    with the same libraries as feedline (simplejpeg for JPEG, Pillow for the others) and
+    running the same transform."""
+
+    def __init__(self, root: Path) -> None:
+        self.classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+        self.files = [(f, c) for c, name in enumerate(self.classes) for f in sorted((root / name).iterdir())]
+        self.transform = image_transform()
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import simplejpeg
+        from PIL import Image
+
+        path, label = self.files[i]
+        ext = path.suffix[1:].lower()
+        data = path.read_bytes()
+        if ext in ("jpg", "jpeg"):
+            img = simplejpeg.decode_jpeg(data, colorspace="RGB")
+        else:
+            img = np.asarray(Image.open(io.BytesIO(data)))
+        sample = self.transform({"jpg" if ext == "jpeg" else ext: img})
+        return {"image": sample["image"], "cls": label}
+
+
+class CsvFiles:
+    """A flat folder and its ``labels.csv`` (class names), read once."""
+
+    def __init__(self, folder: Path) -> None:
+        import csv
+
+        with open(folder / "labels.csv", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        self.classes = sorted({r["label"] for r in rows})
+        number = {c: i for i, c in enumerate(self.classes)}
+        self.items = [(folder / "files" / r["filename"], number[r["label"]]) for r in rows]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        path, label = self.items[i]
+        return {"jpg": decode("jpg", path.read_bytes()), "cls": label}
 
 
 class Files:
@@ -211,6 +334,10 @@ def list_lidar(batch: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def list_audio(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"wav": [s["wav"] for s in batch], "txt": [s["txt"] for s in batch]}
+
+
 def _wds_batch(batch: list[dict[str, Any]]) -> dict[str, Any]:
     import torch
 
@@ -235,15 +362,18 @@ def baseline(shape: str, folder: Path, workers: int) -> Callable[[], Any]:
         ds = (webdataset.WebDataset(urls, shardshuffle=len(urls), empty_check=False)
               .shuffle(500).map(_wds_sample).batched(bs, collation_fn=_wds_batch, partial=True))
         return lambda: DataLoader(ds, batch_size=None, num_workers=workers)
-    files: Any = Files(folder / "files")  # map-style: len + getitem
-    collate = {"tokens": pad_tokens_torch, "sensor": list_lidar}.get(shape)
+    files: Any = (ImageFolderFiles(folder / "files") if shape == "folder" else CsvFiles(folder)
+                  if shape == "csv" else Files(folder / "files"))  # map-style: len + getitem
+    collate = {"tokens": pad_tokens_torch, "sensor": list_lidar, "audio": list_audio}.get(shape)
     return lambda: DataLoader(files, batch_size=bs, shuffle=True, num_workers=workers, collate_fn=collate)
 
 
 def loader(shape: str, folder: Path, workers: int, worker_type: str) -> Callable[[], Any]:
     import feedline
 
-    per_shape: dict[str, dict[str, Any]] = {"tokens": {"collate": pad_tokens}, "sensor": {"decode": {"bin": lidar}}}
+    per_shape: dict[str, dict[str, Any]] = {
+        "tokens": {"collate": pad_tokens}, "sensor": {"decode": {"bin": lidar}},
+        "audio": {"decode": {"wav": wav}}, "folder": {"transform": image_transform()}}
     kw = per_shape.get(shape, {})
 
     def make() -> Any:

@@ -72,7 +72,9 @@ def _pack_progress(console: Console) -> Progress:
 
 def _summary(manifest: Manifest, out: str, seconds: float, nbytes: int, files: int) -> str:
     total = sum(s.size for s in manifest.shards)
-    rate = f"{files / seconds:,.0f} files/s, {nbytes / seconds / 1e6:,.1f} MB/s" if seconds > 0 else ""
+    per_s = files / seconds if seconds > 0 else 0.0
+    shown = f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.2g}"  # 4 files in 23 s: 0.17, not 0
+    rate = f"{shown} files/s, {nbytes / seconds / 1e6:,.1f} MB/s" if seconds > 0 else ""
     classes = f", {len(manifest.classes)} classes" if manifest.classes is not None else ""
     return (
         f"packed {manifest.num_samples} samples ({files} files{classes}) into {len(manifest.shards)} "
