@@ -152,3 +152,16 @@ def test_unknown_field_is_a_named_bad_sample() -> None:
     with pytest.raises(FeedlineError, match="'surprise'") as info:
         list(loader)
     assert info.value.place.get("key") == "7"
+    assert "with None where it has no value" in str(info.value)
+
+
+class Declared(Captions):
+    """The fix the error gives: every item has the key, None where it has no value."""
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {**super().__getitem__(i), "surprise": 1 if i == 7 else None}
+
+
+def test_a_field_given_as_none_is_a_list_with_none() -> None:
+    loader = feedline.Loader(Declared(), batch_size=5, workers=1, shuffle=False, drop_last=False)
+    assert [b["surprise"] for b in loader] == [[None] * 5, [None, None, 1, None, None]]

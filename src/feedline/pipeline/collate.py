@@ -201,9 +201,10 @@ def _leaves(layout: Layout, sample: Any) -> list[Any]:
         return [got.get(leaf.path) for leaf in layout.leaves]
     raise DecodeError(
         f"sample structure differs from the first batch{_field_difference(want, skeleton)}",
-        stage="collate", fix="return the same fields from every sample (a dataset that "
-        "mixes image formats, jpg and png: pack one format, or map them to one field in "
-        "transform=, e.g. feedline.vision.ImageTransform(('jpg', 'png'))), or pass collate=",
+        stage="collate", fix="give every sample every field, with None where it has no value "
+        "(a field None in some samples is a list with None there); a dataset that mixes image "
+        "formats maps them to one field in transform=, e.g. "
+        "feedline.vision.ImageTransform(('jpg', 'png')); or pass collate=",
     )
 
 
