@@ -113,3 +113,28 @@ def test_verify_and_inspect_take_the_manifest_or_a_file_url(tmp_path: Path, caps
         assert "3 samples" in capsys.readouterr().out
         assert _run(["inspect", name]) == 0
         assert f"dataset   {out}: 3 samples" in capsys.readouterr().out
+
+
+def test_pack_classes_from_another_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--classes data/train``: val/ lacks 'b' yet 'c' keeps number 2; a dataset without a
+    class list, or a missing one, is a bad argument (exit 2) before any work."""
+    for split, names in (("train", ["a", "b", "c"]), ("val", ["a", "c"])):
+        for c in names:
+            (tmp_path / split / c).mkdir(parents=True)
+            (tmp_path / split / c / "x.jpg").write_bytes(b"\xff\xd8\xff")
+    assert _run(["pack", str(tmp_path / "train"), "--out", str(tmp_path / "d-train"), "--labels", "from-folder", "-q"]) == 0
+    assert _run(["pack", str(tmp_path / "val"), "--out", str(tmp_path / "d-val"), "--labels", "from-folder", "-q",
+                 "--classes", str(tmp_path / "d-train")]) == 0
+    assert read_manifest(tmp_path / "d-val").classes == ("a", "b", "c")
+    index = load_index(tmp_path / "d-val", read_manifest(tmp_path / "d-val").shards[0])
+    assert index.keys == ["a/x", "c/x"]
+    from feedline import open_dataset
+
+    with open_dataset(tmp_path / "d-val") as ds:
+        assert [bytes(ds[i]["cls"]) for i in range(2)] == [b"0", b"2"]
+    capsys.readouterr()
+    for bad in ("d-val-missing", "train"):
+        assert _run(["pack", str(tmp_path / "val"), "--out", str(tmp_path / "d2"), "--labels", "from-folder",
+                     "--classes", str(tmp_path / bad)]) == 2
+        err = capsys.readouterr().err
+        assert "--classes" in err and "Traceback" not in err and not (tmp_path / "d2").exists()

@@ -141,3 +141,30 @@ def test_cli_packs_with_a_labels_file_and_reports_unmatched_rows(tmp_path: Path)
     res = subprocess.run([sys.executable, "-m", "feedline", "pack", "imgs", "--out", "ds2", "--labels",
                           "nope.parquet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode in (1, 2) and "Traceback" not in res.stderr and "from-folder" in res.stderr
+
+
+def test_splits_share_the_class_numbers_of_train(tmp_path: Path) -> None:
+    """Oxford-flowers style splits: ``valid/`` lacks two of train's classes (its sorted
+    folders would number 'sunflower' 1, not 3); with train's list every split agrees, for
+    folders and for a CSV of names alike, and a class train never had is refused."""
+    train = ["daisy", "dandelion", "rose", "sunflower", "tulipe à fleur"]
+    _photos(tmp_path / "train", [f"{c}/{i}.jpg" for i, c in enumerate(train)])
+    _photos(tmp_path / "valid", ["daisy/7.jpg", "sunflower/8.jpg", "tulipe à fleur/9.jpg"])
+    pack([tmp_path / "train"], tmp_path / "ds-train", rules=SourceRules(labels="from-folder"))
+    classes = tuple(read_manifest(tmp_path / "ds-train").classes or ())
+    assert classes == tuple(train)
+    with pytest.warns(Warning, match="no files packed"):
+        pack([tmp_path / "valid"], tmp_path / "ds-valid", rules=SourceRules(labels="from-folder", classes=classes))
+    got = _load(tmp_path / "ds-valid")
+    assert {k: int(v["cls"]) for k, v in got.items()} == {
+        "daisy/7": 0, "sunflower/8": 3, "tulipe à fleur/9": 4}
+    (tmp_path / "test.csv").write_text("file,label\n7.jpg,sunflower\n8.jpg,rose\n")
+    _photos(tmp_path / "test", ["7.jpg", "8.jpg"])
+    table = read_table(tmp_path / "test.csv", classes)
+    assert table.classes == classes and table.rows["7.jpg"].cls == 3 and table.rows["8.jpg"].cls == 2
+    _photos(tmp_path / "valid", ["orchid/1.jpg"])
+    with pytest.raises(ConfigError, match="'orchid' are not in the given class list"):
+        pack([tmp_path / "valid"], tmp_path / "ds-v2", rules=SourceRules(labels="from-folder", classes=classes))
+    (tmp_path / "test.csv").write_text("file,label\n7.jpg,orchid\n")
+    with pytest.raises(ConfigError, match="'orchid' are not in the given class list"):
+        read_table(tmp_path / "test.csv", classes)

@@ -108,6 +108,22 @@ def _missing(path: Path, what: str, hint: str) -> None:
         raise typer.BadParameter(f"{what} {str(path)!r} does not exist", param_hint=hint)
 
 
+def _classes_of(dataset: Path) -> tuple[str, ...]:
+    """``--classes``: the class list in the manifest of ``dataset`` (a bad argument if none)."""
+    from feedline.errors import FeedlineError
+    from feedline.format import read_manifest
+
+    _missing(dataset, "dataset", "--classes")
+    try:
+        classes = read_manifest(dataset).classes
+    except FeedlineError as e:
+        raise typer.BadParameter(f"{str(dataset)!r}: {e.message}", param_hint="--classes") from None
+    if classes is None:
+        raise typer.BadParameter(f"dataset {str(dataset)!r} has no class list (it was packed without "
+                                 "--labels)", param_hint="--classes")
+    return tuple(classes)
+
+
 class _LazyBar:
     """The pack progress bar, drawn only once pack reports progress: argument and
     source errors (found while planning) print before any bar."""
@@ -142,6 +158,7 @@ def pack_cmd(
     src: Annotated[list[Path], typer.Argument(metavar="SRC...", help="folders of files, or list files with one path per line")],
     out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards, indexes and manifest.json (may lie inside SRC: it is left out; may not be SRC)")],
     labels: Annotated[str | None, typer.Option("--labels", metavar="from-folder|FILE", help="from-folder: an ImageFolder tree SRC/<class>/...: each image gets an integer 'cls' (its class folder's index in sorted order, as torchvision numbers them) and the class list goes into the manifest; packs image files only unless --include is given. FILE (.csv/.tsv with a header 'filename,label', .jsonl of objects with a 'file_name', or a COCO annotations.json): packs the files it names, each with 'cls' (class names are numbered in sorted order and listed in the manifest) and a 'json' field with the rest of its row (COCO: the image's boxes). Both imply --key file")] = None,
+    classes: Annotated[Path | None, typer.Option("--classes", metavar="DATASET", help="take the class list (label numbers) from another packed dataset, e.g. pack val/ with --classes data/train, so a split that misses a class folder keeps the same numbers; a class not in that list is an error")] = None,
     key: Annotated[str | None, typer.Option("--key", metavar="webdataset|file", help="how names become samples. webdataset (default): the key runs to the first dot of the file name, so 000123.cam0.jpg + 000123.json are one sample. file (default with --labels): each file is a sample keyed by its path minus the final extension, so IMG_2023.01.05.jpg is safe (dots kept in the key are stored as %2E)")] = None,
     include: Annotated[list[str] | None, typer.Option("--include", metavar="GLOB", help="pack only files matching a glob (repeatable); a pattern without / matches the file name, with / the path below SRC")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", metavar="GLOB", help="leave out files matching a glob (repeatable), e.g. --exclude '*.txt' --exclude 'scratch/*'")] = None,
@@ -171,8 +188,9 @@ def pack_cmd(
     for path in src:
         _missing(path, "source", "SRC")
     size = _shard_size(shard_size, warn)
+    class_list = _classes_of(classes) if classes is not None else None
     rules = SourceRules(key=key, labels=labels, include=tuple(include or ()), exclude=tuple(exclude or ()),
-                        follow_symlinks=follow_symlinks)
+                        follow_symlinks=follow_symlinks, classes=class_list)
     start = time.perf_counter()
     bar = _LazyBar(console)
     try:

@@ -195,14 +195,19 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63)
 
 
-def read_table(path: str | os.PathLike[str]) -> LabelTable:
+def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = None) -> LabelTable:
     """Read the annotation file at ``path`` (see the module docstring).
+
+    Args:
+        classes: the class names in label order (another split's) for name labels; None:
+            the sorted names the file holds.
 
     Raises:
         ConfigError: a missing, oversized, unreadable or malformed file, an unknown suffix,
-            or one file named twice.
+            one file named twice, or a class name not in ``classes``.
     """
     p = Path(path)
+    given = classes
     if p.suffix.lower() not in SUFFIXES:
         raise ConfigError(f"--labels {str(p)!r}: must be from-folder or a labels file",
                           fix=f"use from-folder, or a file ending in {', '.join(SUFFIXES)}")
@@ -219,6 +224,13 @@ def read_table(path: str | os.PathLike[str]) -> LabelTable:
     ints = all(_is_int(v) for v in labels)
     names = all(isinstance(v, str) for v in labels)
     classes = tuple(sorted(set(labels))) if names and not ints and labels else None
+    if classes is not None and given is not None:
+        unknown = [c for c in classes if c not in given]
+        if unknown:
+            raise ConfigError(f"{p}: class name(s) {', '.join(map(repr, unknown[:5]))} are not in the given "
+                              f"class list ({len(given)} classes)", path=str(p),
+                              fix="pass the class list of the split that has every class to --classes")
+        classes = given
     number = {c: i for i, c in enumerate(classes or ())}
     rows: dict[str, Row] = {}
     for name, label, rest in records:

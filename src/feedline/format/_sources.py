@@ -32,6 +32,12 @@ and a ``json`` field with the rest of its row (COCO: its boxes); files it
 does not name are skipped and listed, as are entries that name no file. It
 implies ``key="file"`` unless a key rule is given.
 
+``classes`` fixes the class list (label = index in it) instead of taking it
+from this source: pack ``val/`` with ``train/``'s list (``feedline pack val/
+--labels from-folder --classes data/train``) so that a split missing a class
+folder, or holding one more, cannot shift the numbers silently; a class that
+is not in the list is an error naming it.
+
 Image extensions are normalised to one field name each, whatever their case:
 ``.jpg/.jpeg/.jpe/.JPEG`` -> ``jpg``, ``.tif/.tiff`` -> ``tiff``, ``.png``
 -> ``png`` (kept apart from ``jpg``: the bytes differ and so does the decoder).
@@ -121,6 +127,8 @@ class SourceRules:
             (image files only with ``labels="from-folder"``).
         exclude: glob patterns that leave a file out.
         follow_symlinks: follow symbolic links that lead outside the source folder.
+        classes: the class names in label order (another split's), for class-name labels;
+            None: the sorted names this source holds.
     """
 
     key: str | None = None
@@ -128,6 +136,7 @@ class SourceRules:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     follow_symlinks: bool = False
+    classes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.key is not None and self.key not in KEY_RULES:
@@ -142,6 +151,14 @@ class SourceRules:
             if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
                 raise ConfigError(f"{name}: must be a list of non-empty glob patterns, got {patterns!r}")
             object.__setattr__(self, name, tuple(patterns))
+        if self.classes is not None:
+            names = self.classes
+            if isinstance(names, str) or not all(isinstance(c, str) and c for c in names) \
+                    or len(set(names)) != len(tuple(names)):
+                raise ConfigError(f"classes: must be a list of distinct class names, got {names!r}")
+            if self.labels is None:
+                raise ConfigError("classes: given without labels", fix="add --labels from-folder or --labels FILE")
+            object.__setattr__(self, "classes", tuple(names))
 
     @property
     def key_rule(self) -> str:
@@ -378,7 +395,7 @@ def collect(
     rules = rules or SourceRules()
     rule = rules.key_rule
     labelled = rules.labels == "from-folder"
-    table = read_table(rules.labels) if rules.labels is not None and not labelled else None
+    table = read_table(rules.labels, rules.classes) if rules.labels is not None and not labelled else None
     table_real = os.path.realpath(table.path) if table is not None else None
     names: dict[str, str] = {}  # key -> file name (with a labels table)
     images_only = labelled and not rules.include
@@ -440,7 +457,7 @@ def collect(
     unmatched: list[str] = []
     if table is not None:
         unmatched = _apply_table(table, grouped, names, skipped)
-    classes = tuple(sorted(class_names)) if labelled else table.classes if table is not None else None
+    classes = _class_list(class_names, rules.classes) if labelled else table.classes if table is not None else None
     if classes is not None and labelled:
         number = {c: str(i).encode("ascii") for i, c in enumerate(classes)}
         for key, sample in grouped.items():
@@ -462,6 +479,22 @@ def collect(
         raise ConfigError(f"no files to pack: none of the files found is named in {table.path if table else 'SRC'}",
                           fix="check that the labels file names files below SRC (paths or bare names)")
     return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched)
+
+
+def _class_list(found: set[str], given: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The class folders in label order: ``given`` (checked to hold every folder found), or
+    the sorted folder names."""
+    if given is None:
+        return tuple(sorted(found))
+    extra = sorted(found - set(given))
+    if extra:
+        raise ConfigError(
+            f"class folder(s) {', '.join(map(repr, extra[:5]))} are not in the given class list "
+            f"({len(given)} classes: {', '.join(given[:5])}{', ...' if len(given) > 5 else ''})",
+            fix="pack the split that has every class first and pass its dataset to --classes, "
+            "or --exclude the folder",
+        )
+    return given
 
 
 def _apply_table(table: LabelTable, grouped: dict[str, dict[str, SourceFile]], names: dict[str, str],
