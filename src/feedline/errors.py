@@ -61,6 +61,10 @@ class ArgumentError(ConfigError, TypeError):
     Also a ``TypeError`` (and a ``ValueError``, as a ConfigError)."""
 
 
+class SampleIndexError(FeedlineError, IndexError):
+    """A sample index outside the dataset. Also an ``IndexError``."""
+
+
 class FormatError(FeedlineError):
     """A shard, index or manifest is malformed, truncated or inconsistent."""
 
@@ -121,6 +125,7 @@ __all__ = [
     "LoaderTimeout",
     "ReadError",
     "ResourceError",
+    "SampleIndexError",
     "StateError",
     "WorkerDied",
     "WorkerError",

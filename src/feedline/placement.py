@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from feedline import topology
+from feedline.errors import ConfigError
 
 PLACEMENTS = ("auto", "none")
 T = TypeVar("T")
@@ -134,10 +135,11 @@ def plan_placement(
         allowed: CPUs this process may use (default: its current affinity).
 
     Raises:
-        ValueError: ``placement`` is not ``"auto"`` or ``"none"``.
+        ConfigError: ``placement`` is not ``"auto"`` or ``"none"`` (a ``ValueError``).
     """
     if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        raise ConfigError(f"placement must be one of {PLACEMENTS} or a Placement, got {placement!r}",
+                          field="placement")
     if placement == "none":
         return Placement(None, None, "placement='none'")
     address, why = (gpu_address, None) if gpu_address else _device_address(device)

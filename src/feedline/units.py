@@ -8,9 +8,14 @@ bad text.
 from __future__ import annotations
 
 import math
+import numbers
 import re
+import sys
 
-from feedline.errors import ConfigError
+from feedline.errors import ArgumentError, ConfigError
+
+MAX_SECONDS = 365 * 24 * 3600.0  # a longer duration is a typo (and overflows thread timeouts)
+MAX_BYTES = 1 << 60  # no byte size an option takes is anywhere near 1 EiB
 
 _DURATION_UNITS = {"": 1.0, "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
 _BYTE_UNITS = {
@@ -20,6 +25,12 @@ _BYTE_UNITS = {
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
+
+
+def _np_bool_type() -> type:
+    """numpy's bool type when numpy is loaded (it is no ``bool`` subclass), else ``bool``."""
+    np = sys.modules.get("numpy")
+    return np.bool_ if np is not None else bool
 
 
 def parse_duration(
@@ -32,10 +43,17 @@ def parse_duration(
 
     Raises:
         ConfigError: unknown or (with ``unit_required``) missing unit, negative,
-            NaN or infinite value.
+            NaN, infinite or longer than a year.
+        ArgumentError: not a str, int or float (``None``, a bool, a list).
     """
-    if isinstance(text, (int, float)):
-        value = float(text)
+    if isinstance(text, (bool, _np_bool_type())) or not isinstance(text, (str, numbers.Real)):
+        raise ArgumentError(f"{name}: expected a duration such as '12ms' or a number of seconds, "
+                            f"got {type(text).__name__} {text!r}", field=name)
+    if not isinstance(text, str):
+        try:
+            value = float(text)
+        except OverflowError:
+            value = math.inf
     else:
         m = _NUMBER.match(text)
         if not m or m.group(2).lower() not in _DURATION_UNITS:
@@ -49,8 +67,9 @@ def parse_duration(
                 fix=f"add one: {m.group(1)}ms, {m.group(1)}us or {m.group(1)}s",
             )
         value = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name}: must be a finite, non-negative duration, got {text!r}")
+    if not math.isfinite(value) or value < 0 or value > MAX_SECONDS:
+        raise ConfigError(f"{name}: must be a finite, non-negative duration of at most "
+                          f"{MAX_SECONDS:.0f} s (a year), got {text!r}", field=name)
     return value
 
 
@@ -58,10 +77,14 @@ def parse_bytes(text: str | int, *, name: str = "size") -> int:
     """Bytes from ``"2GiB"``, ``"512MB"``, ``"4096"``; K/M/G alone are binary units.
 
     Raises:
-        ConfigError: unknown unit or negative value.
+        ConfigError: unknown unit, negative value, more than 1 EiB (``"1e999"``).
+        ArgumentError: not a str or int (a float, ``None``, a bool).
     """
-    if isinstance(text, int):
-        value = text
+    if isinstance(text, (bool, _np_bool_type())) or not isinstance(text, (str, numbers.Integral)):
+        raise ArgumentError(f"{name}: expected a byte size such as '2GiB' or an int, "
+                            f"got {type(text).__name__} {text!r}", field=name)
+    if not isinstance(text, str):
+        value = int(text)
     else:
         m = _NUMBER.match(text)
         if not m or m.group(2).lower() not in _BYTE_UNITS:
@@ -69,9 +92,13 @@ def parse_bytes(text: str | int, *, name: str = "size") -> int:
                 f"{name}: cannot parse {text!r} as a byte size",
                 fix="use a number with a unit such as 4096, 64KiB, 512MiB or 2GiB",
             )
-        value = int(float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()])
+        number = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
+        value = int(number) if math.isfinite(number) else MAX_BYTES + 1  # "1e999" overflows to inf
     if value < 0:
-        raise ConfigError(f"{name}: must be non-negative, got {text!r}")
+        raise ConfigError(f"{name}: must be non-negative, got {text!r}", field=name)
+    if value > MAX_BYTES:
+        raise ConfigError(f"{name}: {text!r} is more than 1 EiB", field=name,
+                          fix="give a size with a unit such as 512MiB or 2GiB")
     return value
 
 

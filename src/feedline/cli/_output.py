@@ -8,6 +8,7 @@ argument error, not a traceback after a long run.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -43,6 +44,24 @@ def check_json_dest(dest: str | Path | None) -> None:
         raise typer.BadParameter(f"folder {parent} is not writable", param_hint="--json")
 
 
+def _write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (a file, or a FIFO such as bash's ``>(jq .)``).
+
+    Opened without blocking: a FIFO that no process reads is an error (ENXIO)
+    instead of a command that waits forever after its work is done.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            raise OSError(e.errno, "no process reads this FIFO (start the reader first)", str(path)) from None
+        raise
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def write_json(obj: Any, dest: str | Path | None) -> None:
     """Write ``obj`` to ``dest`` (``-``: stdout; ``None``: nothing)."""
     if dest is None:
@@ -53,7 +72,7 @@ def write_json(obj: Any, dest: str | Path | None) -> None:
         sys.stdout.flush()
         return
     try:
-        Path(dest).write_text(text + "\n", encoding="utf-8")
+        _write_text(Path(dest), text + "\n")
     except OSError as e:
         if e.filename is not None:
             raise

@@ -24,7 +24,7 @@ from feedline.decode.resized import (
     decode_resized,
     resizable,
 )
-from feedline.errors import DecodeError, FeedlineError
+from feedline.errors import ArgumentError, DecodeError, FeedlineError
 
 FieldDecoder = Callable[[Buffer], Any]
 
@@ -93,10 +93,11 @@ class Decoders:
         labels: Iterable[str] = (),
     ) -> None:
         if overrides is not None and not isinstance(overrides, Mapping):
-            raise TypeError(f"decode must be a mapping of field -> function, got {overrides!r}")
+            raise ArgumentError(f"decode must be a mapping of field -> function, got {overrides!r}",
+                                field="decode")
         for name, fn in (overrides or {}).items():
             if fn is not None and not callable(fn):
-                raise TypeError(f"decode[{name!r}] must be callable or None, got {fn!r}")
+                raise ArgumentError(f"decode[{name!r}] must be callable or None, got {fn!r}", field="decode")
         self.overrides = dict(overrides or {})
         self.limits = limits or Limits()
         self.size = None if size is None else check_size(size)

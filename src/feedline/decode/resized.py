@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from feedline.decode.codecs import Buffer, Limits, check_pixels
-from feedline.errors import DecodeError
+from feedline.errors import ConfigError, DecodeError
 
 JPEG_EXTENSIONS = ("jpg", "jpeg", "jpe")
 IMAGE_EXTENSIONS = (*JPEG_EXTENSIONS, "png", "ppm", "pgm", "pbm", "bmp", "gif", "tif", "tiff",
@@ -79,13 +79,14 @@ def check_size(size: Any, name: str = "decode_size") -> tuple[int, int]:
     """``size`` as ``(height, width)`` of positive ints up to 32768.
 
     Raises:
-        ValueError: anything else (named by ``name``).
+        ConfigError: anything else (named by ``name``; a ``ValueError``).
     """
     ok = (isinstance(size, (tuple, list)) and len(size) == 2
           and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 < v <= 1 << 15
                   for v in size))
     if not ok:
-        raise ValueError(f"{name} must be (height, width), two integers in 1..32768, got {size!r}")
+        raise ConfigError(f"{name} must be (height, width), two integers in 1..32768, got {size!r}",
+                          field=name)
     return int(size[0]), int(size[1])
 
 

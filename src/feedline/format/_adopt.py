@@ -20,6 +20,7 @@ import numpy as np
 from feedline.errors import ConfigError, FormatError
 from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
+from feedline.format._files import path_argument, path_list
 from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import (
     MANIFEST_NAME,
@@ -249,7 +250,7 @@ def expand_tars(tars: Iterable[str | os.PathLike[str]]) -> list[Path]:
             ``.tar`` file, or a compressed tar (naming it, with the fix).
     """
     paths: list[Path] = []
-    for t in tars:
+    for t in path_list(tars, "tars"):
         p = Path(t)
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if q.name.endswith(".tar") and q.is_file())
@@ -309,7 +310,7 @@ def index_tars(
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"two tars are named {dup!r}: their indexes would collide", fix="rename one of them")
-    root = Path(out_dir) if out_dir is not None else paths[0].parent
+    root = Path(path_argument(out_dir, "out_dir")) if out_dir is not None else paths[0].parent
     shard_names = [_shard_name(root, p) for p in paths]
     classes = _check_existing(root, shard_names)
     root.mkdir(parents=True, exist_ok=True)

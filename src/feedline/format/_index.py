@@ -32,6 +32,7 @@ import xxhash
 
 from feedline.errors import ChecksumError, FormatError
 from feedline.format._checksum import ALGO_IDS, checksum_function
+from feedline.format._files import open_regular
 from feedline.format._schema import (
     FIELD_DTYPE,
     FieldSchema,
@@ -245,8 +246,8 @@ class ShardIndex:
                 trailing garbage). ChecksumError for a corrupt index file.
         """
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            with open_regular(path) as f:  # a FIFO or device is refused, not read forever
+                data = f.read(os.fstat(f.fileno()).st_size + 1)
         except OSError as e:
             raise FormatError(
                 f"cannot read index {os.fspath(path)!r}: {e.strerror}", shard=shard or None, fix=_FIX

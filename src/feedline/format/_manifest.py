@@ -20,6 +20,7 @@ import numpy as np
 from feedline.errors import ChecksumError, FormatError
 from feedline.format._atomic import write_atomic
 from feedline.format._checksum import ALGOS, checksum
+from feedline.format._files import path_argument, read_regular
 from feedline.format._index import READABLE_VERSIONS, ShardIndex
 
 MANIFEST_NAME = "manifest.json"
@@ -156,8 +157,7 @@ def _shard(doc: Any, path: Path) -> ShardInfo:
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        with open(path, "rb") as f:
-            return f.read(_MAX_MANIFEST + 1)
+        return read_regular(path, _MAX_MANIFEST + 1)  # never a FIFO or device: no hang, bounded
     except FileNotFoundError:
         if not path.parent.is_dir():
             raise FormatError(
@@ -193,7 +193,7 @@ def read_manifest(root: str | os.PathLike[str]) -> Manifest:
             inconsistent (sample counts, duplicate shards, bad values); the
             error names the path.
     """
-    path = Path(root) / MANIFEST_NAME
+    path = Path(path_argument(root, "root")) / MANIFEST_NAME
     return parse_manifest(_read_bytes(path), path)
 
 

@@ -23,9 +23,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from feedline.errors import ConfigError, FormatError, ReadError
+from feedline.errors import ArgumentError, ConfigError, FormatError, ReadError
 from feedline.format._atomic import fsync_dir, named, remove_quietly, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
+from feedline.format._files import path_argument, path_list
 from feedline.format._index import FORMAT_VERSION, ShardIndex
 from feedline.format._manifest import (
     MANIFEST_NAME,
@@ -274,8 +275,11 @@ def pack(
     _check_args(shard_size, workers)
     align = check_align(align)
     algo = check_algo(checksum_algo)
-    srcs = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
-    out = Path(out_dir)
+    srcs: list[str | os.PathLike[str]] = list(path_list(sources, "sources"))
+    out = Path(path_argument(out_dir, "out_dir"))
+    for name, fn in (("progress", progress), ("warn", warn)):
+        if fn is not None and not callable(fn):
+            raise ArgumentError(f"{name} must be callable, got {fn!r}", field=name)
     _check_out(out, srcs)
     found = collect(srcs, rules, skip=out)
     for line in found.notes():

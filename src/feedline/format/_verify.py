@@ -12,6 +12,7 @@ import numpy as np
 
 from feedline.errors import FeedlineError
 from feedline.format._checksum import checksum_function, hasher, hexdigest
+from feedline.format._files import open_regular
 from feedline.format._manifest import ShardInfo, load_index, read_manifest
 
 _CHUNK = 8 << 20
@@ -35,9 +36,12 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-def _file_checksum(path: Path, algo: str) -> str:
+def _file_checksum(path: Path, algo: str, size: int) -> str | None:
+    """The file's checksum, or None when it is not ``size`` bytes (then it is not read)."""
     h = hasher(algo)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
+        if os.fstat(f.fileno()).st_size != size:
+            return None
         data = f.read(_CHUNK)
         while data:
             h.update(data)
@@ -52,7 +56,7 @@ def _verify_members(root: Path, info: ShardInfo, algo: str) -> list[Problem]:
     problems: list[Problem] = []
     if index.shard_size == 0:
         return problems
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    with open_regular(path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         view = memoryview(mm)
         try:
             rec = index.members
@@ -71,11 +75,15 @@ def verify_shard(root: str | os.PathLike[str], info: ShardInfo, algo: str) -> li
     """Check one shard: file sizes, whole-file checksums, index, every member."""
     root = Path(root)
     problems: list[Problem] = []
-    for name, want, what in ((info.name, info.checksum, "shard"), (info.index, info.index_checksum, "index")):
+    for name, want, what, size in ((info.name, info.checksum, "shard", info.size),
+                                   (info.index, info.index_checksum, "index", info.index_size)):
         try:
-            got = _file_checksum(root / name, algo)
+            got = _file_checksum(root / name, algo, size)
         except OSError as e:
             return [Problem(info.name, None, None, f"cannot read {what} file {name!r}: {e.strerror}")]
+        if got is None:
+            return [Problem(info.name, None, None, f"{what} file {name!r} is not the {size} bytes the "
+                            "manifest records: truncated, extended or replaced")]
         if got != want:
             problems.append(Problem(info.name, None, None, f"{what} file checksum {got} != manifest {want}"))
     try:

@@ -49,12 +49,16 @@ class FilePayload(NamedTuple):
 Payload = bytes | memoryview | FilePayload
 
 
+MAX_ALIGN = 16 << 20  # each sample may be padded by up to this much: larger is a typo
+
+
 def check_align(align: object) -> int:
-    """``align`` must be 0 (off) or a positive multiple of 512."""
-    if isinstance(align, bool) or not isinstance(align, int) or align < 0 or align % 512:
+    """``align`` must be 0 (off) or a positive multiple of 512, at most 16 MiB."""
+    if (isinstance(align, bool) or not isinstance(align, int) or align < 0 or align % 512
+            or align > MAX_ALIGN):
         raise ConfigError(
-            f"align: must be 0 or a positive multiple of 512 bytes, got {align!r}",
-            fix="use --align 4096 for O_DIRECT / GPUDirect Storage, or 0",
+            f"align: must be 0 or a positive multiple of 512 bytes up to {MAX_ALIGN}, got {align!r}",
+            field="align", fix="use --align 4096 for O_DIRECT / GPUDirect Storage, or 0",
         )
     return align
 

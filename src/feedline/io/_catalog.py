@@ -26,7 +26,9 @@ from feedline.format import (
     parse_manifest,
     read_manifest,
 )
+from feedline.format._files import read_regular
 from feedline.format._schema import merge_schemas
+from feedline.io._remote import remote_error
 
 _FIX = "re-copy the dataset, or rebuild it with `feedline pack` / `feedline index`"
 
@@ -96,16 +98,24 @@ class _Storage:
         try:
             return int(self.fs.size(path)) if self.fs is not None else os.stat(path).st_size
         except (OSError, ValueError) as e:
+            if self.fs is not None and not isinstance(e, FileNotFoundError):
+                raise remote_error(e, "asking the shard's size", path) from e
             raise FormatError(f"shard file is missing or unreadable: {e}", shard=shard, path=path, fix=_FIX) from e
+        except Exception as e:  # a remote client's own exception type
+            raise remote_error(e, "asking the shard's size", path) from e
 
-    def read(self, path: str, shard: str) -> bytes:
+    def read(self, path: str, shard: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of ``path``: a longer file (or a device) is never read whole."""
         try:
             if self.fs is not None:
-                return bytes(self.fs.cat_file(path))
-            with open(path, "rb") as f:
-                return f.read()
+                return bytes(self.fs.cat_file(path, start=0, end=limit))
+            return read_regular(path, limit)
         except (OSError, ValueError) as e:
+            if self.fs is not None and not isinstance(e, FileNotFoundError):
+                raise remote_error(e, "reading the index", path) from e
             raise FormatError(f"index file is missing or unreadable: {e}", shard=shard, path=path, fix=_FIX) from e
+        except Exception as e:
+            raise remote_error(e, "reading the index", path) from e
 
     def manifest(self) -> Manifest:
         if self.fs is None:
@@ -119,8 +129,8 @@ class _Storage:
                 path=path,
                 fix="upload a packed dataset (manifest.json last)",
             ) from None
-        except (OSError, ValueError) as e:
-            raise FormatError(f"manifest cannot be read: {e}", path=path, fix=_FIX) from e
+        except Exception as e:  # OSError, or a remote client's own type (connection, checksum)
+            raise remote_error(e, "reading the manifest", path) from e
         return parse_manifest(data, path)
 
 
@@ -148,7 +158,8 @@ def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
             path=path,
             fix=_FIX,
         )
-    data = storage.read(storage.join(info.index), info.name)
+    # one byte more than the manifest's size: a longer index is refused by its size check
+    data = storage.read(storage.join(info.index), info.name, info.index_size + 1)
     index = index_from_bytes(info, data, shard_size=size, checksum_algo=manifest.checksum_algo)
     first, end = _extents(index)
     return ShardEntry(info.name, path, size, index, first, end)

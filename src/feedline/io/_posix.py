@@ -17,19 +17,20 @@ from typing import Any
 import numpy as np
 
 from feedline.errors import AlignmentError, ReadError
+from feedline.format._files import open_fd
 from feedline.io._buffers import PAGE, buffer_address
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
 def _os_open_direct(path: str) -> int:
-    """Open ``path`` read-only with O_DIRECT (a seam the tests can replace)."""
-    return os.open(path, os.O_RDONLY | _O_DIRECT | getattr(os, "O_CLOEXEC", 0))
+    """Open regular file ``path`` read-only with O_DIRECT (a seam the tests can replace)."""
+    return open_fd(path, _O_DIRECT)
 
 
 def _open_plain(path: str) -> int:
     try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return open_fd(path)  # a FIFO or device put in a shard's place is refused, not waited on
     except OSError as e:
         raise ReadError(f"cannot open {path}: {e.strerror}", path=path) from e
 

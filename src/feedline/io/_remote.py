@@ -14,6 +14,23 @@ from typing import Any
 from feedline.errors import ConfigError, ReadError
 
 _FIX = "pip install 'feedline[remote]' (fsspec, s3fs)"
+_READ_FIX = ("check the endpoint, the credentials and that the object exists; a transient failure "
+             "(HTTP 500, a timeout, a cut connection) can be retried")
+# An object store that accepts a connection and then never answers would block a read
+# forever with some clients' defaults; these bound it unless the caller sets its own.
+S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 20}
+
+
+def failure(e: BaseException) -> str:
+    """One line for an exception raised by a remote client: its type and message."""
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
+
+def remote_error(e: Exception, what: str, path: str) -> ReadError:
+    """The ReadError for a failed remote call. Clients raise their own exception types
+    (botocore's checksum and connection errors, aiohttp's payload errors) besides
+    ``OSError``; every one of them is a failed read of ``path``."""
+    return ReadError(f"{what} failed: {failure(e)}", path=path, fix=_READ_FIX)
 
 
 def normalise_root(root: str) -> str:
@@ -55,10 +72,16 @@ def open_filesystem(root: str, storage_options: dict[str, Any] | None) -> tuple[
         from fsspec.core import url_to_fs
     except ImportError as e:
         raise ConfigError(f"remote datasets need fsspec ({e})", fix=_FIX) from e
+    options = dict(storage_options or {})
+    if root.startswith(("s3://", "s3a://")) and "config_kwargs" not in options:
+        options["config_kwargs"] = dict(S3_TIMEOUTS)
     try:
-        fs, path = url_to_fs(root, **(storage_options or {}))
+        fs, path = url_to_fs(root, **options)
     except ImportError as e:
         raise ConfigError(f"no fsspec implementation for {root!r} ({e})", fix=_FIX) from e
+    except Exception as e:  # an option the file system refuses (a TypeError, a ValueError...)
+        raise ConfigError(f"cannot open {root!r} with these storage_options: {failure(e)}",
+                          field="storage_options", fix="check the option names and values for this protocol") from e
     return fs, path.rstrip("/")
 
 
@@ -85,8 +108,8 @@ class RemoteReader:
         view = memoryview(buffer).cast("B")
         try:
             data = self.fs.cat_file(handle, start=offset, end=offset + view.nbytes)
-        except (OSError, ValueError) as e:
-            raise ReadError(f"ranged read [{offset}, {offset + view.nbytes}) failed: {e}", path=handle) from e
+        except Exception as e:
+            raise remote_error(e, f"ranged read [{offset}, {offset + view.nbytes})", handle) from e
         n = min(len(data), view.nbytes)
         view[:n] = data[:n]
         return n
@@ -95,15 +118,15 @@ class RemoteReader:
         """The whole object (manifest, index)."""
         try:
             return bytes(self.fs.cat_file(path))
-        except (OSError, ValueError) as e:
-            raise ReadError(f"cannot read {path}: {e}", path=path) from e
+        except Exception as e:
+            raise remote_error(e, "reading the object", path) from e
 
     def size(self, path: str) -> int:
         """Size of the object in bytes."""
         try:
             return int(self.fs.size(path))
-        except (OSError, ValueError) as e:
-            raise ReadError(f"cannot stat {path}: {e}", path=path) from e
+        except Exception as e:
+            raise remote_error(e, "asking the object's size", path) from e
 
     def close(self, handle: Any) -> None:
         """Nothing to close per object."""

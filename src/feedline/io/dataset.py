@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import ConfigError
+from feedline.errors import ArgumentError, ConfigError, SampleIndexError
 from feedline.format import FieldSchema
+from feedline.format._files import path_argument
 from feedline.io._catalog import Catalog, load_catalog
 from feedline.io._columns import gather_labels, read_columns
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
@@ -73,9 +74,14 @@ class PackedDataset:
         max_window: int = DEFAULT_MAX_WINDOW,
         max_gap: int = DEFAULT_MAX_GAP,
     ) -> None:
-        self._root = normalise_root(os.fspath(root))
+        self._root = normalise_root(path_argument(root, "root"))
         self._io = io
+        if not isinstance(verify, (bool, np.bool_)):
+            raise ArgumentError(f"verify must be True or False, got {verify!r}", field="verify")
         self._verify = bool(verify)
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise ArgumentError(f"storage_options must be a dict of fsspec options, got {storage_options!r}",
+                                field="storage_options")
         self._storage_options = dict(storage_options or {})
         self._max_window = max_window
         self._max_gap = max_gap
@@ -92,10 +98,15 @@ class PackedDataset:
                 f"io={self._io!r} needs a local dataset; {self._root!r} is remote",
                 fix="use io='auto' for object stores",
             )
-        if self._max_window < 4096 or self._max_window % 4096:
-            raise ConfigError(f"max_window must be a positive multiple of 4096, got {self._max_window}")
+        for name in ("max_window", "max_gap"):
+            value = getattr(self, f"_{name}")
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise ArgumentError(f"{name} must be an int number of bytes, got {value!r}", field=name)
+        if self._max_window < 4096 or self._max_window % 4096 or self._max_window > 1 << 40:
+            raise ConfigError(f"max_window must be a positive multiple of 4096, got {self._max_window}",
+                              field="max_window")
         if self._max_gap < 0:
-            raise ConfigError(f"max_gap must be >= 0, got {self._max_gap}")
+            raise ConfigError(f"max_gap must be >= 0, got {self._max_gap}", field="max_gap")
 
     # -- opening -----------------------------------------------------------------
     def _open(self) -> _Opened:
@@ -187,12 +198,12 @@ class PackedDataset:
     def locate(self, i: int) -> tuple[str, str]:
         """``(shard name, sample key)`` of global sample ``i`` (cheap: no I/O, no numpy)."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"sample index must be an int, got {type(i).__name__}")
+            raise ArgumentError(f"sample index must be an int, got {type(i).__name__}", field="index")
         catalog = self._state().catalog
         n = catalog.num_samples
         j = int(i) + n if i < 0 else int(i)
         if not 0 <= j < n:
-            raise IndexError(f"sample index {int(i)} out of range for a dataset of {n} samples")
+            raise SampleIndexError(f"sample index {int(i)} out of range for a dataset of {n} samples")
         pos = bisect.bisect_right(catalog.first_of_shard, j) - 1
         shard = catalog.shards[pos]
         return shard.name, shard.index.keys[j - catalog.first_of_shard[pos]]
@@ -200,20 +211,31 @@ class PackedDataset:
     # -- reading -----------------------------------------------------------------
     @staticmethod
     def _indices(indices: Iterable[int], n: int) -> np.ndarray:
-        idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices)
-        if idx.size and not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+        if isinstance(indices, (str, bytes, bytearray)) or not hasattr(indices, "__iter__"):
+            raise ArgumentError(f"indices must be a sequence of ints, got {type(indices).__name__}",
+                                field="indices")
+        try:
+            idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices)
+        except (ValueError, OverflowError) as e:  # ragged nesting
+            raise ArgumentError(f"indices must be a flat sequence of ints: {e}", field="indices") from None
+        if idx.size and (not np.issubdtype(idx.dtype, np.integer) or idx.ndim != 1):
+            raise ArgumentError(f"indices must be a flat sequence of ints, got dtype {idx.dtype} "
+                                f"and shape {idx.shape}", field="indices")
+        if idx.size and idx.dtype == np.uint64 and int(idx.max()) >= n:
+            raise SampleIndexError(f"sample index {int(idx.max())} out of range for a dataset of {n} samples")
         idx = idx.astype(np.int64, copy=False).reshape(-1)
-        idx = np.where(idx < 0, idx + n, idx)
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            bad = int(idx[(idx < 0) | (idx >= n)][0])
-            raise IndexError(f"sample index {bad} out of range for a dataset of {n} samples")
-        return idx
+        bad = (idx < -n) | (idx >= n)
+        if bad.any():
+            raise SampleIndexError(f"sample index {int(idx[bad][0])} out of range for a dataset of {n} samples")
+        return np.where(idx < 0, idx + n, idx)
 
     def __getitem__(self, i: int) -> Sample:
         """Sample ``i``: field name -> zero-copy ``memoryview`` (device tensor for gds), plus ``"__key__"``."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"dataset index must be an int, got {type(i).__name__}")
+            raise ArgumentError(f"dataset index must be an int, got {type(i).__name__}", field="index")
+        n = len(self)
+        if not -n <= int(i) < n:
+            raise SampleIndexError(f"sample index {int(i)} out of range for a dataset of {n} samples")
         return self.read_many([int(i)])[0]
 
     def read_many(self, indices: Sequence[int] | np.ndarray) -> list[Sample]:

@@ -57,7 +57,7 @@ from feedline.decode.jpeg_batch import (
     resize_stack,
 )
 from feedline.decode.resized import check_size, resizable
-from feedline.errors import ConfigError, DecodeError
+from feedline.errors import ArgumentError, ConfigError, DecodeError
 
 JPEG_EXTENSIONS = ("jpg", "jpeg")
 
@@ -261,6 +261,9 @@ def make_device_decode(decode_on: Any, fields: Sequence[str], *, device: str, wo
     """
     jpegs = jpeg_fields(fields)
     size = None if size is None else check_size(size)
+    if not isinstance(decode_on, str) and not (hasattr(decode_on, "name") and hasattr(decode_on, "device")):
+        raise ArgumentError(f"decode_on must be one of {DECODE_ON} or a JpegBatchDecoder, got {decode_on!r}",
+                            field="decode_on")
     if isinstance(decode_on, str) and decode_on not in DECODE_ON:
         raise ConfigError(f"decode_on must be one of {DECODE_ON} or a JpegBatchDecoder, "
                           f"got {decode_on!r}", field="decode_on")

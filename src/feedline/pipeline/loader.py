@@ -38,18 +38,6 @@ from feedline.placement import Placement, plan_placement
 from feedline.units import parse_bytes, parse_duration
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
-
-
-def _choice(name: str, value: Any, options: tuple[str, ...]) -> str:
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
-    return str(value)
-
-
 def rank_and_world(process_group: Any, rank: int | None, world_size: int | None
                    ) -> tuple[int, int]:
     """Rank and world size from ``process_group`` (torch.distributed), or the explicit ints."""
@@ -60,10 +48,8 @@ def rank_and_world(process_group: Any, rank: int | None, world_size: int | None
             raise ConfigError("process_group given but torch.distributed is not initialised",
                               fix="call torch.distributed.init_process_group first")
         return dist.get_rank(process_group), dist.get_world_size(process_group)
-    world = _positive_int("world_size", 1 if world_size is None else world_size)
-    r = 0 if rank is None else rank
-    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < world:
-        raise ValueError(f"rank must be an integer in [0, world_size), got {rank!r}")
+    world = options.positive_int("world_size", 1 if world_size is None else world_size)
+    r = options.non_negative_int("rank", 0 if rank is None else rank, world - 1)
     return r, world
 
 
@@ -164,9 +150,11 @@ class Loader:
     are refused with the feedline argument to use (:mod:`feedline.pipeline.options`).
 
     Raises:
-        ValueError / TypeError: a bad argument (named in the message); ConfigError /
-            ArgumentError (both typed, from :mod:`feedline.errors`) for flags that are
-            not booleans, DataLoader names, ``decode=`` keys that match no field.
+        ConfigError (a ``ValueError``): a value out of range (``batch_size=0``,
+            ``workers`` above 1024, an unknown choice, ``decode=`` keys that match no
+            field); ArgumentError (a ``TypeError`` too): a value of the wrong type
+            (``batch_size="4"``, ``shuffle="yes"``) or a DataLoader name. Both name the
+            argument in ``field``.
         ResourceError: process workers with an ``shm_dir`` that is not a writable folder.
         DeviceError: a CUDA device without CUDA.
     """
@@ -194,20 +182,17 @@ class Loader:
             from feedline.io import open_dataset
 
             dataset = open_dataset(dataset, io=_host_io(io))
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.workers = default_workers() if workers is None else _positive_int("workers", workers)
-        self.prefetch = _positive_int("prefetch", prefetch)
-        self.worker_type = _choice("worker_type", worker_type, ("thread", "process", "auto"))
-        self.on_error = _choice("on_error", on_error, ("raise", "skip"))
+        self.batch_size = options.positive_int("batch_size", batch_size)
+        self.workers = (default_workers() if workers is None
+                        else options.positive_int("workers", workers, options.MAX_WORKERS))
+        self.prefetch = options.positive_int("prefetch", prefetch, options.MAX_PREFETCH)
+        self.worker_type = options.choice("worker_type", worker_type, ("thread", "process", "auto"))
+        self.on_error = options.choice("on_error", on_error, ("raise", "skip"))
         options.check_processes(self.worker_type, start_method, shm_dir)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-        for name, fn in (("transform", transform), ("collate", collate)):
-            if fn is not None and not callable(fn):
-                raise TypeError(f"{name} must be callable, got {fn!r}")
-        for stage in stages:
-            if not callable(stage) or not isinstance(getattr(stage, "name", None), str):
-                raise TypeError(f"each of stages must be callable with a str name, got {stage!r}")
+        seed = options.non_negative_int("seed", seed)
+        options.check_callable("transform", transform)
+        options.check_callable("collate", collate)
+        stages = options.check_stages(stages)
         self.seed, self.shuffle, self.drop_last, self.in_order = seed, shuffle, drop_last, in_order
         self.timeout = None if timeout is None else parse_duration(timeout, name="timeout")
         self.rank, self.world_size = rank_and_world(process_group, rank, world_size)
@@ -275,8 +260,7 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Start ``epoch`` from its beginning (right after :meth:`load_state_dict`, setting
         the restored epoch keeps the restored position)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        epoch = options.non_negative_int("epoch", epoch)
         self._epochs_set = True  # the next pass will likely be followed by epoch + 1
         if self._restored and epoch == self._pos.epoch:
             return
@@ -343,7 +327,7 @@ class Loader:
     # -- iteration ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         if self._rt.closed:
-            raise RuntimeError("the loader is closed")
+            raise ConfigError("the loader is closed", fix="create a new Loader (close() ends it for good)")
         epoch = self._pos.epoch
         plan = self._plan(epoch)
         if self._pos.done(plan.num_batches) and not self._restored:

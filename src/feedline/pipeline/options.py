@@ -66,6 +66,68 @@ def check_unknown(unknown: Mapping[str, Any], accepted: Callable[..., Any]) -> N
                         fix=fix)
 
 
+MAX_WORKERS = 1024  # more threads or processes than this is a typo, not a plan
+MAX_PREFETCH = 1 << 16
+
+
+def positive_int(name: str, value: Any, maximum: int | None = None) -> int:
+    """``value`` as an int in ``1..maximum`` (numpy integers accepted, bools refused).
+
+    Raises:
+        ArgumentError: not an integer (``"4"``, ``4.0``, ``True``, ``None``).
+        ConfigError: below 1 or above ``maximum``.
+    """
+    return non_negative_int(name, value, maximum, minimum=1)
+
+
+def non_negative_int(name: str, value: Any, maximum: int | None = None, minimum: int = 0) -> int:
+    """``value`` as an int in ``minimum..maximum`` (see :func:`positive_int`)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(f"{name} must be an integer >= {minimum}, got {type(value).__name__} {value!r}",
+                            field=name)
+    value = int(value)
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"in {minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"{name} must be an integer {bound}, got {value!r}", field=name)
+    return value
+
+
+def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``allowed``.
+
+    Raises:
+        ConfigError: anything else (a ``ValueError``), naming the choices.
+    """
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"{name} must be one of {allowed}, got {value!r}", field=name)
+    return value
+
+
+def check_callable(name: str, fn: Any) -> None:
+    """``fn`` is None or callable.
+
+    Raises:
+        ArgumentError: anything else.
+    """
+    if fn is not None and not callable(fn):
+        raise ArgumentError(f"{name} must be callable, got {fn!r}", field=name)
+
+
+def check_stages(stages: Any) -> tuple[Any, ...]:
+    """``stages`` as a tuple of callables, each with a str ``name``.
+
+    Raises:
+        ArgumentError: not a list or tuple, or an item that is not such a stage.
+    """
+    if not isinstance(stages, (list, tuple)):
+        raise ArgumentError(f"stages must be a list of stages, got {stages!r}", field="stages")
+    for stage in stages:
+        if not callable(stage) or not isinstance(getattr(stage, "name", None), str):
+            raise ArgumentError(f"each of stages must be callable with a str name, got {stage!r}",
+                                field="stages")
+    return tuple(stages)
+
+
 def check_flag(name: str, value: Any) -> bool:
     """``value`` as a bool; only ``True``/``False`` (numpy's included) are accepted.
 

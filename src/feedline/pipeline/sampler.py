@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from feedline.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -71,20 +73,22 @@ def rank_plan(
     """This rank's indices for ``epoch`` (see the module docstring for the rules).
 
     Raises:
-        ValueError: ``n`` is too small to give every rank one batch with drop_last,
+        ConfigError: ``n`` is too small to give every rank one batch with drop_last,
             or any argument is out of range.
     """
     if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"rank must be in [0, world_size), got rank={rank} world_size={world}")
+        raise ConfigError(f"rank must be in [0, world_size), got rank={rank} world_size={world}",
+                          field="rank")
     if n < 1:
-        raise ValueError("the dataset is empty")
+        raise ConfigError("the dataset is empty: there is nothing to load", field="dataset",
+                          fix="check the dataset path or the filter that built it")
     order = global_order(n, seed, epoch, shuffle)
     if drop_last:
         per_rank = (n // world) // batch_size * batch_size
         if per_rank == 0:
-            raise ValueError(
-                f"{n} samples cannot give {world} rank(s) one full batch of {batch_size}; "
-                "lower batch_size or set drop_last=False"
+            raise ConfigError(
+                f"{n} samples cannot give {world} rank(s) one full batch of {batch_size}",
+                field="batch_size", fix="lower batch_size or set drop_last=False"
             )
         order = order[: per_rank * world]
     else:

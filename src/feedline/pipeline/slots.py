@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from feedline import spans
-from feedline.errors import ResourceError
+from feedline.errors import ConfigError, ResourceError
 from feedline.pipeline.collate import Layout, Path
 from feedline.placement import Placement
 from feedline.units import format_bytes
@@ -99,7 +99,7 @@ class SlotPool:
         allocate: Callable[[tuple[int, ...], torch.dtype, bool], torch.Tensor] | None = None,
     ) -> None:
         if budget < 1:
-            raise ValueError(f"pinned_budget must be positive, got {budget}")
+            raise ConfigError(f"pinned_budget must be positive, got {budget}", field="pinned_budget")
         self.budget = budget
         self.pin = pin
         self.reuse = reuse

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from feedline.errors import ArgumentError
+
 
 @dataclass
 class Item:
@@ -43,16 +45,16 @@ class Source:
         dataset: a PackedDataset or a map-style dataset.
 
     Raises:
-        TypeError: ``dataset`` has neither ``read_many`` nor ``len`` + ``__getitem__``.
+        ArgumentError: ``dataset`` has neither ``read_many`` nor ``len`` + ``__getitem__``.
     """
 
     def __init__(self, dataset: Any) -> None:
         if not is_packed(dataset) and not (
             hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
         ):
-            raise TypeError(
-                "dataset must be a feedline PackedDataset or a map-style dataset "
-                f"(len + __getitem__), got {type(dataset).__name__}"
+            raise ArgumentError(
+                "dataset must be a feedline PackedDataset, a path to one, or a map-style "
+                f"dataset (len + __getitem__), got {type(dataset).__name__}", field="dataset"
             )
         self.dataset = dataset
         self.packed = is_packed(dataset)

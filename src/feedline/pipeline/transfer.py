@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from feedline.errors import DeviceError
+from feedline.errors import ConfigError, DeviceError
 from feedline.pipeline import nested
 from feedline.pipeline.slots import Fence
 
@@ -112,13 +112,14 @@ def make_engine(device: str | torch.device) -> Engine:
     here; pass ``"cuda:N"`` to be explicit).
 
     Raises:
-        ValueError: ``device`` is not a device string.
+        ConfigError: ``device`` is not a device string (a ``ValueError``).
         DeviceError: a CUDA device was asked for and CUDA is not available.
     """
     try:
         dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device: cannot parse {device!r} as a torch device") from exc
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"device: cannot parse {device!r} as a torch device", field="device",
+                          fix='pass "cpu" or "cuda:N"') from exc
     if dev.type == "cpu":
         return CpuEngine()
     if dev.type == "cuda":
@@ -130,4 +131,5 @@ def make_engine(device: str | torch.device) -> Engine:
         if dev.index is None:  # "cuda": the current device, fixed now for this loader
             dev = torch.device("cuda", torch.cuda.current_device())
         return CudaEngine(dev)
-    raise ValueError(f"device={device!r}: only cpu and cuda devices are supported")
+    raise ConfigError(f"device={device!r}: only cpu and cuda devices are supported", field="device",
+                      fix='pass "cpu" or "cuda:N"')

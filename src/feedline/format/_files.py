@@ -1,0 +1,102 @@
+"""Opening the files a dataset names: regular files only, never blocking, bounded reads;
+and the path arguments of the public functions that take them.
+
+A manifest, index or shard path may lead anywhere a hostile or damaged folder
+points it: a FIFO (``open`` would wait forever for a writer), ``/dev/zero`` or
+``/dev/urandom`` (a read would never end), a folder, a file of many GB where a
+few KB are expected. :func:`open_regular` opens without blocking and refuses
+anything but a regular file; :func:`read_regular` also reads at most ``limit``
+bytes. Both raise ``OSError`` (with the path) so callers turn it into their own
+typed error with the shard or path named.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Any, BinaryIO
+
+from feedline.errors import ArgumentError
+
+_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_fd(path: str | os.PathLike[str], extra_flags: int = 0) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file.
+
+    Opened with ``O_NONBLOCK`` (which plain files ignore), so a FIFO put where a
+    file belongs does not wait for a writer; it is then refused like a folder or
+    a device.
+
+    Raises:
+        OSError: the file cannot be opened, or is not a regular file (``EISDIR``
+            for a folder, ``ESPIPE`` for a FIFO, socket or device).
+    """
+    fd = os.open(path, _FLAGS | extra_flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", os.fspath(path))
+            raise OSError(errno.ESPIPE, "not a regular file (a FIFO, socket or device)", os.fspath(path))
+        if _FLAGS & getattr(os, "O_NONBLOCK", 0):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``open(path, "rb")`` for a regular file only, without blocking on a FIFO (see :func:`open_fd`)."""
+    return os.fdopen(open_fd(path), "rb")
+
+
+def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of regular file ``path``, which must be shorter than ``limit``.
+
+    Callers pass one more than the largest size they accept. A file the file
+    system says is longer is refused before anything is read; one that grows
+    while read comes back as ``limit`` bytes, which callers refuse by size.
+
+    Raises:
+        OSError: as :func:`open_fd`; ``EFBIG`` for a file of ``limit`` bytes or more.
+    """
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size >= limit:
+            raise OSError(errno.EFBIG, f"is {size} bytes, more than the {limit - 1} expected", os.fspath(path))
+        return f.read(max(0, limit))
+
+
+def path_argument(value: Any, name: str) -> str:
+    """``value`` (a ``str`` or ``os.PathLike``) as a str path with ``~`` expanded.
+
+    Raises:
+        ArgumentError: another type (``None``, bytes, an int, a list...), an empty
+            path, or one holding a NUL byte; ``field`` is ``name``.
+    """
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ArgumentError(f"{name} must be a path (str or pathlib.Path), got {type(value).__name__} {value!r}",
+                            field=name)
+    if not value or "\0" in value:
+        raise ArgumentError(f"{name} {value!r} is not a usable path", field=name,
+                            fix="give a folder or file name (no NUL bytes)")
+    return os.path.expanduser(value)
+
+
+def path_list(value: Any, name: str) -> list[str]:
+    """One path or an iterable of paths as a list of str paths (see :func:`path_argument`).
+
+    Raises:
+        ArgumentError: neither a path nor an iterable of paths.
+    """
+    if isinstance(value, (str, os.PathLike)):
+        return [path_argument(value, name)]
+    if isinstance(value, (bytes, bytearray)) or not hasattr(value, "__iter__"):
+        raise ArgumentError(f"{name} must be a path or a list of paths, got {type(value).__name__} {value!r}",
+                            field=name)
+    return [path_argument(v, name) for v in value]

@@ -1,0 +1,191 @@
+"""An object store that fails: HTTP 500s, a cut or shortened body, a server that never
+answers, an endpoint nobody listens on, a missing bucket, options the client refuses.
+
+The store is a real S3-compatible server (moto) on 127.0.0.1 behind a small HTTP proxy
+that injects each fault into the real responses s3fs receives. What is guaranteed: every
+failure is a typed error naming the object (``ReadError`` for the transport, ``FormatError``
+for a missing dataset, ``ConfigError`` for bad options), never botocore's or aiohttp's own
+exception types, and a server that stops answering ends in an error, not a hang.
+Starting the server takes seconds, so the cases that need it are ``slow``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+import feedline
+from feedline.errors import ConfigError, FormatError, ReadError
+
+BUCKET = "faults"
+
+
+class FaultProxy:
+    """Forwards HTTP to ``upstream``; requests whose path contains ``only`` get ``mode``:
+    ``"500"``, ``"cut"`` (Content-Length promised, half the body sent, connection closed),
+    ``"short"`` (a shorter body, consistently framed) or ``"silent"`` (never answers)."""
+
+    def __init__(self, upstream: str) -> None:
+        parsed = urlparse(upstream)
+        self.upstream = (str(parsed.hostname), int(parsed.port or 80))
+        self.mode, self.only = "pass", ""
+        self.release = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def handle_one(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                fault = proxy.mode if proxy.mode != "pass" and proxy.only in self.path else "pass"
+                if fault == "silent":
+                    proxy.release.wait(60)
+                    self.close_connection = True
+                    return
+                if fault == "500":
+                    self.reply(500, b"<Error><Code>InternalError</Code><Message>injected</Message></Error>")
+                    return
+                conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
+                conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+                res = conn.getresponse()
+                data = res.read()
+                headers = [(k, v) for k, v in res.getheaders()
+                           if k.lower() not in ("content-length", "transfer-encoding", "connection")]
+                if self.command == "HEAD":
+                    self.reply(res.status, b"", headers, length=res.getheader("Content-Length") or "0")
+                elif fault == "cut" and len(data) > 1:
+                    self.reply(res.status, data[: len(data) // 2], headers, length=str(len(data)))
+                    self.close_connection = True
+                elif fault == "short" and len(data) > 1:
+                    self.reply(res.status, data[: len(data) // 2], headers)
+                else:
+                    self.reply(res.status, data, headers)
+
+            def reply(self, status: int, data: bytes, headers: list[tuple[str, str]] = (),  # type: ignore[assignment]
+                      length: str | None = None) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", length if length is not None else str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = handle_one
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
+    """(proxy, storage_options) with a small packed dataset uploaded at s3://faults/ds."""
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    from feedline.format import pack
+
+    root = tmp_path_factory.mktemp("remote")
+    (root / "src").mkdir()
+    for i in range(6):
+        (root / "src" / f"s{i}.bin").write_bytes(os.urandom(5000))
+    pack(root / "src", root / "ds", shard_size=12 << 10)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    direct = s3fs.S3FileSystem(endpoint_url=f"http://{host}:{port}", key="k", secret="s",
+                               skip_instance_cache=True)
+    direct.mkdir(BUCKET)
+    for name in sorted(os.listdir(root / "ds"), key=lambda n: n == "manifest.json"):
+        direct.put_file(str(root / "ds" / name), f"{BUCKET}/ds/{name}")
+    proxy = FaultProxy(f"http://{host}:{port}")
+    # one short read timeout and no client retries keep the failing cases fast
+    options = {"endpoint_url": proxy.url, "key": "k", "secret": "s", "skip_instance_cache": True,
+               "config_kwargs": {"read_timeout": 2, "connect_timeout": 2, "retries": {"max_attempts": 1}}}
+    try:
+        yield proxy, options
+    finally:
+        proxy.close()
+        server.stop()
+
+
+@pytest.fixture
+def proxy(store: tuple[FaultProxy, dict[str, Any]]) -> Iterator[FaultProxy]:
+    yield store[0]
+    store[0].mode, store[0].only = "pass", ""
+
+
+def _open(options: dict[str, Any], prefix: str = "ds") -> feedline.io.PackedDataset:
+    return feedline.open_dataset(f"s3://{BUCKET}/{prefix}", storage_options=options)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_healthy_store_through_the_proxy(store: tuple[FaultProxy, dict[str, Any]]) -> None:
+    ds = _open(store[1])
+    assert len(ds) == 6 and len(ds.read_many(range(6))) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["500", "cut", "short"])
+@pytest.mark.parametrize("target", ["manifest.json", ".idx", ".tar"])
+def test_a_failing_store_is_a_read_error_naming_the_object(store: tuple[FaultProxy, dict[str, Any]],
+                                                           proxy: FaultProxy, mode: str, target: str) -> None:
+    if target == ".tar":
+        ds = _open(store[1])
+    proxy.mode, proxy.only = mode, target
+    with pytest.raises((ReadError, FormatError)) as info:  # the size check may catch a short object first
+        if target == ".tar":
+            ds.read_many(range(6))
+        else:
+            _open(store[1])
+    assert target in str(info.value.place.get("path", "")) + str(info.value.place.get("shard", ""))
+    assert "Traceback" not in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_server_that_never_answers_times_out(store: tuple[FaultProxy, dict[str, Any]], proxy: FaultProxy) -> None:
+    proxy.mode, proxy.only = "silent", "manifest.json"
+    with pytest.raises(ReadError, match=r"(?i)timeout"):
+        _open(store[1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_missing_bucket_is_no_dataset(store: tuple[FaultProxy, dict[str, Any]]) -> None:
+    with pytest.raises(FormatError, match="no manifest"):
+        feedline.open_dataset("s3://no-such-bucket/ds", storage_options=store[1])
+
+
+QUICK = {"key": "k", "secret": "s", "skip_instance_cache": True,
+         "config_kwargs": {"read_timeout": 1, "connect_timeout": 1, "retries": {"max_attempts": 1}}}
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_endpoint_and_options_the_client_refuses() -> None:
+    # no server needed: nobody listens on the discard port
+    with pytest.raises(ReadError, match="manifest") as info:
+        _open({**QUICK, "endpoint_url": "http://127.0.0.1:9"})
+    assert info.value.fix and "EndpointConnectionError" in str(info.value)
+    with pytest.raises((ConfigError, ReadError)):
+        _open({**QUICK, "endpoint_url": "http://127.0.0.1:9", "no_such_option": 3})
+    with pytest.raises((ConfigError, ReadError)):
+        _open({**QUICK, "endpoint_url": 5})
