@@ -29,6 +29,7 @@ import statistics
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -178,12 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("gpu_decode: --device cuda but CUDA is not available", file=sys.stderr)
             return 2
-    from feedline.decode.jpeg_batch import (
-        CompressedBatch,
-        TorchvisionJpegDecoder,
-        gpu_decoders_available,
-    )
-
+    errors = 0
     sizes = {"256": SIZES["256"], "1080p": (108, 192)} if args.quick else SIZES
     for label, (h, w) in sizes.items():
         blobs = make_jpegs(args.batch, h, w)
@@ -199,33 +195,55 @@ def main(argv: list[str] | None = None) -> int:
         if not cuda:
             report.add({"name": f"{label} gpu decode", "skipped": "no CUDA device (--device cpu)"})
             continue
-        import torch
+        try:  # a GPU failure is a row with the error; the CPU rows and other sizes still count
+            gpu_rows(report, args, label, blobs, h, w, threads, cpu_rate, compressed)
+        except Exception as e:
+            errors += 1
+            traceback.print_exc()
+            report.add({"name": f"{label} gpu decode", "error": f"{type(e).__name__}: {e}"})
+        report.finish()  # the JSON so far: a later crash or timeout keeps these rows
+    return report.finish() or (1 if errors else 0)
 
-        pinned = torch.empty(compressed, dtype=torch.uint8).pin_memory()
-        batch = CompressedBatch.pack(blobs, out=pinned.numpy())
-        decoders: list[Any] = [TorchvisionJpegDecoder(args.device)]
-        if "nvimgcodec" in gpu_decoders_available():
-            from feedline.decode.jpeg_batch import NvImageCodecDecoder
 
-            decoders.append(NvImageCodecDecoder(args.device))
-        for dec in decoders:
-            rate = gpu_decode_rate(dec, batch, max(3, args.repeat))
-            report.add({"name": f"{label} gpu decode ({dec.name})", "images_per_s": rate,
-                        "samples_per_s": rate, "pcie_bytes_per_batch": compressed,
-                        "vs_cpu_all_cores": rate / cpu_rate})
-            print(f"{label:>6}  gpu {dec.name}: {rate:10.0f} images/s  = {rate / cpu_rate:.2f}x cpu "
-                  f"(goal >= 3x at 1080p)")
-        size = (224, 224)
-        feed_cpu = cpu_feed(blobs, h, w, threads, args.device, size)
+def gpu_rows(report: Report, args: Any, label: str, blobs: list[bytes], h: int, w: int,
+             threads: int, cpu_rate: float, compressed: int) -> None:
+    """The GPU decode rows of one image size: images/s per decoder, then model utilisation."""
+    import torch
+
+    from feedline.decode.jpeg_batch import (
+        CompressedBatch,
+        TorchvisionJpegDecoder,
+        gpu_decoders_available,
+    )
+
+    pinned = torch.empty(compressed, dtype=torch.uint8).pin_memory()
+    batch = CompressedBatch.pack(blobs, out=pinned.numpy())
+    decoders: list[Any] = [TorchvisionJpegDecoder(args.device)]
+    if "nvimgcodec" in gpu_decoders_available():
+        from feedline.decode.jpeg_batch import NvImageCodecDecoder
+
+        decoders.append(NvImageCodecDecoder(args.device))
+    for dec in decoders:
+        rate = gpu_decode_rate(dec, batch, max(3, args.repeat))
+        report.add({"name": f"{label} gpu decode ({dec.name})", "images_per_s": rate,
+                    "samples_per_s": rate, "pcie_bytes_per_batch": compressed,
+                    "vs_cpu_all_cores": rate / cpu_rate})
+        print(f"{label:>6}  gpu {dec.name}: {rate:10.0f} images/s  = {rate / cpu_rate:.2f}x cpu "
+              f"(goal >= 3x at 1080p)")
+    size = (224, 224)
+    feed_cpu = cpu_feed(blobs, h, w, threads, args.device, size)
+    try:
         u_cpu = utilisation(feed_cpu, args.steps, args.device)
+    finally:
         feed_cpu.stop.set()  # type: ignore[attr-defined]
-        u_gpu = utilisation(lambda d=decoders[0], b=batch, s=size: d.decode(b, size=s), args.steps,
-                            args.device)
-        report.add({"name": f"{label} model utilisation", "fed_by_cpu_decode": u_cpu,
-                    "fed_by_gpu_decode": u_gpu, "goal_gpu": 0.9})
-        print(f"{label:>6}  model GPU utilisation: fed by CPU decode {u_cpu:.0%}, by GPU decode {u_gpu:.0%} "
-              f"(goal >= 90%)")
-    return report.finish()
+    u_gpu = utilisation(lambda d=decoders[0], b=batch, s=size: d.decode(b, size=s), args.steps,
+                        args.device)
+    report.add({"name": f"{label} model utilisation", "fed_by_cpu_decode": u_cpu,
+                "fed_by_gpu_decode": u_gpu, "goal_gpu": 0.9})
+    print(f"{label:>6}  model GPU utilisation: fed by CPU decode {u_cpu:.0%}, by GPU decode {u_gpu:.0%} "
+          f"(goal >= 90%)")
+
+
 
 
 if __name__ == "__main__":
