@@ -78,8 +78,9 @@ class Step:
 GPU_BENCHES: list[tuple[str, str, list[str], float, str]] = [
     ("gpu_decode", "bench/gpu_decode.py", ["--repeat", "3"], 120, "cuda"),
     ("loader_h2d", "bench/loader_h2d.py", ["--repeat", "3"], 90, "cuda"),
-    ("read_gds", "bench/read_gds.py", ["--repeat", "3"], 90, "cuda"),
-    ("checkpoint", "bench/checkpoint.py", ["--repeat", "3"], 90, "cuda"),
+    # {scratch}: a folder on the machine's disk (GDS cannot read tmpfs, which /tmp may be)
+    ("read_gds", "bench/read_gds.py", ["--repeat", "3", "--dir", "{scratch}"], 90, "cuda"),
+    ("checkpoint", "bench/checkpoint.py", ["--repeat", "3", "--dir", "{scratch}"], 90, "cuda"),
     ("diagnose_overhead", "bench/diagnose_overhead.py", ["--repeat", "3"], 90, "cuda"),
     ("demo", "-m", ["feedline", "demo"], 90, "cuda"),
     # not a GPU bench: the JPEG loader goals (1.5x vs DataLoader / WebDataset) on a host
@@ -90,6 +91,7 @@ GPU_BENCHES: list[tuple[str, str, list[str], float, str]] = [
 
 def bench_argv(script: str, extra: list[str], json_path: Path, device: str) -> list[str]:
     """The command line of one benchmark (``-m`` runs a module: the demo CLI)."""
+    extra = [str(json_path.parent) if a == "{scratch}" else a for a in extra]
     if script == "-m":
         return [sys.executable, "-m", *extra, "--device", device, "--json", str(json_path)]
     return [sys.executable, script, "--device", device, *extra, "--json", str(json_path)]
@@ -337,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan-file", default=None,
                    help="JSON list of {name, argv, timeout[, kind]} run instead of the built-in plan "
                         "(argv items '{python}' and '{json}' are replaced); for reruns and the tests")
+    p.add_argument("--scratch", default=None,
+                   help="folder for the steps' data and JSON (default: the repository root, on the "
+                        "machine's disk; /tmp may be tmpfs, which GDS cannot read)")
     p.add_argument("--skip-preflight", action="store_true",
                    help="no environment survey and no CUDA gate (with --dry-run: tests of the plumbing)")
     args = p.parse_args(argv)
@@ -344,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--skip-preflight goes with --dry-run only")
     out = Path(args.out)
     t_start = time.perf_counter()
-    scratch = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    scratch_base = Path(args.scratch) if args.scratch else ROOT
+    scratch_base.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".gpu-check-", dir=scratch_base))
     has_timeout = importlib.util.find_spec("pytest_timeout") is not None
     steps = (load_plan(Path(args.plan_file), scratch) if args.plan_file else
              plan(out, scratch, args.dry_run, args.test_timeout, has_timeout))

@@ -67,7 +67,8 @@ def test_a_crash_of_the_runner_keeps_the_steps_done_and_a_hung_step_dies_with_it
     ]
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     out = tmp_path / "out"
-    run = _run("--dry-run", "--skip-preflight", "--plan-file", str(tmp_path / "plan.json"), "--out", str(out))
+    run = _run("--dry-run", "--skip-preflight", "--plan-file", str(tmp_path / "plan.json"), "--out", str(out),
+               "--scratch", str(tmp_path / "scratch"))
     assert run.returncode == -9, run.stderr
     steps = json.loads((out / "gpu_check.json").read_text())["steps"]
     assert list(steps) == ["one", "two", "three"]
