@@ -108,7 +108,13 @@ def _device_address(device: Any) -> tuple[str | None, str | None]:
         return None, f"device is {text}: no GPU to place the workers next to"
     _, _, idx = text.partition(":")
     try:
-        address = cuda_pci_address(int(idx or 0))
+        if idx:
+            index = int(idx)
+        else:  # "cuda": the current device, as torch resolves it (not always 0)
+            import torch
+
+            index = torch.cuda.current_device()
+        address = cuda_pci_address(index)
     except Exception as e:  # no driver, bad index: say so, never fail a loader for placement
         return None, f"could not read the PCI address of {text}: {e}"
     if address is None:
