@@ -12,10 +12,12 @@ to what is left of ``--budget`` (default 480 s), and is killed with its
 children (loader workers) when it overruns. After every step the summary is
 rewritten, so a crash or a kill later never loses the steps already done.
 
-Under ``--out`` it writes three files (the device tool brings back at most 8):
+Under ``--out`` it writes four files (the device tool brings back at most 8):
 ``gpu_check.json`` (environment, per-step status, test counts and failures,
 each benchmark's JSON), ``gpu_check.log`` (every step's output) and
-``gpu_tests.xml`` (JUnit). It ends with a summary table.
+``gpu_tests.xml`` / ``gpu_tests_slow.xml`` (JUnit of the two test steps: the
+quick data-path checks first, the whole-program ones after the main benchmarks).
+It ends with a summary table.
 
 Without CUDA it runs nothing: it writes the summary with
 ``"cuda_available": false`` and exits 2, so a missing GPU is never mistaken
@@ -298,19 +300,31 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plan(out: Path, scratch: Path, dry_run: bool, test_timeout: float, pytest_timeout: bool) -> list[Step]:
-    """Every step, in order of value; ``dry_run`` makes each one a CPU-safe check of its command."""
-    junit = out / "gpu_tests.xml"
+# The GPU tests that run whole programs (diagnose subprocesses, the demo) go in a later
+# step, so a slow one cannot keep the quick checks of the data path from running.
+SLOW_TESTS = ("tests/gpu/observe_cuda_test.py", "tests/gpu/test_demo_gpu.py")
+TESTS_TIMEOUT = {"tests": 150.0, "tests_slow": 200.0}
+
+
+def _pytest(out: Path, name: str, paths: list[str], dry_run: bool, pytest_timeout: bool) -> Step:
     # -v: one PASSED/FAILED line per test in the log, read back if pytest dies before the JUnit file
-    tests = [sys.executable, "-m", "pytest", "tests/gpu", "-v", "-p", "no:cacheprovider",
-             f"--junitxml={junit}", "--durations=10"]
+    argv = [sys.executable, "-m", "pytest", *paths, "-v", "-p", "no:cacheprovider",
+            f"--junitxml={out / f'gpu_{name}.xml'}", "--durations=10"]
     if dry_run:
-        tests.append("--collect-only")
+        argv.append("--collect-only")
     elif pytest_timeout:
         # signal method: a hung test fails alone (the thread method ends the whole session)
-        tests += ["--timeout=90", "-o", "timeout_method=signal"]
-    steps = [Step("tests", tests, test_timeout, kind="tests")]
+        argv += ["--timeout=90", "-o", "timeout_method=signal"]
+    return Step(name, argv, TESTS_TIMEOUT[name], kind="tests")
+
+
+def plan(out: Path, scratch: Path, dry_run: bool, pytest_timeout: bool) -> list[Step]:
+    """Every step, in order of value; ``dry_run`` makes each one a CPU-safe check of its command."""
+    quick = ["tests/gpu"] + [f"--ignore={t}" for t in SLOW_TESTS]
+    steps = [_pytest(out, "tests", quick, dry_run, pytest_timeout)]
     for name, script, extra, timeout, device in GPU_BENCHES:
+        if name == "diagnose_overhead":  # after the benches of issue 15 / 10 / 14
+            steps.append(_pytest(out, "tests_slow", list(SLOW_TESTS), dry_run, pytest_timeout))
         argv = bench_argv(script, extra, scratch / f"{name}.json", device)
         steps.append(Step(name, argv + (["--help"] if dry_run else []), timeout))
     return steps
@@ -333,7 +347,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true",
                    help="run the plumbing on any machine: collect the GPU tests, --help each bench")
     p.add_argument("--budget", type=float, default=480.0, help="seconds for all steps together")
-    p.add_argument("--test-timeout", type=float, default=200.0, help="seconds for the tests step")
     p.add_argument("--wheels", default=None, help="folder of wheels to install first (no network)")
     p.add_argument("--only", default=None, help="comma-separated step names to run (default: all)")
     p.add_argument("--plan-file", default=None,
@@ -354,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix=".gpu-check-", dir=scratch_base))
     has_timeout = importlib.util.find_spec("pytest_timeout") is not None
     steps = (load_plan(Path(args.plan_file), scratch) if args.plan_file else
-             plan(out, scratch, args.dry_run, args.test_timeout, has_timeout))
+             plan(out, scratch, args.dry_run, has_timeout))
     if args.only:  # a usage error comes before any work
         wanted = {n.strip() for n in args.only.split(",") if n.strip()}
         unknown = wanted - {s.name for s in steps}
@@ -366,12 +379,13 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {"dry_run": args.dry_run, "budget_s": args.budget, "env": {}, "steps": {}}
     log_path = out / "gpu_check.log"
     log_path.write_text("")
-    (out / "gpu_tests.xml").unlink(missing_ok=True)  # never read a previous run's result
+    for old in out.glob("gpu_tests*.xml"):
+        old.unlink()  # never read a previous run's result
     with open(log_path, "a") as log:  # O_APPEND: the steps write to the same file
         site = None
         if args.wheels:
             site, summary["wheels"] = install_wheels(Path(args.wheels), log)
-        env_info = {"skipped": True} if args.skip_preflight else preflight()
+        env_info: dict[str, Any] = {"skipped": True} if args.skip_preflight else preflight()
         summary["env"] = env_info
         write_summary(out, summary)
         print(json.dumps({k: env_info.get(k) for k in ("torch", "cuda_available", "device", "gds")},
@@ -403,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                 f.seek(log_start)
                 text = f.read().decode(errors="replace")
             if step.kind == "tests":
-                counts = junit_counts(out / "gpu_tests.xml")
+                counts = junit_counts(out / f"gpu_{step.name}.xml")
                 if "error" in counts and not args.dry_run:
                     counts = {**verbose_counts(text), "junit": counts["error"]}
                 entry["tests"] = counts

@@ -100,13 +100,16 @@ def test_an_unknown_only_name_is_a_usage_error_before_any_work(tmp_path, capsys)
 
 @pytest.mark.timeout(180)
 def test_dry_run_collects_every_gpu_test_and_parses_a_bench_command_line(tmp_path):
-    """The GPU tests import on CPU (collect-only) and the demo's exact command line parses."""
-    assert gpu_check.main(["--dry-run", "--only", "tests,demo", "--out", str(tmp_path)]) == 0
+    """Every GPU test imports on CPU (collect-only: the quick step and the slow one) and the
+    demo's exact command line parses."""
+    assert gpu_check.main(["--dry-run", "--only", "tests,tests_slow,demo", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert summary["steps"]["tests"]["collected"] >= 30
-    assert summary["steps"]["demo"]["status"] == "ok"
+    steps = summary["steps"]
+    assert steps["tests"]["collected"] >= 25 and steps["tests_slow"]["collected"] >= 5
+    assert steps["demo"]["status"] == "ok"
     assert "torch" in summary["env"] and "kvikio" in summary["env"]["imports"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu_check.json", "gpu_check.log", "gpu_tests.xml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "gpu_check.json", "gpu_check.log", "gpu_tests.xml", "gpu_tests_slow.xml"]
 
 
 @pytest.mark.slow
@@ -115,7 +118,7 @@ def test_full_dry_run_parses_every_bench_command_line(tmp_path):
     run = _run("--dry-run", "--out", str(tmp_path), timeout=290)
     assert run.returncode == 0, run.stdout + run.stderr
     steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
-    assert set(steps) == {"tests"} | {b[0] for b in gpu_check.GPU_BENCHES}
+    assert set(steps) == {"tests", "tests_slow"} | {b[0] for b in gpu_check.GPU_BENCHES}
     assert all(s["status"] == "ok" for s in steps.values())
 
 
