@@ -261,26 +261,40 @@ def read_json(path: Path) -> Any:
         return {"unreadable": f"{type(e).__name__}: {e}"}
 
 
+ROW_KEYS = ("images_per_s", "GBps", "MBps", "fed_by_gpu_decode", "samples_per_s", "items_per_s")
+TOP_KEYS = ("speedup", "overhead_pct", "ratio")
+
+
 def headline(result: Any) -> str:
     """A few figures of a benchmark's JSON for the table (whatever shape it has)."""
     if not isinstance(result, dict):
         return ""
-    if "unreadable" in result:
-        return "JSON unreadable"
+    if "unreadable" in result or "error" in result:
+        return str(result.get("unreadable") or result.get("error"))[:200]
     bits = []
-    for row in result.get("rows", [])[:6] if isinstance(result.get("rows"), list) else []:
+    rows = result.get("rows")
+    for row in rows[:8] if isinstance(rows, list) else []:
         if not isinstance(row, dict):
             continue
-        for key in ("images_per_s", "samples_per_s", "gib_per_s", "fed_by_gpu_decode", "stall", "seconds"):
+        for key in ROW_KEYS:
             value = row.get(key)
             if isinstance(value, (int, float)):
                 bits.append(f"{row.get('name', '?')}: {key}={value:.3g}")
                 break
         else:
-            if "skipped" in row:
-                bits.append(f"{row.get('name', '?')}: skipped")
-    if not bits and isinstance(result.get("speedup"), (int, float)):
-        bits.append(f"speedup={result['speedup']:.3g}")
+            if "skipped" in row or "error" in row:
+                bits.append(f"{row.get('name', '?')}: {'error' if 'error' in row else 'skipped'}")
+    gpu = result.get("gpu")  # bench/checkpoint.py --device cuda
+    if isinstance(gpu, dict) and isinstance(gpu.get("io"), dict):
+        for io, row in gpu["io"].items():
+            if isinstance(row, dict):
+                value = row.get("blocked_s")
+                bits.append(f"{io}: blocked_s={value:.3g}" if isinstance(value, (int, float))
+                            else f"{io}: {str(row.get('error', '?'))[:80]}")
+    for key in TOP_KEYS:
+        if isinstance(result.get(key), (int, float)):
+            bits.append(f"{key}={result[key]:.3g}")
+            break
     return "; ".join(bits)
 
 

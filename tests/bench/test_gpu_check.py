@@ -148,3 +148,13 @@ def test_wheels_install_into_a_private_site_without_network(tmp_path):
     pins = (ROOT / "bench/gpu_wheels.sh").read_text()
     for name in ("simplejpeg==", "kvikio-cu13==", "libkvikio-cu13==", "rapids-logger=="):
         assert name in pins
+
+
+def test_the_table_figures_read_each_bench_shape():
+    assert "images_per_s=900" in gpu_check.headline({"rows": [{"name": "1080p gpu", "images_per_s": 900.0}]})
+    assert "GBps=25" in gpu_check.headline({"rows": [{"name": "slot", "samples_per_s": 3.0, "GBps": 25.0}]})
+    ck = gpu_check.headline({"gpu": {"io": {"direct": {"blocked_s": 0.02}, "gds": {"error": "DeviceError: x"}}}})
+    assert "direct: blocked_s=0.02" in ck and "gds: DeviceError" in ck
+    assert gpu_check.headline({"speedup": 2.5}) == "speedup=2.5"
+    assert "CUDA" in gpu_check.headline({"benchmark": "read_gds", "error": "CUDA is not available"})
+    assert gpu_check.headline(None) == "" and gpu_check.headline({"rows": "odd"}) == ""
