@@ -180,6 +180,20 @@ def preflight() -> dict[str, Any]:
     return info
 
 
+def run_preflight(log: Any, env: dict[str, str], scratch: Path, timeout: float = 90.0) -> dict[str, Any]:
+    """:func:`preflight` in a child process with a timeout: a kvikio or CUDA import that hangs
+    or crashes cannot take the runner with it. An error dict when it did not finish (the
+    steps then run anyway, and fail or pass on their own)."""
+    path = scratch / "preflight.json"
+    step = Step("preflight", [sys.executable, str(Path(__file__).resolve()), "--preflight-json", str(path)],
+                timeout)
+    rc, secs = run_step(step, log, env, timeout)
+    info = read_json(path)
+    if rc != 0 or not isinstance(info, dict) or "unreadable" in info:
+        return {"error": f"the preflight ended with rc {rc} after {secs:.0f} s (see gpu_check.log)"}
+    return info
+
+
 def run_step(step: Step, log: Any, env: dict[str, str], timeout: float) -> tuple[int, float]:
     """Run ``step.argv`` in its own process group; on timeout kill the whole group (rc 124)."""
     log.write(f"\n===== {step.name} (timeout {timeout:.0f} s)\n$ {' '.join(step.argv)}\n")
@@ -371,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
                         "machine's disk; /tmp may be tmpfs, which GDS cannot read)")
     p.add_argument("--skip-preflight", action="store_true",
                    help="no environment survey and no CUDA gate (with --dry-run: tests of the plumbing)")
+    p.add_argument("--preflight-json", default=None, help=argparse.SUPPRESS)  # the preflight child
     args = p.parse_args(argv)
+    if args.preflight_json:
+        Path(args.preflight_json).write_text(json.dumps(preflight(), indent=2, default=str))
+        return 0
     if args.skip_preflight and not args.dry_run:
         p.error("--skip-preflight goes with --dry-run only")
     out = Path(args.out)
@@ -399,21 +417,22 @@ def main(argv: list[str] | None = None) -> int:
         site = None
         if args.wheels:
             site, summary["wheels"] = install_wheels(Path(args.wheels), log)
-        env_info: dict[str, Any] = {"skipped": True} if args.skip_preflight else preflight()
+        env = child_env(site)
+        env_info: dict[str, Any] = (
+            {"skipped": True} if args.skip_preflight else run_preflight(log, env, scratch))
         summary["env"] = env_info
         write_summary(out, summary)
-        print(json.dumps({k: env_info.get(k) for k in ("torch", "cuda_available", "device", "gds")},
-                         default=str), flush=True)
+        print(json.dumps({k: env_info.get(k) for k in ("torch", "cuda_available", "device", "gds", "error")
+                          if k in env_info}, default=str), flush=True)
         for name, state in env_info.get("imports", {}).items():
             if not state.startswith("ok"):
                 print(f"  {name}: {state}", flush=True)
-        if not env_info.get("cuda_available") and not args.dry_run:
+        if env_info.get("cuda_available") is False and not args.dry_run:
             summary["error"] = "CUDA is not available: the GPU checks did not run"
             write_summary(out, summary)
             print(summary["error"], file=sys.stderr)
             shutil.rmtree(scratch, ignore_errors=True)
             return 2
-        env = child_env(site)
         for i, step in enumerate(steps, 1):
             left = args.budget - (time.perf_counter() - t_start)
             if left < MIN_STEP_S:

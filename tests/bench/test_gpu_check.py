@@ -83,7 +83,8 @@ def test_a_crash_of_the_runner_keeps_the_steps_done_and_a_hung_step_dies_with_it
 
 def test_the_budget_stops_starting_steps_and_the_table_says_so(tmp_path, capsys):
     (tmp_path / "plan.json").write_text(json.dumps([{"name": "late", "argv": ["{python}", "-c", "pass"]}]))
-    rc = gpu_check.main(["--dry-run", "--plan-file", str(tmp_path / "plan.json"), "--out", str(tmp_path),
+    rc = gpu_check.main(["--dry-run", "--skip-preflight", "--plan-file", str(tmp_path / "plan.json"),
+                         "--out", str(tmp_path), "--scratch", str(tmp_path / "scratch"),
                          "--budget", str(gpu_check.MIN_STEP_S - 1)])
     assert rc == 1
     assert json.loads((tmp_path / "gpu_check.json").read_text())["steps"]["late"]["status"] == "not run"
