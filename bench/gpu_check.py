@@ -57,6 +57,7 @@ OPTIONAL = {
     "simplejpeg": "JPEG tests and gpu_decode/loader_jpeg (carry its wheel: bench/gpu_wheels.sh)",
     "torchvision": "GPU JPEG decode (torchvision.io.decode_jpeg on cuda)",
     "kvikio": "io='gds' tests and read_gds/checkpoint GDS rows (carry kvikio-cu13: bench/gpu_wheels.sh)",
+    "webdataset": "the WebDataset contender of loader_jpeg_many_cores (carry it: bench/gpu_wheels.sh)",
     "nvidia.nvimgcodec": "the nvImageCodec decoder row of gpu_decode (optional)",
     "pynvml": "SM and PCIe sampling in diagnose (optional)",
     "pytest": "the tests step",
@@ -111,12 +112,13 @@ def child_env(site: str | None) -> dict[str, str]:
     return env
 
 
-def install_wheels(folder: Path, log: Any) -> tuple[str | None, dict[str, Any]]:
-    """``pip install --no-index --no-deps --target`` every wheel in ``folder``; returns the site dir."""
+def install_wheels(folder: Path, log: Any, into: Path) -> tuple[str | None, dict[str, Any]]:
+    """``pip install --no-index --no-deps --target into/site`` every wheel in ``folder``;
+    returns that site folder (``None`` when nothing was installed) and what happened."""
     wheels = sorted(str(p) for p in folder.glob("*.whl")) if folder.is_dir() else []
     if not wheels:
         return None, {"ok": False, "error": f"no wheels in {folder}"}
-    site = tempfile.mkdtemp(prefix="gpu-check-site-")
+    site = str(into / "site")
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
            "--no-cache-dir", "--upgrade", "--target", site, *wheels]
     log.write(f"\n$ {' '.join(cmd)}\n")
@@ -416,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(log_path, "a") as log:  # O_APPEND: the steps write to the same file
         site = None
         if args.wheels:
-            site, summary["wheels"] = install_wheels(Path(args.wheels), log)
+            site, summary["wheels"] = install_wheels(Path(args.wheels), log, scratch)
         env = child_env(site)
         env_info: dict[str, Any] = (
             {"skipped": True} if args.skip_preflight else run_preflight(log, env, scratch))

@@ -141,13 +141,37 @@ def test_test_counts_come_from_junit_or_else_from_the_verbose_log(tmp_path):
     assert set(v["failures"]) == {"tests/gpu/x_test.py::test_b[gds]", "tests/gpu/x_test.py::test_c"}
 
 
-def test_wheels_install_into_a_private_site_without_network(tmp_path):
-    """A folder without wheels is reported, not fatal; bench/gpu_wheels.sh pins one version each."""
+def _wheel(folder: Path, name: str, body: str) -> None:
+    """A minimal pure-Python wheel, written by hand (what bench/gpu_wheels.sh downloads, in small)."""
+    import zipfile
+
+    info = f"{name}-0.1.dist-info"
+    files = {f"{name}.py": body, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{k},,\n" for k in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-0.1-py3-none-any.whl", "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+
+
+@pytest.mark.timeout(120)
+def test_wheels_install_into_a_private_site_without_network_and_reach_the_steps(tmp_path):
+    """--wheels: pip --no-index --target, then the steps import the packages (PYTHONPATH)."""
     with open(os.devnull, "w") as log:
-        site, info = gpu_check.install_wheels(tmp_path, log)
-    assert site is None and "no wheels" in info["error"]
+        site, info = gpu_check.install_wheels(tmp_path / "none", log, tmp_path)
+        assert site is None and "no wheels" in info["error"]
+        (tmp_path / "whl").mkdir()
+        _wheel(tmp_path / "whl", "gpucheckprobe", "VALUE = 42\n")
+        site, info = gpu_check.install_wheels(tmp_path / "whl", log, tmp_path)
+    assert info["ok"] and info["wheels"] == ["gpucheckprobe-0.1-py3-none-any.whl"], info
+    assert site is not None and (Path(site) / "gpucheckprobe.py").exists()
+    out = subprocess.run([sys.executable, "-c", "import gpucheckprobe; print(gpucheckprobe.VALUE)"],
+                         env=gpu_check.child_env(site), capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "42", out.stderr
+    sys.path.remove(site)
     pins = (ROOT / "bench/gpu_wheels.sh").read_text()
-    for name in ("simplejpeg==", "kvikio-cu13==", "libkvikio-cu13==", "rapids-logger=="):
+    for name in ("simplejpeg==", "kvikio-cu13==", "libkvikio-cu13==", "rapids-logger==", "webdataset==",
+                 "braceexpand=="):
         assert name in pins
 
 
