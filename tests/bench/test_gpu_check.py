@@ -100,14 +100,13 @@ def test_an_unknown_only_name_is_a_usage_error_before_any_work(tmp_path, capsys)
 
 
 @pytest.mark.timeout(180)
-def test_dry_run_collects_every_gpu_test_and_parses_a_bench_command_line(tmp_path):
-    """Every GPU test imports on CPU (collect-only: the quick step and the slow one) and the
-    demo's exact command line parses."""
-    assert gpu_check.main(["--dry-run", "--only", "tests,tests_slow,demo", "--out", str(tmp_path)]) == 0
+def test_dry_run_collects_every_gpu_test(tmp_path):
+    """Every GPU test module imports on CPU (collect-only: the quick step and the slow one);
+    the benches' command lines are parsed by the slow full dry run below."""
+    assert gpu_check.main(["--dry-run", "--only", "tests,tests_slow", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     steps = summary["steps"]
     assert steps["tests"]["collected"] >= 25 and steps["tests_slow"]["collected"] >= 5
-    assert steps["demo"]["status"] == "ok"
     assert "torch" in summary["env"] and "kvikio" in summary["env"]["imports"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "gpu_check.json", "gpu_check.log", "gpu_tests.xml", "gpu_tests_slow.xml"]
