@@ -207,6 +207,7 @@ def run_step(step: Step, log: Any, env: dict[str, str], timeout: float) -> tuple
     except OSError as e:
         log.write(f"cannot start: {e}\n")
         return 127, 0.0
+    _RUNNING.add(proc.pid)
     try:
         rc = proc.wait(timeout=max(1.0, timeout))
     except subprocess.TimeoutExpired:
@@ -221,8 +222,21 @@ def run_step(step: Step, log: Any, env: dict[str, str], timeout: float) -> tuple
                 continue
         log.write(f"\n!! {step.name}: stopped after {timeout:g} s\n")
     _kill_group(proc.pid, signal.SIGKILL)  # workers the step left behind hold GPU memory
+    _RUNNING.discard(proc.pid)
     log.flush()
     return rc, time.perf_counter() - t0
+
+
+_RUNNING: set[int] = set()  # process groups of the steps running now
+
+
+def _on_stop(signum: int, frame: Any) -> None:
+    """SIGTERM/SIGHUP to the runner (a timeout of whatever runs it): stop the running step's
+    whole group too (its own session would outlive the runner), then exit. The summary on disk
+    already holds every finished step."""
+    for pgid in list(_RUNNING):
+        _kill_group(pgid, signal.SIGKILL)
+    raise SystemExit(128 + signum)
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -410,6 +424,16 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--only: unknown steps {sorted(unknown)}; known: {[s.name for s in steps]}")
         steps = [s for s in steps if s.name in wanted]
     out.mkdir(parents=True, exist_ok=True)
+    before = {sig: signal.signal(sig, _on_stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _run_all(args, out, scratch, steps, t_start)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _run_all(args: argparse.Namespace, out: Path, scratch: Path, steps: list[Step], t_start: float) -> int:
+    """The wheels, the preflight and every step; the summary rewritten after each."""
     summary: dict[str, Any] = {"dry_run": args.dry_run, "budget_s": args.budget, "env": {}, "steps": {}}
     log_path = out / "gpu_check.log"
     log_path.write_text("")

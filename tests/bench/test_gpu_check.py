@@ -182,3 +182,33 @@ def test_the_table_figures_read_each_bench_shape():
     assert gpu_check.headline({"speedup": 2.5}) == "speedup=2.5"
     assert "CUDA" in gpu_check.headline({"benchmark": "read_gds", "error": "CUDA is not available"})
     assert gpu_check.headline(None) == "" and gpu_check.headline({"rows": "odd"}) == ""
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_to_the_runner_stops_the_running_step_with_its_children(tmp_path):
+    """A timeout of whatever runs the check (SIGTERM) must not leave the step's own session
+    running on the GPU; the steps finished before are in the summary."""
+    child_pid = tmp_path / "child.pid"
+    hang = ("import subprocess, sys, time\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'])\n"
+            f"open({str(child_pid) + '.tmp'!r}, 'w').write(str(c.pid))\n"
+            f"import os; os.replace({str(child_pid) + '.tmp'!r}, {str(child_pid)!r})\n"
+            "while True: time.sleep(1)\n")
+    plan = [{"name": "one", "argv": ["{python}", "-c", "pass"]},
+            {"name": "hang", "argv": ["{python}", "-c", hang], "timeout": 100}]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    out = tmp_path / "out"
+    runner = subprocess.Popen([sys.executable, "bench/gpu_check.py", "--dry-run", "--skip-preflight",
+                               "--plan-file", str(tmp_path / "plan.json"), "--out", str(out),
+                               "--scratch", str(tmp_path / "scratch")], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not child_pid.exists() and time.monotonic() < deadline and runner.poll() is None:
+        time.sleep(0.05)  # polling for the step to have started its child
+    assert child_pid.exists(), runner.communicate()
+    runner.terminate()
+    _, err = runner.communicate(timeout=30)
+    assert runner.returncode == 143, err
+    assert _gone(int(child_pid.read_text())), "the step's child outlived the runner"
+    steps = json.loads((out / "gpu_check.json").read_text())["steps"]
+    assert steps["one"]["status"] == "ok" and "hang" not in steps
