@@ -356,9 +356,12 @@ def _pytest(out: Path, name: str, paths: list[str], dry_run: bool, pytest_timeou
             f"--junitxml={out / f'gpu_{name}.xml'}", "--durations=10"]
     if dry_run:
         argv.append("--collect-only")
-    elif pytest_timeout:
-        # signal method: a hung test fails alone (the thread method ends the whole session)
-        argv += ["--timeout=90", "-o", "timeout_method=signal"]
+    else:
+        # a module that cannot import (a wheel missing) must not stop every other test
+        argv.append("--continue-on-collection-errors")
+        if pytest_timeout:
+            # signal method: a hung test fails alone (the thread method ends the whole session)
+            argv += ["--timeout=90", "-o", "timeout_method=signal"]
     return Step(name, argv, TESTS_TIMEOUT[name], kind="tests")
 
 

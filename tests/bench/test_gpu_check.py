@@ -212,3 +212,19 @@ def test_sigterm_to_the_runner_stops_the_running_step_with_its_children(tmp_path
     assert _gone(int(child_pid.read_text())), "the step's child outlived the runner"
     steps = json.loads((out / "gpu_check.json").read_text())["steps"]
     assert steps["one"]["status"] == "ok" and "hang" not in steps
+
+
+def test_the_gpu_plan_keeps_going_past_a_module_that_cannot_import(tmp_path):
+    """On the GPU box a missing wheel makes one test module fail to import: the other modules
+    still run (without the flag pytest runs none), a hung test fails alone (signal method)."""
+    steps = {s.name: s for s in gpu_check.plan(tmp_path, tmp_path, dry_run=False, pytest_timeout=True)}
+    assert list(steps)[:2] == ["tests", "gpu_decode"] and "tests_slow" in steps
+    for name in ("tests", "tests_slow"):
+        argv = steps[name].argv
+        assert "--continue-on-collection-errors" in argv and "timeout_method=signal" in argv
+        assert f"--junitxml={tmp_path / f'gpu_{name}.xml'}" in argv
+    assert all(f"--ignore={t}" in steps["tests"].argv for t in gpu_check.SLOW_TESTS)
+    assert steps["read_gds"].argv[steps["read_gds"].argv.index("--dir") + 1] == str(tmp_path)
+    dry = gpu_check.plan(tmp_path, tmp_path, dry_run=True, pytest_timeout=True)
+    assert "--collect-only" in dry[0].argv and "--continue-on-collection-errors" not in dry[0].argv
+    assert all(s.argv[-1] == "--help" for s in dry if s.kind == "bench")
