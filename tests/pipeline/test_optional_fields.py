@@ -165,3 +165,27 @@ class Declared(Captions):
 def test_a_field_given_as_none_is_a_list_with_none() -> None:
     loader = feedline.Loader(Declared(), batch_size=5, workers=1, shuffle=False, drop_last=False)
     assert [b["surprise"] for b in loader] == [[None] * 5, [None, None, 1, None, None]]
+
+
+def test_batch_decode_stage_skips_samples_without_the_field(tmp_path: Path) -> None:
+    """``decode_on=`` a batch JPEG decoder (the GPU path, here its CPU decoder): a photo
+    folder where some samples are PNG gives the JPEG field with None in their rows."""
+    from feedline.decode import Limits
+    from feedline.decode.jpeg_batch import CpuJpegDecoder
+
+    src = tmp_path / "mixed"
+    src.mkdir()
+    want: dict[str, dict[str, Any]] = {}
+    for i in range(6):
+        ext, fmt = ("png", "PNG") if i in (1, 4) else ("jpg", "JPEG")
+        data = _image_bytes(_rgb(i), fmt)
+        (src / f"{i:03d}.{ext}").write_bytes(data)
+        with Image.open(io.BytesIO(data)) as img:
+            want[f"{i:03d}"] = {ext: simplejpeg.decode_jpeg(data) if ext == "jpg" else np.asarray(img)}
+    pack([os.fspath(src)], os.fspath(tmp_path / "ds"), shard_size=1 << 20)
+    loader = feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=3, workers=1, shuffle=False,
+                             drop_last=False, decode_on=CpuJpegDecoder(Limits()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert _check_batches(loader, want, {"jpg", "png"}) == sorted(want)
+    assert loader.stats["decode_on"]["fields"] == ["jpg"]

@@ -142,13 +142,25 @@ class DeviceDecode:
             blobs = batch.get(f)
             if not isinstance(blobs, list):
                 continue
+            present = [k for k, b in enumerate(blobs) if b is not None]  # an optional field
+            if not present:
+                continue
+            names = keys if isinstance(keys, list) else []
+            if len(present) < len(blobs):
+                blobs, names = [blobs[k] for k in present], [names[k] for k in present if k < len(names)]
             i, buf = self._ring.take(sum(len(b) for b in blobs))
-            packed = CompressedBatch.pack(blobs, out=buf, keys=keys if isinstance(keys, list) else ())
+            packed = CompressedBatch.pack(blobs, out=buf, keys=names)
             out = self._to_loader_device(self._decode(packed, f))
             self._ring.guard(i, self.device)
+            if len(present) < len(batch[f]):  # the samples without the field keep None
+                images: list[Any] = [None] * len(batch[f])
+                for k, image in zip(present, out, strict=True):
+                    images[k] = image
+                out = images
             batch[f] = out
             self.compressed_bytes += packed.nbytes
-            self.decoded_bytes += sum(int(t.numel()) for t in (out if isinstance(out, list) else [out]))
+            self.decoded_bytes += sum(int(t.numel()) for t in (out if isinstance(out, list) else [out])
+                                      if t is not None)
         self.batches += 1
         self._returned_at = time.perf_counter()
         return batch
