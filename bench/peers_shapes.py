@@ -26,8 +26,9 @@ The DataLoader baselines read the original small files (map-style Dataset: one `
 per field, simplejpeg / Pillow / ``np.load``, default collate; shuffled). Rates count the
 samples after the first batch over the time from it to the last batch (worker start-up is
 what ``first_batch_s`` reports). Medians of ``--rounds`` rounds, min-max, ratio against the
-DataLoader of the same run, load average beside each shape. Numbers from a shared machine
-are preliminary.
+DataLoader of the same run, load average beside each shape, and samples per CPU-second of
+the contender's process tree (load on a shared host lowers samples/s, not this). Numbers
+from a shared machine are preliminary.
 
     .venv/bin/python bench/peers_shapes.py [--quick] [--shapes seg,sensor] [--json PATH]
 """
@@ -388,24 +389,38 @@ def _len(batch: dict[str, Any]) -> int:
     return len(next(v for k, v in batch.items() if k != "__key__"))
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process tree: the live processes (``peers.tree_cpu_s``) plus the
+    children already reaped (a DataLoader joins its workers when the epoch ends)."""
+    from peers import tree_cpu_s
+
+    t = os.times()
+    return tree_cpu_s() + t.children_user + t.children_system
+
+
 def run_once(make: Callable[[], Any]) -> dict[str, float]:
-    """One epoch: first batch time, then samples/s from the first batch to the last."""
+    """One epoch: first batch time, then samples/s and samples per CPU-second (this process
+    and all its workers, which other load on a shared host does not lower) from the first
+    batch to the last."""
     t0 = time.perf_counter()
     it = make()
     n0 = n = 0
     t1 = t_end = t0
+    cpu1 = cpu_end = 0.0
     try:
         for k, batch in enumerate(it):
             n += _len(batch)
             t_end = time.perf_counter()
             if k == 0:
-                n0, t1 = n, t_end
+                n0, t1, cpu1 = n, t_end, _cpu_s()
+        cpu_end = _cpu_s()
     finally:
         close = getattr(it, "close", None)
         if callable(close):
             close()
     rate = (n - n0) / (t_end - t1) if t_end > t1 else float("nan")
-    return {"samples": n, "first_batch_s": t1 - t0, "samples_per_s": rate}
+    per_cpu = (n - n0) / (cpu_end - cpu1) if cpu_end > cpu1 else float("nan")
+    return {"samples": n, "first_batch_s": t1 - t0, "samples_per_s": rate, "samples_per_cpu_s": per_cpu}
 
 
 def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, Any]:
@@ -426,6 +441,7 @@ def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, An
         med = statistics.median(rates)
         rows.append({"name": name, "samples_per_s": med, "min": min(rates), "max": max(rates),
                      "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
+                     "samples_per_cpu_s": statistics.median(r["samples_per_cpu_s"] for r in rs),
                      "samples": rs[-1]["samples"], "ratio": med / base_rate})
     return {"shape": shape, "batch": BATCH[shape], "baseline": base, "rows": rows,
             "load": os.getloadavg()[0]}
@@ -463,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in res["rows"]:
                 print(f"{shape:7s} {row['name']:24s} {row['samples_per_s']:10.0f} samples/s "
                       f"[{row['min']:.0f}-{row['max']:.0f}]  {row['ratio']:5.2f}x {res['baseline']}  "
+                      f"{row['samples_per_cpu_s']:8.0f} samples/CPU-s  "
                       f"first batch {row['first_batch_s']:.2f} s  load {res['load']:.2f}", flush=True)
     finally:
         if not args.keep:
