@@ -168,3 +168,14 @@ def test_more_workers_for_an_iterable_dataset_say_how_to_split_its_stream() -> N
     assert "get_worker_info()" in loader_call(one, 4, False)
     assert "get_worker_info()" not in loader_call(one | {"num_workers": 2}, 4, False)  # split already
     assert "get_worker_info()" not in loader_call(one | {"iterable": False}, 4, False)
+
+
+def test_a_run_that_goes_on_without_its_loader_says_so() -> None:
+    # itertools.cycle(loader): one pass of 8 steps measured (0.4 s), then 1.2 s of steps
+    # on cached batches that no hook sees
+    cycled = facts(device_type="cpu", step_p50=0.05, quiet=1.2, measured=0.4)
+    (f,) = [x for x in detect(cycled) if x.code == "loader-went-quiet"]
+    assert "1.2 s" in f.message and "75%" in f.message and "itertools.cycle" in f.message
+    # a short save at the end of training is no such thing
+    assert "loader-went-quiet" not in codes(facts(step_p50=0.05, quiet=0.3, measured=10.0))
+    assert "loader-went-quiet" not in codes(facts(step_p50=0.05, quiet=0.5, measured=0.2))

@@ -128,6 +128,10 @@ TRUTH = {
                                        args=("step",), script="w_step_sleep_vs_data"),
     "w_step_sleep_vs_data:data": Truth("data-bound", "read", DATA, "data 25\n",
                                        args=("data",), script="w_step_sleep_vs_data"),
+    # itertools.cycle(loader): one pass read from storage, then cached batches replayed
+    "w_itertools_cycle": Truth("data-bound", "read", DATA, "steps 120\n"),
+    # a multiprocessing.Process trainer started with fork; the parent only waits
+    "w_process_fork": Truth("data-bound", "read", DATA, "trainer steps 20 exit 0\n"),
     # DataLoader(...) built anew inside the epoch loop: one data path, five instances
     "w_loader_per_epoch": Truth("data-bound", "read", DATA,
                                 "".join(f"epoch {e}: 8 batches\n" for e in range(5))),
@@ -255,6 +259,8 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         assert "passes-differ" in {f["code"] for f in cached["findings"]}
         # more workers for a stream that is not split: say how to split it
         assert "get_worker_info()" in results["w_len_lies"][1]["recommendation"]
+        # steps fed from itertools.cycle's memory after the loader's one pass are said
+        assert "loader-went-quiet" in {f["code"] for f in results["w_itertools_cycle"][1]["findings"]}
         # no pinning advice without a GPU; compile warm-up is no stall
         assert "pin_memory" not in json.dumps(results["w_accelerate_accum"][1]["findings"])
         assert "pin_memory" not in results["w_accelerate_accum"][1]["recommendation"]

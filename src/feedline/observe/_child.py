@@ -21,6 +21,15 @@ the report:
   ``diagnose`` process builds the report from it, only if it needs it, so
   the training process never spends its CPU and GIL on analysis mid-run.
 
+Processes the command starts are measured too when they train (ranks of
+``torch.multiprocessing.spawn``, torchrun workers, a launcher's ``python
+train.py``: :mod:`feedline.observe._descendant`; a ``multiprocessing.Process``
+forked from a measured process: the hooks call :func:`start_forked` at its first
+``iter(DataLoader)``); each writes ``proc-<pid>.json`` beside the command's
+report, and ``feedline diagnose`` picks one when the command's own process did
+not train. A forked process inherits this process's :class:`Child` (and its
+atexit entry and SIGTERM handler), which then does nothing there.
+
 At the ``--steps`` limit on the main thread the run ends with ``SystemExit(0)``;
 on another thread (a producer thread feeding a queue) the report is written
 and the process exits with status 0 at once, since a thread cannot end the
@@ -70,12 +79,21 @@ class Child:
         self._stop = threading.Event()
         self._due = threading.Event()
         self.process: dict[str, Any] | None = None
+        self._pid = os.getpid()
         """A descendant's pid and rank (when known): ``host["process"]`` of its report."""
 
     def start(self) -> None:
         atexit.register(self.finish)
+        mp = sys.modules.get("multiprocessing")
+        if mp is not None and mp.parent_process() is not None:
+            # a multiprocessing child ends with os._exit, after its finalizers, not atexit
+            import multiprocessing.util
+
+            multiprocessing.util.Finalize(None, self.finish, exitpriority=100)
+        handler = signal.getsignal(signal.SIGTERM)
+        inherited = isinstance(getattr(handler, "__self__", None), Child)  # forked from one
         if threading.current_thread() is threading.main_thread() and (
-                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+                handler == signal.SIG_DFL or inherited):
             signal.signal(signal.SIGTERM, self._on_sigterm)
         if self.partial_every > 0:
             threading.Thread(target=self._partials, name="feedline-partial", daemon=True).start()
@@ -91,7 +109,10 @@ class Child:
         os._exit(0)
 
     def finish(self) -> None:
-        """Write the final report (once; later calls do nothing)."""
+        """Write the final report (once; later calls do nothing, as do calls in a process
+        forked from this one, which inherits this object and its atexit entry)."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             if self._done:
                 return
@@ -112,8 +133,9 @@ class Child:
                 traceback.print_exc()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
-        self.session.notes.append("the run was ended by SIGTERM")
-        self.finish()
+        if os.getpid() == self._pid:
+            self.session.notes.append("the run was ended by SIGTERM")
+            self.finish()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -179,6 +201,12 @@ def _rank() -> int | None:
     return int(rank) if rank is not None and rank.isdigit() else None
 
 
+def start_forked() -> None:
+    """Measure this process, forked from a measured one, from its first loader on."""
+    os.environ[PID_ENV] = str(os.getpid())
+    bootstrap(descendant=True)
+
+
 def bootstrap(descendant: bool = False) -> None:
     """Start measuring this process (called from the generated sitecustomize for the
     command's own process; ``descendant``: from :mod:`feedline.observe._descendant`, in a
@@ -194,6 +222,7 @@ def bootstrap(descendant: bool = False) -> None:
     session = Session(cfg.get("name") or "run", device, steps=cfg.get("steps"),
                       ab=bool(cfg.get("ab")), replay=int(cfg.get("replay") or 10),
                       on_end=lambda: holder[0].on_limit())
+    session.on_fork = start_forked
     if float(cfg.get("partial_every", 5.0)) > 0:
         session.clocks.on_milestone = lambda: holder[0].milestone()
     result, partial = result_paths(cfg, os.getpid() if descendant else None)

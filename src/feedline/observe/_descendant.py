@@ -19,6 +19,13 @@ goes to ``proc-<pid>.json`` beside the command's own. A process that never
 iterates a loader (a DataLoader worker started with ``spawn``, a tool the
 script runs) writes nothing. ``feedline diagnose`` reports the command's own
 process when it trained, else the descendant that did (rank 0 first).
+
+A process forked without exec (``multiprocessing.Process`` with ``fork``) runs no
+``sitecustomize``: it inherits the measured process's hooks, which start
+measuring it at its first ``iter(DataLoader)``
+(:func:`feedline.observe._child.start_forked`). A feedline.Loader in a
+descendant is found at its first ``next()`` (it publishes no ``iter`` hook), after
+its process workers started untimed: its stages are then unknown.
 """
 
 from __future__ import annotations

@@ -100,6 +100,9 @@ class Session:
         self.pinned: list[float] = []
         self._pinned_off = False
         self.on_end = on_end
+        self.on_fork: Callable[[], None] | None = None
+        """Set before :meth:`start`: called once in a process forked from this one at its
+        first ``iter(DataLoader)`` (see :class:`HookTargets`)."""
         self._stack = ExitStack()
         self._worker_dir: str | None = None
         self._t0: float | None = None
@@ -122,7 +125,8 @@ class Session:
             self._worker_dir = tempfile.mkdtemp(prefix="feedline-workers-")
             self.hooks = TorchHooks(HookTargets(
                 self.recorder, self.copy_log, self.clocks.on_next, self.clocks.on_iter,
-                self.clocks.label, self.clocks.current, self._worker_dir))
+                self.clocks.label, self.clocks.current, self._worker_dir,
+                self.on_fork))
             stack.enter_context(self.hooks.installed())
         self.sampler.start()
         stack.callback(self.sampler.stop)
@@ -264,6 +268,8 @@ class Session:
             host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),
             cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
             wall=wall, loaders_other=others_out,
+            quiet=max(0.0, end - max((c.starts[-1] + c.waits[-1] for c in clocks if c.waits),
+                                     default=end)),
             pass_first=_pass_first(v.starts, train.pass_starts),
         )
         if self.replay is not None and self.replay.clock is train:

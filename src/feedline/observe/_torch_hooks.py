@@ -289,7 +289,10 @@ class HookTargets:
     batch); ``on_iter(loader, t0, t1)`` is told of each ``iter()``;
     ``label(loader)`` names a loader; ``current()`` is the label of the loader
     the calling thread is fetching from (None: none); ``worker_dir`` receives
-    worker-process spans (None: workers are not timed).
+    worker-process spans (None: workers are not timed); ``forked()``, when given,
+    is called once in a process forked from the measured one (a
+    ``multiprocessing.Process`` trainer; loader workers never iterate a
+    DataLoader) at its first ``iter(DataLoader)``, to start measuring it.
     """
 
     sink: Sink
@@ -299,6 +302,7 @@ class HookTargets:
     label: Callable[[Any], str]
     current: Callable[[], str | None]
     worker_dir: str | None = None
+    forked: Callable[[], None] | None = None
 
 
 class TorchHooks:
@@ -315,6 +319,7 @@ class TorchHooks:
         self._saved: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, patch)
         self._live = False
         self._pid = os.getpid()
+        self._forked_pid: int | None = None
 
     @contextmanager
     def installed(self) -> Iterator[TorchHooks]:
@@ -375,6 +380,13 @@ class TorchHooks:
 
         def dl_iter(loader: Any) -> Any:
             if not hooks._here():
+                pid = os.getpid()
+                if hooks._live and hooks.t.forked is not None and hooks._forked_pid != pid:
+                    hooks._forked_pid = pid  # once per forked process
+                    hooks.t.forked()  # installs a new session's hooks on top of these
+                    from torch.utils.data import dataloader as dl
+
+                    return dl.DataLoader.__iter__(loader)  # through them, back here, to torch
                 return orig(loader)
             t0 = time.perf_counter()
             inner = loader.worker_init_fn

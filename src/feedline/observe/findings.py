@@ -73,6 +73,10 @@ class RunFacts:
     """Mean measured steps per pass of the loader (below 2: a new iterator every step)."""
     pass_stalls: list[float] = field(default_factory=list)
     """Share of each pass's (epoch's) time spent waiting for data (empty: one pass)."""
+    quiet: float = 0.0
+    """Seconds from the last batch any hooked loader delivered to the end of the run."""
+    measured: float = 0.0
+    """Seconds of the measured steps (their waits and bodies, warm-up excluded)."""
     binding: str = ""
     """The stage that binds (``decode``, ``read``, ``gpu``...)."""
     decode_gain: tuple[float, float] | None = None
@@ -408,8 +412,32 @@ def _topology_rules(f: RunFacts) -> list[Finding]:
     return out
 
 
+QUIET_SHARE = 0.4
+"""Share of the run (from its first measured step) after the last delivered batch above
+which that time is said."""
+
+
+def _quiet_rule(f: RunFacts) -> list[Finding]:
+    """The run went on long after the loaders stopped delivering: its later steps took
+    batches from elsewhere (``itertools.cycle`` replaying a cached pass, batches kept in a
+    list) or it did other work, none of it in the step figures."""
+    span = f.quiet + f.measured
+    if span <= 0 or f.quiet < QUIET_SHARE * span or f.quiet < 20 * max(f.step_p50, 0.01):
+        return []
+    return [Finding(
+        "loader-went-quiet", "warning",
+        f"no hooked loader delivered a batch in the last {f.quiet:.1f} s of the run "
+        f"({f.quiet / span:.0%} of it from the first measured step on): steps there took "
+        "their batches from elsewhere (itertools.cycle replays its first pass from memory, a "
+        "list(loader) is reused) or the script did other work; the figures above cover only "
+        "the time the loader was asked for data",
+        "iterate the loader itself each epoch (for epoch ...: for batch in loader) instead of "
+        "cycling or keeping its batches, or measure that part with feedline.watch(iterable)",
+    )]
+
+
 def detect(facts: RunFacts) -> list[Finding]:
     """Every rule that fires for ``facts``, most severe first."""
     found = _workers_rules(facts) + _copy_rules(facts) + _memory_rules(facts)
-    found += _timing_rules(facts) + _topology_rules(facts)
+    found += _timing_rules(facts) + _topology_rules(facts) + _quiet_rule(facts)
     return sorted(found, key=lambda x: SEVERITIES.index(x.severity))

@@ -84,6 +84,8 @@ class Measurements:
     shm_free: int | None = None
     warmup: int = 1
     wall: float = 0.0
+    quiet: float = 0.0
+    """Seconds from the last batch any hooked loader delivered to the end of the run."""
     """Seconds the whole measured run took (all loaders, all threads)."""
     loaders_other: list[dict[str, Any]] = field(default_factory=list)
     """:func:`other_loader` summaries of the loaders that are not the training one."""
@@ -547,6 +549,7 @@ def build_report(m: Measurements) -> Report:
         "per_batch": {"read": pb.read, "decode": pb.decode, "transform": pb.transform,
                       "collate": pb.collate, "h2d": pb.h2d, "gpu": pb.gpu},
         "gil_bound": pb.gil_bound, "gil_wait": pb.gil_wait, "fetch_p99": pb.fetch_p99,
+        "quiet_s": m.quiet,
     }
     queued = m.wait_runq[k:len(m.wait)] if in_workers else []
     queued = queued + [0.0] * max(0, len(wait) - len(queued))
@@ -582,6 +585,7 @@ def build_report(m: Measurements) -> Report:
         fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound, binding=binding,
         epoch_start_wait=sorted(restart)[len(restart) // 2] if restart else 0.0,
         epoch_starts=len(restart), steps_per_pass=per_pass, pass_stalls=pass_stalls,
+        quiet=m.quiet, measured=total,
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0

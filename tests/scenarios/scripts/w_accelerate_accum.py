@@ -2,7 +2,7 @@
 ``if step % accum == 0`` optimizer steps, ``.to(device, non_blocking=True)`` on a
 ``pin_memory=True`` loader (on a CPU-only host: nothing to pin for), and
 ``torch.cuda.synchronize()`` guarded by availability; 2 workers, cheap in-memory
-samples (about 1 ms per batch), each micro-step 35 ms (the device).
+samples (about 1 ms per batch), each micro-step 50 ms (the device).
 
 Truth: compute-bound; no advice about pinning on a host without a GPU.
 """
@@ -28,7 +28,7 @@ if __name__ == "__main__":
         loss.backward()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        time.sleep(max(0.0, 0.035 - (time.perf_counter() - t0)))
+        time.sleep(max(0.0, 0.050 - (time.perf_counter() - t0)))
         if step % accum == 0:
             opt.step()
             opt.zero_grad(set_to_none=True)
