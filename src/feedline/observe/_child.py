@@ -78,8 +78,8 @@ class Child:
         self._done = False
         self._stop = threading.Event()
         self._due = threading.Event()
-        self.process: dict[str, Any] | None = None
         self._pid = os.getpid()
+        self.process: dict[str, Any] | None = None
         """A descendant's pid and rank (when known): ``host["process"]`` of its report."""
 
     def start(self) -> None:
@@ -203,7 +203,6 @@ def _rank() -> int | None:
 
 def start_forked() -> None:
     """Measure this process, forked from a measured one, from its first loader on."""
-    os.environ[PID_ENV] = str(os.getpid())
     bootstrap(descendant=True)
 
 
@@ -212,7 +211,7 @@ def bootstrap(descendant: bool = False) -> None:
     command's own process; ``descendant``: from :mod:`feedline.observe._descendant`, in a
     process the command started, at its first loader iteration)."""
     cfg = json.loads(Path(os.environ[CONFIG_ENV]).read_text(encoding="utf-8"))
-    os.environ[PID_ENV] = str(os.getpid())
+    os.environ[PID_ENV] = str(os.getpid())  # claimed: its own subprocesses stay untouched
     import torch
 
     device = cfg.get("device") or "auto"

@@ -30,7 +30,6 @@ its process workers started untimed: its stages are then unknown.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -139,12 +138,11 @@ class Trigger:
             self._start()
 
 
-def arm(pid_env: str) -> Trigger:
+def arm() -> Trigger:
     """Arm this process (called from the generated sitecustomize)."""
 
     def start() -> None:
-        os.environ[pid_env] = str(os.getpid())  # its own subprocesses stay untouched
-        from feedline.observe._child import bootstrap
+        from feedline.observe._child import bootstrap  # it claims the process
 
         bootstrap(descendant=True)
 

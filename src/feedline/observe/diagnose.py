@@ -5,7 +5,11 @@
 measuring hooks (see :mod:`feedline.observe._child`). The child writes its
 report as JSON into a private temporary directory; the parent reads it back
 as a :class:`~feedline.observe.report.Report` (or, when the child was killed
-before it could, the last partial report it wrote). The child's exit status is
+before it could, the last partial report it wrote). When the command's own
+process trains nothing but processes it starts do (``torch.multiprocessing.spawn``
+ranks, torchrun workers, a launcher script, a forked ``multiprocessing.Process``),
+the report is one of theirs, rank 0 first (:mod:`feedline.observe._descendant`),
+with a note naming it and the others' verdicts. The child's exit status is
 returned as a shell reports it (128 + N for a child killed by signal N).
 """
 
@@ -56,9 +60,9 @@ elif os.environ.get("{CONFIG_ENV}"):
         _spec = importlib.util.spec_from_file_location("_feedline_descendant", {DESCENDANT!r})
         _mod = importlib.util.module_from_spec(_spec)
         _spec.loader.exec_module(_mod)
-        _mod.arm("{PID_ENV}")
-    except (ImportError, OSError, SyntaxError):
-        pass  # another Python than feedline's: this process goes unmeasured
+        _mod.arm()
+    except Exception:  # another Python than feedline's: this process goes unmeasured
+        pass
 '''
 
 _PYTHON = re.compile(r"python[0-9.]*")
@@ -237,7 +241,9 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
 
     Returns:
         The command's exit status as a shell reports it (128 + N when killed by
-        signal N) and its report: the final one, else the last partial one, else None.
+        signal N) and its report: the final one, else the last partial one, else None
+        (of the command's own process, or of a process it started that trained when
+        its own did not).
 
     Raises:
         ConfigError: empty command, a bad option (``ab`` without ``steps``), a
