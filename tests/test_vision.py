@@ -177,3 +177,12 @@ def test_transform_error_names_the_sample() -> None:
                              workers=1, shuffle=False)
     with pytest.raises(WorkerError, match="no field 'jpg'"):
         next(iter(loader))
+
+
+def test_sixteen_bit_images_are_scaled_to_eight_bits_not_clipped() -> None:
+    deep = np.array([[0, 257, 32896], [65535, 128, 65407]], np.uint16)  # a 16-bit grey PNG's values
+    rgb = vision.to_rgb(deep)
+    assert rgb.dtype == np.uint8 and rgb.shape == (2, 3, 3)
+    assert rgb[..., 0].tolist() == [[0, 1, 128], [255, 0, 255]] and np.array_equal(rgb[..., 0], rgb[..., 2])
+    out = vision.ImageTransform("png", size=8, train=False, mean=None)({"png": np.full((20, 30), 40000, np.uint16)})
+    assert out["png"].dtype == np.uint8 and out["png"].shape == (3, 8, 8) and int(out["png"].max()) == 156

@@ -13,7 +13,8 @@ Helpers (all take and return numpy arrays; none allocates more than its output):
 
 - :func:`random_resized_crop`, :func:`resize`, :func:`center_crop` -> ``uint8`` HWC;
 - :func:`hflip`, :func:`random_hflip` -> ``uint8`` HWC (a view when flipped);
-- :func:`to_rgb` -> ``uint8`` HWC with 3 channels (grey repeated, alpha dropped);
+- :func:`to_rgb` -> ``uint8`` HWC with 3 channels (grey repeated, alpha dropped, 16-bit
+  scaled to 8);
 - :func:`to_chw` -> ``uint8`` CHW; :func:`normalize` -> ``float32`` CHW,
   ``(x / 255 - mean) / std`` per channel;
 - :class:`ImageTransform`: the usual train/eval recipe for the image field
@@ -245,9 +246,19 @@ def normalize(
     return out
 
 
+def _eight_bits(img: Any) -> Any:
+    """A 16-bit image (``uint16``: 16-bit PNG scans, depth maps) scaled to ``uint8``
+    (value / 257, rounded: 65535 -> 255); anything else as it is."""
+    if isinstance(img, np.ndarray) and img.dtype == np.uint16:
+        return ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    return img
+
+
 def to_rgb(img: np.ndarray) -> np.ndarray:
-    """Three channels: grey (and grey + alpha) repeated, an alpha channel dropped."""
-    src = _image(img)
+    """Three channels: grey (and grey + alpha) repeated, an alpha channel dropped. A 16-bit
+    image (``uint16``, as a 16-bit PNG decodes) is first scaled to 8 bits (value / 257), where
+    Pillow's ``convert("RGB")`` would clip it to white."""
+    src = _image(_eight_bits(img))
     c = src.shape[2]
     if c == 3:
         return src
@@ -309,7 +320,7 @@ class ImageTransform:
             want = " or ".join(repr(f) for f in self.fields)
             raise ConfigError(f"ImageTransform: the sample has no field {want} (it has {have})",
                               fix="pass the image field's name(s)")
-        img = to_rgb(_image(sample[name], name=f"field {name!r}"))
+        img = to_rgb(_image(_eight_bits(sample[name]), name=f"field {name!r}"))
         if self.train:
             img = random_hflip(random_resized_crop(img, self.size))
         else:
