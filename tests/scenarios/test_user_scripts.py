@@ -140,9 +140,10 @@ TRUTH = {
                                 "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch")
-"""The default suite's share (about 45 s on two busy cores): one of each fix (start-up
-binding, run-queue wait of process workers, zipped loaders, ranks in processes the
-command starts, a loader rebuilt every epoch)."""
+"""The default suite's share (30-40 s on two busy cores, as long as the three u_ ones alone:
+the two w_ ones run beside u_next_iter): one of each fix (start-up binding, run-queue
+wait of process workers, zipped loaders, ranks in processes the command starts, a loader
+rebuilt every epoch)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
