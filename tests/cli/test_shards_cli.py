@@ -96,6 +96,17 @@ def test_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--shard-size" in bad.stderr
 
 
+def test_pack_without_out_names_the_option_and_the_command_a_newcomer_meant(tmp_path: Path) -> None:
+    src = _source(tmp_path / "my photos", n=2)
+    exe = [sys.executable, "-m", "feedline", "pack"]
+    meant = subprocess.run([*exe, str(src), str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    assert meant.returncode == 2 and "--out" in meant.stderr, meant.stderr
+    assert f"feedline pack '{src}' --out {tmp_path / 'data'}" in " ".join(meant.stderr.split()), meant.stderr
+    assert not (tmp_path / "data").exists()
+    alone = subprocess.run([*exe, str(src)], capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 2 and "--out DIR" in alone.stderr and "feedline pack '" not in alone.stderr
+
+
 def test_pack_no_fsync_flag_packs_a_valid_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = _source(tmp_path / "src", n=5)
     out = tmp_path / "ds"

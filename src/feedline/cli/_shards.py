@@ -9,11 +9,13 @@ checksum and exits 1 naming the shard, key and field of each mismatch.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import click
 import typer
 
 from feedline.cli._output import JSON_HELP, check_json_dest, json_option, to_stdout, write_json
@@ -156,7 +158,7 @@ class _LazyBar:
 
 def pack_cmd(
     src: Annotated[list[Path], typer.Argument(metavar="SRC...", help="folders of files, or list files with one path per line")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="output folder for shards, indexes and manifest.json (may lie inside SRC: it is left out; may not be SRC)")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="output folder for shards, indexes and manifest.json (required; may lie inside SRC: it is left out; may not be SRC)")] = None,
     labels: Annotated[str | None, typer.Option("--labels", metavar="from-folder|FILE", help="from-folder: an ImageFolder tree SRC/<class>/...: each image gets an integer 'cls' (its class folder's index in sorted order, as torchvision numbers them) and the class list goes into the manifest; packs image files only unless --include is given. FILE (.csv/.tsv with a header 'filename,label', .jsonl of objects with a 'file_name', or a COCO annotations.json): packs the files it names, each with 'cls' (class names are numbered in sorted order and listed in the manifest) and a 'json' field with the rest of its row (COCO: the image's boxes). Both imply --key file")] = None,
     classes: Annotated[Path | None, typer.Option("--classes", metavar="DATASET", help="take the class list (label numbers) from another packed dataset, e.g. pack val/ with --classes data/train, so a split that misses a class folder keeps the same numbers; a class not in that list is an error")] = None,
     key: Annotated[str | None, typer.Option("--key", metavar="webdataset|file", help="how names become samples. webdataset (default): the key runs to the first dot of the file name, so 000123.cam0.jpg + 000123.json are one sample. file (default with --labels): each file is a sample keyed by its path minus the final extension, so IMG_2023.01.05.jpg is safe (dots kept in the key are stored as %2E)")] = None,
@@ -185,6 +187,8 @@ def pack_cmd(
         console.print(f"feedline: warning: {line}", markup=False, highlight=False)
 
     check_json_dest(json_dest)
+    if out is None:
+        raise click.UsageError(_no_out(src))
     for path in src:
         _missing(path, "source", "SRC")
     size = _shard_size(shard_size, warn)
@@ -205,6 +209,18 @@ def pack_cmd(
     write_json(manifest.to_json(), json_dest)
     if not to_stdout(json_dest):
         print(_summary(manifest, str(out), seconds, nbytes, files))
+
+
+def _no_out(src: list[Path]) -> str:
+    """The missing --out error; when the last SRC looks like the intended output (it does
+    not exist, or is an empty folder: ``feedline pack photos/ data/``), the command to use."""
+    last = src[-1]
+    intended = not last.exists() or (last.is_dir() and not any(last.iterdir()))
+    if len(src) < 2 or not intended:
+        return "Missing option '--out' / '-o': the output folder (--out DIR)"
+    sources = " ".join(shlex.quote(str(p)) for p in src[:-1])
+    return (f"Missing option '--out' / '-o'. To pack {sources} into {str(last)!r}: "
+            f"feedline pack {sources} --out {shlex.quote(str(last))}")
 
 
 def index_cmd(
