@@ -45,3 +45,21 @@ def test_stage_spans_are_emitted(packed: Path, worker_type: str) -> None:
         assert end >= start and 0 <= attrs["batch"] < 5
         if stage in ("read", "decode", "transform"):
             assert attrs["worker"].startswith("feedline-")
+
+
+def test_process_workers_started_before_a_measurement_report_to_it(packed: Path) -> None:
+    """diagnose arms a launched rank at its first batch, after its process workers started:
+    the jobs submitted from then on are timed."""
+    sink = Sink()
+    with feedline.Loader(str(packed), batch_size=8, workers=2, worker_type="process",
+                         transform=_keep, shuffle=False, prefetch=1) as loader:
+        batches = iter(loader)
+        next(batches)  # workers up, nothing listening
+        spans.install(sink)
+        try:
+            rest = list(batches)
+        finally:
+            spans.uninstall(sink)
+    assert len(rest) == 4
+    timed = {(r[0], r[3]["batch"]) for r in sink.records if r[0] == "transform" and "worker" in r[3]}
+    assert {b for _, b in timed} & {3, 4}, sink.records  # batches submitted after the install

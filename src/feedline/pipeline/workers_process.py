@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from feedline import spans
 from feedline.errors import ConfigError, WorkerDied, WorkerError
 from feedline.pipeline import collate, shm
 from feedline.pipeline.jobs import Context, Job, Record, prepare
@@ -120,8 +121,8 @@ class _Worker:
             if msg[0] == "plan":
                 self._take_plan(msg)
                 continue
-            _, job, slot, jid = msg
-            _send(self.conn, self._run(job, slot, jid))
+            _, job, slot, jid, timed = msg
+            _send(self.conn, self._run(job, slot, jid, timed or self.timed))
         gc.collect()  # a failed sample's traceback cycle may still hold views of the arena
         if self.arena is not None:
             self.arena.close()
@@ -145,13 +146,13 @@ class _Worker:
         assert self.arena is not None
         return self.arena.slot(res.slot)
 
-    def _run(self, job: Job, slot: int, jid: int) -> Result:
+    def _run(self, job: Job, slot: int, jid: int, timed: bool) -> Result:
         """One job: the probe (it decides the layout), a custom collate, or a batch filled
-        into arena slot ``slot`` following the plan."""
+        into arena slot ``slot`` following the plan; ``timed``: record its stage spans."""
         ctx, name = self.ctx, self.name
         res = Result(job, name, slot, jid)
         try:
-            record = _recorder(res.timings) if self.timed else None
+            record = _recorder(res.timings) if timed else None
             if self.custom_collate is not None:
                 prep = prepare(ctx, ctx.sample_stages(), job, name, record)
                 res.custom = self.custom_collate(prep.samples)
@@ -400,7 +401,9 @@ class ProcessWorkers:
                 self._load[name] += 1
                 self._pending[jid] = (name, fut)
             try:
-                self._conns[name].send(("job", job, slot, jid))
+                # timed when a span sink listens now (a measurement may start after the
+                # workers did: diagnose arms a rank at its first batch)
+                self._conns[name].send(("job", job, slot, jid, spans.active()))
             except (OSError, ValueError):  # the pipe broke: the reader reports the death
                 pass
 
