@@ -47,6 +47,9 @@ class ShardEntry:
     index: ShardIndex
     first: np.ndarray
     end: np.ndarray
+    stamp: tuple[int, ...] | None = None
+    """Local shards: (device, inode, size, mtime in ns) when the dataset was opened; a
+    file found with another stamp later was replaced or rewritten (None: remote)."""
 
 
 @dataclass
@@ -94,9 +97,13 @@ class _Storage:
     def join(self, name: str) -> str:
         return f"{self.root}/{name}" if self.fs is not None else os.path.join(self.root, name)
 
-    def size(self, path: str, shard: str) -> int:
+    def size(self, path: str, shard: str) -> tuple[int, tuple[int, ...] | None]:
+        """The file's size and (local files) its :attr:`ShardEntry.stamp`."""
         try:
-            return int(self.fs.size(path)) if self.fs is not None else os.stat(path).st_size
+            if self.fs is not None:
+                return int(self.fs.size(path)), None
+            st = os.stat(path)
+            return st.st_size, file_stamp(st)
         except (OSError, ValueError) as e:
             if self.fs is not None and not isinstance(e, FileNotFoundError):
                 raise remote_error(e, "asking the shard's size", path) from e
@@ -134,6 +141,11 @@ class _Storage:
         return parse_manifest(data, path)
 
 
+def file_stamp(st: os.stat_result) -> tuple[int, ...]:
+    """What identifies one version of a file: device, inode, size, modification time."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _extents(index: ShardIndex) -> tuple[np.ndarray, np.ndarray]:
     starts = index.sample_start
     if index.num_samples == 0:
@@ -149,7 +161,7 @@ def _extents(index: ShardIndex) -> tuple[np.ndarray, np.ndarray]:
 def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
     info = manifest.shards[i]
     path = storage.join(info.name)
-    size = storage.size(path, info.name)
+    size, stamp = storage.size(path, info.name)
     if size != info.size:
         what = "truncated" if size < info.size else "longer than recorded (trailing bytes)"
         raise FormatError(
@@ -162,7 +174,7 @@ def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
     data = storage.read(storage.join(info.index), info.name, info.index_size + 1)
     index = index_from_bytes(info, data, shard_size=size, checksum_algo=manifest.checksum_algo)
     first, end = _extents(index)
-    return ShardEntry(info.name, path, size, index, first, end)
+    return ShardEntry(info.name, path, size, index, first, end, stamp)
 
 
 def load_catalog(root: str, fs: Any | None = None) -> Catalog:

@@ -12,6 +12,7 @@ verifies every field.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -21,7 +22,7 @@ from feedline import spans
 from feedline.errors import ChecksumError, ReadError
 from feedline.format import checksum
 from feedline.io._buffers import HostBufferPool, buffer_address
-from feedline.io._catalog import ShardEntry
+from feedline.io._catalog import ShardEntry, file_stamp
 from feedline.io.backends import Reader
 from feedline.io.planner import Window, align_up, validate_direct
 
@@ -42,9 +43,36 @@ class ShardReadState:
         if handle is None:
             with self._lock:
                 if self._handle is None:
-                    self._handle = reader.open(self.entry.path)
+                    opened = reader.open(self.entry.path)
+                    try:
+                        self._check_stamp(opened)
+                    except BaseException:
+                        reader.close(opened)
+                        raise
+                    self._handle = opened
                 handle = self._handle
         return handle
+
+    def _check_stamp(self, handle: Any) -> None:
+        """The file opened is the one the dataset was opened with (not replaced since).
+
+        Raises:
+            ReadError: another file now has the shard's name, or it was rewritten.
+        """
+        want = self.entry.stamp
+        if want is None:
+            return
+        fd = handle if isinstance(handle, int) else getattr(handle, "fd", None)
+        st = os.fstat(fd) if isinstance(fd, int) else os.stat(self.entry.path)
+        if st.st_size < want[2] and st.st_ino == want[1]:
+            return  # cut short in place: the read names the first sample it lost
+        if file_stamp(st) != want:
+            raise ReadError(
+                "the shard was replaced or rewritten after the dataset was opened (another "
+                "inode, size or modification time): its index may no longer describe it",
+                shard=self.entry.name, path=self.entry.path,
+                fix="reopen the dataset (a new Loader) once the copy is complete, and run "
+                    "`feedline verify` on it")
 
     def close(self, reader: Reader) -> None:
         """Close the handle if it was opened."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import ArgumentError, ConfigError, SampleIndexError
+from feedline.errors import ArgumentError, ConfigError, FormatError, SampleIndexError
 from feedline.format import FieldSchema
 from feedline.format._files import path_argument
 from feedline.io._catalog import Catalog, load_catalog
@@ -88,6 +88,7 @@ class PackedDataset:
         self._check_options()
         self._opened: _Opened | None = None
         self._open_lock = threading.Lock()
+        self._expect: dict[str, Any] | None = None  # a pickled copy: what the original opened
 
     def _check_options(self) -> None:
         choice_ok = ("auto", "buffered", "direct", "gds")
@@ -116,8 +117,32 @@ class PackedDataset:
             choice = BackendChoice(self._io, "remote", "remote dataset: ranged reads through fsspec")
             return _Opened(catalog, RemoteReader(fs), choice)
         catalog = load_catalog(self._root)
+        self._check_same(catalog)
         choice = choose_backend(self._io)
         return _Opened(catalog, make_reader(choice.name), choice)
+
+    def _check_same(self, catalog: Catalog) -> None:
+        """A copy (a process worker's) must open the files the original opened.
+
+        Raises:
+            FormatError: the manifest or a shard file was replaced or rewritten since the
+                original opened the dataset: the worker would read other samples than the
+                training process planned (another count, other bytes at the same index).
+        """
+        expect = self._expect
+        if expect is None:
+            return
+        now = {s.name: s.stamp for s in catalog.shards}
+        if catalog.manifest.shards != expect["shards"] or now != expect["stamps"]:
+            changed = sorted(n for n in set(now) | set(expect["stamps"])
+                             if now.get(n) != expect["stamps"].get(n))
+            raise FormatError(
+                "the dataset changed on disk after it was opened"
+                + (f" (shards replaced or rewritten: {', '.join(changed[:5])})" if changed else
+                   " (its manifest was rewritten)"),
+                path=self._root, shard=changed[0] if changed else None,
+                fix="finish copying or packing before training starts, then open it again "
+                    "(a new Loader)")
 
     def _state(self) -> _Opened:
         opened = self._opened
@@ -125,11 +150,23 @@ class PackedDataset:
             return opened
         with self._open_lock:
             if self._opened is None or self._opened.pid != os.getpid():
+                if self._opened is not None:  # a forked child: the files must be the parent's
+                    self._expect = self._expectation(self._opened)
                 self._opened = self._open()  # a forked child never reuses the parent's handles
             return self._opened
 
+    def _expectation(self, opened: _Opened | None) -> dict[str, Any] | None:
+        """What a copy must find when it reopens: the manifest's shards and each file's stamp."""
+        if opened is None or is_remote(self._root):
+            return self._expect
+        return {"shards": opened.catalog.manifest.shards,
+                "stamps": {s.name: s.stamp for s in opened.catalog.shards}}
+
     def __getstate__(self) -> dict[str, Any]:
+        opened = self._opened
+        expect = self._expectation(opened) if opened is not None and opened.pid == os.getpid() else self._expect
         return {
+            "expect": expect,
             "root": self._root,
             "io": self._io,
             "verify": self._verify,
@@ -147,6 +184,7 @@ class PackedDataset:
             max_window=state["max_window"],
             max_gap=state["max_gap"],
         )
+        self._expect = state.get("expect")
 
     # -- metadata ----------------------------------------------------------------
     def __len__(self) -> int:

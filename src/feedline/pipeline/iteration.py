@@ -17,6 +17,7 @@ consumer waited, in the runtime's :class:`~feedline.pipeline.gauges.Gauges`.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -50,6 +51,9 @@ class Pass:
         self._window, self._in_order, self._timeout = window, in_order, timeout
         self._ahead = ahead
         self._gate = gate
+        self.consumer: int | None = None
+        """The thread that last asked for a batch (None before the first ``next()``)."""
+        self.finished = False
 
     def __iter__(self) -> Pass:
         return self
@@ -69,14 +73,24 @@ class Pass:
             return hook(self._owner, self._next)
         return self._next()
 
+    def live_elsewhere(self) -> bool:
+        """Whether another thread, still alive, is in the middle of this pass."""
+        if self.finished or self.consumer is None or self.consumer == threading.get_ident():
+            return False
+        return any(t.ident == self.consumer for t in threading.enumerate())
+
     def _next(self) -> Any:
+        self._rt.check_process()
+        self.consumer = threading.get_ident()
         if self._rt.sched.current != self._run:
             self._abandon()
+            self.finished = True
             raise StopIteration
         if self._gate is not None:
             self._pass_gate()
         self._fill()
         if not self._inflight:
+            self.finished = True
             raise StopIteration
         after = self._rt.opts.after_delivery
         if after is not None:

@@ -236,6 +236,7 @@ class Loader:
         self._plans: dict[int, sampler.Plan] = {}  # this epoch's and the next one's
         self._epochs_set = False  # set_epoch called since the last iter()
         self._warned_repeat = False
+        self._live: weakref.ref[Pass] | None = None  # the latest pass (one stream at a time)
 
     # -- order and position ---------------------------------------------------------------
     def _plan(self, epoch: int) -> sampler.Plan:
@@ -328,6 +329,14 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         if self._rt.closed:
             raise ConfigError("the loader is closed", fix="create a new Loader (close() ends it for good)")
+        self._rt.check_process()
+        live = self._live() if self._live is not None else None
+        if live is not None and live.live_elsewhere():
+            # a new pass would silently end the other thread's (its next() would stop)
+            raise ConfigError(
+                "this loader is being iterated by another thread; a loader is one stream of "
+                "batches", field="loader",
+                fix="give each thread its own Loader (or finish or break the other loop first)")
         epoch = self._pos.epoch
         plan = self._plan(epoch)
         if self._pos.done(plan.num_batches) and not self._restored:
@@ -352,11 +361,13 @@ class Loader:
         # the same epoch again (iterating without set_epoch repeats the epoch)
         following = epoch + 1 if self._epochs_set else epoch
         self._epochs_set = False
-        return Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
-                    self._delivered, window=self.workers + self.prefetch,
-                    in_order=self.in_order, timeout=self.timeout, inflight=adopted,
-                    ahead=lambda room: self._prepare_ahead(following, room), gate=gate,
-                    owner=self)
+        current = Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
+                       self._delivered, window=self.workers + self.prefetch,
+                       in_order=self.in_order, timeout=self.timeout, inflight=adopted,
+                       ahead=lambda room: self._prepare_ahead(following, room), gate=gate,
+                       owner=self)
+        self._live = weakref.ref(current)
+        return current
 
     def _prepare_ahead(self, epoch: int, room: int) -> None:
         """Submit the first batches of ``epoch`` into ``room`` free places of the window,

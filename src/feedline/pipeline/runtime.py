@@ -14,6 +14,7 @@ from it once and shared with every worker. It holds no reference to the
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -27,6 +28,7 @@ import torch
 
 from feedline import spans
 from feedline.cores import usable_cores
+from feedline.errors import ConfigError
 from feedline.pipeline import collate, nested, shm
 from feedline.pipeline.auto import AutoChoice, thread_clock
 from feedline.pipeline.device_decode import DeviceDecode
@@ -98,6 +100,9 @@ class Runtime:
         self._retired: ThreadWorkers | None = None  # threads left after moving to processes
         self._mover: threading.Thread | None = None
         self.closed = False
+        self.pid = os.getpid()
+        """The process that made the runtime: its workers, slots and arena are that
+        process's; a forked child neither uses nor stops them."""
         self.owner: int | None = None
         """The loader's ``id()``: the threads working for it file their spans under it
         (:func:`feedline.spans.bind`), so each loader's stages are measured apart."""
@@ -327,11 +332,30 @@ class Runtime:
         sent, fence = self._send_tree(job, tree, worker)
         return Ready(job.batch_id, sent, fence, keys, skipped, worker)
 
+    def check_process(self) -> None:
+        """Refuse use from a forked child of the process that made the loader.
+
+        Raises:
+            ConfigError: this is not that process (its worker threads do not exist here,
+                and its worker processes belong to the parent: a batch would never come).
+        """
+        if os.getpid() != self.pid:
+            raise ConfigError(
+                f"this loader was made by process {self.pid}; process {os.getpid()} is a fork "
+                "of it, where its workers do not run", field="loader",
+                fix="create a new Loader in the child process (or fork before making the loader)")
+
     def close(self) -> None:
-        """Stop the workers and drop the slots (idempotent; safe from a finalizer)."""
+        """Stop the workers and drop the slots (idempotent; safe from a finalizer).
+
+        In a forked child this only marks the copy closed: the workers, slots and
+        shared memory belong to the parent, which keeps using them.
+        """
         if self.closed:
             return
         self.closed = True
+        if os.getpid() != self.pid:
+            return
         if self.auto is not None:
             self.auto.stop_probe()
         self.sched.close()

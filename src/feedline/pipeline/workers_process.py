@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import itertools
 import multiprocessing as mp
+import os
 import pickle
 import signal
 import sys
@@ -174,9 +175,29 @@ def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
                  custom_collate: Callable[[list[Any]], Any] | None, timed: bool,
                  placement: Placement | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    _die_with_parent()
     if placement is not None:
         placement.apply()  # this process's CPUs: the target GPU's NUMA node
-    _Worker(conn, ctx, name, batch_size, custom_collate, timed).serve()
+    try:
+        _Worker(conn, ctx, name, batch_size, custom_collate, timed).serve()
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the training process is gone (killed): nobody wants the batch, exit quietly
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the process that started it dies (the training
+    process with ``spawn``, the forkserver, which ends with it, otherwise), so a worker
+    stuck in a hung transform does not outlive a killed training run."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the closed pipe still ends the worker at its next message
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(0)
 
 
 def _send(conn: Connection, res: Result) -> None:
@@ -229,6 +250,30 @@ def preload_forkserver(mpctx: Any) -> None:
     mpctx.set_forkserver_preload(current + [m for m in wanted if m not in current])
 
 
+_fork_hooked = False
+
+
+def _hook_fork() -> None:
+    """Once per process: a child forked from it (``os.fork``, not our start methods) drops
+    our workers from multiprocessing's list of its children.
+
+    Without this the child's interpreter exit (``multiprocessing``'s atexit hook)
+    terminates every daemon process in that list: the parent's workers, which then
+    die of SIGTERM under a training loop that did nothing wrong.
+    """
+    global _fork_hooked
+    if not _fork_hooked:
+        os.register_at_fork(after_in_child=_forget_workers)
+        _fork_hooked = True
+
+
+def _forget_workers() -> None:
+    children: set[Any] = getattr(mp.process, "_children", set())
+    for proc in list(children):
+        if str(getattr(proc, "name", "")).startswith("feedline-process_"):
+            children.discard(proc)
+
+
 class ProcessWorkers:
     """A persistent pool of worker processes writing into a shared-memory arena.
 
@@ -269,6 +314,7 @@ class ProcessWorkers:
         mpctx: Any = mp.get_context(start_method)
         if start_method == "forkserver":
             preload_forkserver(mpctx)
+        _hook_fork()
         self._on_result, self._on_layout = on_result, on_layout
         self._probe_errors: dict[int, BaseException] = {}
         self._cond = threading.Condition()
