@@ -6,8 +6,8 @@ What is guaranteed: a second thread iterating a loader another thread is in the 
 gets a ConfigError (it used to end the other thread's pass silently, with batches
 missing); a forked child gets a ConfigError instead of waiting forever for workers that do
 not exist there, and its exit leaves the parent's workers running (multiprocessing's exit
-hook used to SIGTERM them); a shard replaced or rewritten after the dataset was opened is
-a ReadError naming it (before: the new bytes were read through the old index), and a
+hook used to SIGTERM them); a shard replaced by another file after the dataset was opened
+is a ReadError naming it (before: the new bytes were read through the old index), and a
 worker that reopens a dataset changed since the training process opened it refuses it.
 Killed by a signal, the training process leaves no worker process, no traceback from the
 workers and no arena behind.
@@ -120,10 +120,10 @@ def test_a_shard_replaced_after_open_is_a_read_error(dataset: Path, tmp_path: Pa
     clean = bytes(ds[0]["bin"])
     shard = copy / ds.locate(len(ds) - 1)[0]
     data = bytearray(shard.read_bytes())
-    data[1024:1100] = b"x" * 76  # same size, other bytes: `cp` of a re-packed shard
-    os.unlink(shard)
-    shard.write_bytes(bytes(data))
-    with pytest.raises(ReadError, match="replaced or rewritten") as info:
+    data[1024:1100] = b"x" * 76  # same size, other bytes: a re-packed shard, synced by rsync
+    shard.with_suffix(".new").write_bytes(bytes(data))
+    os.replace(shard.with_suffix(".new"), shard)
+    with pytest.raises(ReadError, match="replaced by another file") as info:
         ds.read_many([len(ds) - 1])
     assert info.value.shard == shard.name
     assert bytes(ds[0]["bin"]) == clean  # the shards left alone still read
@@ -136,9 +136,8 @@ def test_a_worker_copy_refuses_a_dataset_changed_since_it_was_opened(dataset: Pa
     ds = feedline.open_dataset(copy)
     state = pickle.dumps(ds)  # what a process worker receives
     shard = copy / ds.locate(0)[0]
-    data = shard.read_bytes()
-    os.unlink(shard)
-    shard.write_bytes(data)  # the same bytes in a new file: another inode and mtime
+    shard.with_suffix(".new").write_bytes(shard.read_bytes())
+    os.replace(shard.with_suffix(".new"), shard)  # the same bytes in another file (inode)
     worker_copy = pickle.loads(state)
     with pytest.raises(FormatError, match="changed on disk") as info:
         len(worker_copy)

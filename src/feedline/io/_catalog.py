@@ -48,8 +48,8 @@ class ShardEntry:
     first: np.ndarray
     end: np.ndarray
     stamp: tuple[int, ...] | None = None
-    """Local shards: (device, inode, size, mtime in ns) when the dataset was opened; a
-    file found with another stamp later was replaced or rewritten (None: remote)."""
+    """Local shards: (device, inode) of the file when the dataset was opened; a file
+    found with another later was replaced by another file (None: remote)."""
 
 
 @dataclass
@@ -142,8 +142,9 @@ class _Storage:
 
 
 def file_stamp(st: os.stat_result) -> tuple[int, ...]:
-    """What identifies one version of a file: device, inode, size, modification time."""
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    """Which file this is: device and inode (a replacement by rename or copy-and-move
+    changes them; an edit in place does not, and is left to the checksums)."""
+    return (st.st_dev, st.st_ino)
 
 
 def _extents(index: ShardIndex) -> tuple[np.ndarray, np.ndarray]:

@@ -56,20 +56,21 @@ class ShardReadState:
     def _check_stamp(self, handle: Any) -> None:
         """The file opened is the one the dataset was opened with (not replaced since).
 
+        A file changed in place keeps its identity: a cut is found by the read (naming
+        the first sample lost), changed bytes by ``verify=True`` or ``feedline verify``.
+
         Raises:
-            ReadError: another file now has the shard's name, or it was rewritten.
+            ReadError: another file now has the shard's name.
         """
         want = self.entry.stamp
         if want is None:
             return
         fd = handle if isinstance(handle, int) else getattr(handle, "fd", None)
         st = os.fstat(fd) if isinstance(fd, int) else os.stat(self.entry.path)
-        if st.st_size < want[2] and st.st_ino == want[1]:
-            return  # cut short in place: the read names the first sample it lost
         if file_stamp(st) != want:
             raise ReadError(
-                "the shard was replaced or rewritten after the dataset was opened (another "
-                "inode, size or modification time): its index may no longer describe it",
+                "the shard was replaced by another file after the dataset was opened (a "
+                "repack, rsync or mv): its index may no longer describe it",
                 shard=self.entry.name, path=self.entry.path,
                 fix="reopen the dataset (a new Loader) once the copy is complete, and run "
                     "`feedline verify` on it")

@@ -125,7 +125,7 @@ class PackedDataset:
         """A copy (a process worker's) must open the files the original opened.
 
         Raises:
-            FormatError: the manifest or a shard file was replaced or rewritten since the
+            FormatError: the manifest or a shard file was replaced by another since the
                 original opened the dataset: the worker would read other samples than the
                 training process planned (another count, other bytes at the same index).
         """
@@ -138,7 +138,7 @@ class PackedDataset:
                              if now.get(n) != expect["stamps"].get(n))
             raise FormatError(
                 "the dataset changed on disk after it was opened"
-                + (f" (shards replaced or rewritten: {', '.join(changed[:5])})" if changed else
+                + (f" (shards replaced by other files: {', '.join(changed[:5])})" if changed else
                    " (its manifest was rewritten)"),
                 path=self._root, shard=changed[0] if changed else None,
                 fix="finish copying or packing before training starts, then open it again "
