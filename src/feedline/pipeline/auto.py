@@ -52,7 +52,12 @@ MIN_PROBE_SECONDS = 0.1
 
 MIN_SECONDS = 0.6
 """Measure batches after the probe until at least this much wall time is covered (short
-batches are below the scheduler's accounting grain)."""
+batches are below the scheduler's accounting grain)..."""
+
+ENOUGH_BATCHES = 4
+"""...or until this many times the batches to measure were timed: short batches (a small
+dataset, a busy host where little of the wall time is the worker's own) still decide
+within the first epoch instead of never."""
 
 
 def thread_clock() -> tuple[float, float]:
@@ -189,7 +194,8 @@ class AutoChoice:
             if self.workers == 1:
                 return self._decide("thread", "one worker: nothing for processes to run in "
                                     "parallel, and threads copy nothing")
-            if len(self.ratios) < self.measure or self.seconds < MIN_SECONDS:
+            if len(self.ratios) < self.measure or (
+                    self.seconds < MIN_SECONDS and len(self.ratios) < ENOUGH_BATCHES * self.measure):
                 return None
             return self._decide(*self._judge())
 
