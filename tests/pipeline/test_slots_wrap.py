@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from feedline.errors import DeviceError, ResourceError
-from feedline.pipeline import collate
+from feedline.pipeline import collate, slots
 from feedline.pipeline.slots import SlotPool
 from feedline.pipeline.transfer import CpuEngine, make_engine
 from feedline.pipeline.wrapping import wrap
@@ -104,6 +104,47 @@ def test_cpu_slot_memory_comes_back_when_every_lent_view_is_gone() -> None:
     _again, again_id = lend(4)
     assert again_id in (first_id, other_id)  # memory is reused once let go
     assert pool.allocated_bytes <= pool.peak_bytes <= pool.budget
+    pool.close()
+
+
+def _lend(pool: SlotPool) -> tuple[dict[Any, torch.Tensor], int]:
+    slot = pool.acquire()
+    batch = {p[0]: t for p, t in slot.tensors.items()}  # what the CPU runtime hands out
+    pool.release(slot)
+    return batch, slot.id
+
+
+def test_a_producer_at_the_soft_cap_waits_for_the_loops_previous_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``for b in loader`` drops its previous batch just after the next is handed out: a
+    producer asking for a slot at that moment gets that batch's memory, not a new slot."""
+    monkeypatch.setattr(slots, "REUSE_WAIT_S", 60.0)  # only the returned slot ends the wait
+    layout = _layout()
+    pool = SlotPool(16 * layout.nbytes, pin=False, reuse=False, soft_cap=2)
+    pool.configure(layout)
+    previous, previous_id = _lend(pool)
+    _current, _ = _lend(pool)  # the loop's batch, held throughout
+    got: list[int] = []
+    producer = threading.Thread(target=lambda: got.append(pool.acquire().id))
+    producer.start()
+    del previous  # the loop rebinds its variable
+    producer.join(60)
+    assert got == [previous_id] and pool.slots_created == 2 and pool.reuse_waits == 1
+    pool.close()
+
+
+def test_a_loop_that_keeps_its_batches_gets_new_slots_after_a_short_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slots, "REUSE_WAIT_S", 0.001)
+    layout = _layout()
+    pool = SlotPool(64 * layout.nbytes, pin=False, reuse=False, soft_cap=2)
+    pool.configure(layout)
+    kept = [_lend(pool) for _ in range(20)]
+    assert len({i for _, i in kept}) == 20 == pool.slots_created
+    assert pool.reuse_waits <= 4 and pool.soft_cap == 32  # 2 -> 4 -> 8 -> 16 -> 32: one wait each
+    for k, (batch, _) in enumerate(kept):
+        batch["x"][:] = k
+    assert [int(b["x"][0, 0]) for b, _ in kept] == list(range(20))  # none shares memory
     pool.close()
 
 

@@ -223,8 +223,11 @@ class Loader:
                        self.timeout, self.placement if self.placement.active else None,
                        self._device_decode)
         allocate = placed_allocator(self.placement) if self.placement.active else None
-        self._rt = Runtime(ctx, engine, SlotPool(budget, pin=engine.needs_pinned,
-                                                        reuse=engine.reuse_slots, allocate=allocate),
+        # a CPU loop holds the batch it computes on and, while the next is handed out, the
+        # previous one; each worker fills one: more slots than that wait briefly first
+        pool = SlotPool(budget, pin=engine.needs_pinned, reuse=engine.reuse_slots,
+                        allocate=allocate, soft_cap=self.workers + 2)
+        self._rt = Runtime(ctx, engine, pool,
                            opts)
         self._rt.owner = id(self)
         self._finalizer = weakref.finalize(self, self._rt.close)
@@ -304,7 +307,9 @@ class Loader:
         batches when slots are reused). Flow: ``occupancy`` (mean fraction of the window
         finished and waiting when the consumer asked; near 0 the pipeline starves),
         ``starved_batches``, ``consumer_wait_s``, ``budget_waits`` / ``budget_wait_s``
-        (producers waiting for the pinned budget). Plan: ``recipes`` (field -> how its
+        (producers waiting for the pinned budget), ``reuse_waits`` / ``reuse_wait_s`` (on
+        CPU, producers waiting briefly for the loop's previous batch to come back instead
+        of allocating one more slot). Plan: ``recipes`` (field -> how its
         rows are filled, see :mod:`feedline.pipeline.plan`; empty before the first
         batch), ``list_fallbacks`` (dense field -> batches delivered as a list because a
         sample had another shape), ``worker_type`` and, with ``"auto"``, ``auto`` (what
@@ -317,6 +322,7 @@ class Loader:
                 "pinned_bytes": pool.allocated_bytes, "pinned_peak_bytes": pool.peak_bytes,
                 "pinned_budget": pool.budget, "slots_created": pool.slots_created,
                 "budget_waits": pool.budget_waits, "budget_wait_s": pool.budget_wait_s,
+                "reuse_waits": pool.reuse_waits, "reuse_wait_s": pool.reuse_wait_s,
                 **rt.gauges.report(),
                 "recipes": rt.plan.describe() if rt.plan is not None else {},
                 "list_fallbacks": dict(rt.fallbacks), "worker_type": rt.kind,

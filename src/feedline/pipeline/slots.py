@@ -14,6 +14,16 @@ the pool only when the last of them (and of any view of them) is freed. A
 batch the user holds is therefore never overwritten, and a loop that drops
 its batches reuses the same few slots instead of faulting in new pages for
 every batch.
+
+A loop ``for batch in loader`` still holds its previous batch while the next one is
+handed out, and the worker that just finished that next one asks for a slot at that
+moment. So that this race does not cost one more slot of memory, a pool with a
+``soft_cap`` lets a producer that finds no free slot, once ``soft_cap`` slots exist, wait
+up to :data:`REUSE_WAIT_S` for a lent one to come back before it allocates another. A wait
+that times out (the loop keeps its batches, or batches wait ahead of a slow loop) doubles
+the cap, so the pool settles at what the loop really holds after a few waits. (A wait
+also times out when the batch the loop waits for is the one this producer is to fill,
+its worker having reached the pool after a later batch's: a few such waits at most.)
 """
 
 from __future__ import annotations
@@ -42,6 +52,10 @@ class Fence(Protocol):
     def query(self) -> bool: ...
 
     def synchronize(self) -> None: ...
+
+
+REUSE_WAIT_S = 0.02
+"""Most seconds a producer waits for a lent slot to come back once ``soft_cap`` slots exist."""
 
 
 class _Anchor:
@@ -80,6 +94,8 @@ class SlotPool:
         budget: most bytes the pool may hold (all slots together).
         pin: allocate page-locked memory (needs CUDA) instead of pageable memory.
         allocate: optional ``fn(shape, dtype, pin) -> Tensor`` (tests, shared memory).
+        soft_cap: with ``reuse=False``, the slots after which a producer first waits briefly
+            for a lent one to come back (see the module); ``None``: never waits for that.
 
     Slots are allocated lazily, the first time no free one exists and the
     budget allows, so a small run never touches the whole budget.
@@ -97,6 +113,7 @@ class SlotPool:
         pin: bool,
         reuse: bool = True,
         allocate: Callable[[tuple[int, ...], torch.dtype, bool], torch.Tensor] | None = None,
+        soft_cap: int | None = None,
     ) -> None:
         if budget < 1:
             raise ConfigError(f"pinned_budget must be positive, got {budget}", field="pinned_budget")
@@ -116,6 +133,10 @@ class SlotPool:
         self.budget_waits = 0
         """Times a producer found the budget used up and waited for a slot to come back."""
         self.budget_wait_s = 0.0
+        self.soft_cap = soft_cap
+        self.reuse_waits = 0
+        """Times a producer waited for a lent slot to come back instead of allocating one."""
+        self.reuse_wait_s = 0.0
 
     @property
     def slot_bytes(self) -> int:
@@ -153,6 +174,7 @@ class SlotPool:
             PoolClosed: the pool was closed while waiting.
         """
         waited_from: float | None = None
+        reuse_until: float | None = None
         try:
             while True:
                 with self._cond:
@@ -161,6 +183,18 @@ class SlotPool:
                     self._reap()
                     if self._free:
                         return self._lend(self._free.popleft())
+                    if self.soft_cap is not None and not self.reuse and self._ids >= self.soft_cap:
+                        now = time.perf_counter()
+                        if reuse_until is None:
+                            reuse_until = now + REUSE_WAIT_S
+                            self.reuse_waits += 1
+                        if now < reuse_until:
+                            self._cond.wait(reuse_until - now)
+                            self.reuse_wait_s += time.perf_counter() - now
+                            continue
+                        # the loop holds more batches than that (keeps them, or they wait
+                        # ahead of a slow loop): allocate, and wait again only at twice as many
+                        self.soft_cap *= 2
                     if (self._count + 1) * self.slot_bytes <= self.budget:
                         self._count += 1
                         self._ids += 1
@@ -200,8 +234,20 @@ class SlotPool:
             view = array.view(_Lent)
             view.anchor = anchor  # the tensor's storage holds the only reference to the view
             tensors[path] = torch.from_numpy(view)
-        weakref.finalize(anchor, self._returned.append, slot).atexit = False
+        weakref.finalize(anchor, self._come_back, slot).atexit = False
         return Slot(slot.id, tensors, dict(slot.arrays))
+
+    def _come_back(self, slot: Slot) -> None:
+        """A lent slot's memory is free again (its anchor died; runs wherever that happened).
+        The deque append is atomic: no lock is taken unless free."""
+        self._returned.append(slot)
+        # wake a producer waiting for it, but never block here: this may run inside any
+        # thread's garbage collection, while another thread holds the condition
+        if self._cond.acquire(blocking=False):
+            try:
+                self._cond.notify()
+            finally:
+                self._cond.release()
 
     def _new_slot(self, slot_id: int) -> Slot:
         assert self._layout is not None

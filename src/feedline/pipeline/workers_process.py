@@ -496,10 +496,14 @@ class ProcessWorkers:
             views = self.arena.slot(res.slot) if res.slot >= 0 and self.arena else {}
             value = self._on_result(res, views)
         except BaseException as exc:
+            # the failed frames hold views of the arena (as the future keeps the error,
+            # the arena could not be unmapped at close): drop their locals
+            traceback.clear_frames(exc.__traceback__)
             fut.set_exception(exc)
         else:
             fut.set_result(value)
         finally:
+            views = {}
             if res.slot >= 0:
                 with self._cond:
                     self._free.append(res.slot)
