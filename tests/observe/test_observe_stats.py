@@ -112,3 +112,22 @@ def test_task_clock_sees_a_child_process_cpu() -> None:
         assert again < 0.1  # counted once: the next sample has only what it did since
     finally:
         child.communicate(b"", timeout=30)
+
+
+def test_the_sampled_gpu_is_the_one_the_run_computes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML numbers every GPU of the host; CUDA only the visible ones: rank 1 of a launch on
+    CUDA_VISIBLE_DEVICES=4,5 samples NVML GPU 5, not 0."""
+    import torch
+
+    from feedline.observe._host import cuda_ordinal, nvml_target
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert [cuda_ordinal(d) for d in ("cuda", "cuda:3", 2, torch.device("cuda", 1))] == [0, 3, 2, 1]
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert cuda_ordinal("cuda") == 1 and cuda_ordinal("cuda:0") == 0
+    assert nvml_target(1, None) == ("index", 1)
+    assert nvml_target(1, "4,5") == ("index", 5)
+    assert nvml_target(0, "GPU-8a1b,3") == ("uuid", "GPU-8a1b")
+    assert nvml_target(2, "4,5") is None  # not visible to this process
+    assert nvml_target(1, "0,,1") is None  # CUDA stops at the first empty entry
+    assert nvml_target(0, "MIG-1234") is None and nvml_target(0, "") is None

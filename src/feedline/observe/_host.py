@@ -33,14 +33,59 @@ from typing import Any
 import psutil
 
 
-def _nvml_handle(index: int) -> Any:
+def cuda_ordinal(device: Any) -> int:
+    """The CUDA ordinal a run computes on: ``cuda:N`` / ``N`` / ``torch.device``'s index;
+    for a bare ``"cuda"``, ``LOCAL_RANK`` (a launcher's rank ``r`` calls
+    ``torch.cuda.set_device(r)``), else 0."""
+    index: int | None = None
+    if isinstance(device, int) and not isinstance(device, bool):
+        index = device
+    elif isinstance(device, str):
+        tail = device.split(":", 1)[1].strip() if ":" in device else ""
+        index = int(tail) if tail.isdigit() else None
+    elif isinstance(getattr(device, "index", None), int):  # torch.device
+        index = device.index
+    if index is None:
+        rank = os.environ.get("LOCAL_RANK", "")
+        index = int(rank) if rank.isdigit() else 0
+    return int(index)
+
+
+def nvml_target(ordinal: int, visible: str | None) -> tuple[str, int | str] | None:
+    """How NVML finds CUDA device ``ordinal`` (NVML numbers every GPU of the host in PCI
+    order, CUDA only the ``CUDA_VISIBLE_DEVICES`` ones): ``("index", i)`` or ``("uuid",
+    "GPU-...")``; ``None`` when the mask hides it or names a MIG instance.
+
+    With no mask (or integer entries) CUDA's order is taken to be NVML's, as it is with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and on hosts whose GPUs are all the same model."""
+    if visible is None:
+        return ("index", ordinal)
+    entries = [e.strip() for e in visible.split(",")]
+    entries = entries[: next((k for k, e in enumerate(entries) if not e), len(entries))]
+    if not 0 <= ordinal < len(entries):
+        return None
+    entry = entries[ordinal]
+    if entry.isdigit():
+        return ("index", int(entry))
+    if entry.startswith("GPU-"):
+        return ("uuid", entry)
+    return None  # a MIG instance or a form NVML cannot look up by itself
+
+
+def _nvml_handle(ordinal: int) -> Any:
+    target = nvml_target(ordinal, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if target is None:
+        return None
     try:
         import pynvml
     except ImportError:
         return None
     try:
         pynvml.nvmlInit()
-        return (pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
+        kind, key = target
+        handle = (pynvml.nvmlDeviceGetHandleByUUID(key) if kind == "uuid"
+                  else pynvml.nvmlDeviceGetHandleByIndex(key))
+        return (pynvml, handle)
     except pynvml.NVMLError:
         return None
 
@@ -50,7 +95,8 @@ class HostSampler:
 
     Args:
         interval: seconds between samples (> 0).
-        gpu_index: NVML index of the GPU to sample, or ``None`` for no GPU.
+        gpu_index: CUDA ordinal of the GPU to sample (mapped to NVML's numbering through
+            ``CUDA_VISIBLE_DEVICES``, see :func:`nvml_target`), or ``None`` for no GPU.
     """
 
     def __init__(self, interval: float = 0.5, gpu_index: int | None = None,

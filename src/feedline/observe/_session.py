@@ -38,7 +38,7 @@ from feedline.observe._clock import (
     loader_config,
     lockstep,
 )
-from feedline.observe._host import HostSampler
+from feedline.observe._host import HostSampler, cuda_ordinal
 from feedline.observe._replay import Replay
 from feedline.observe._stats import Recorder, Span
 from feedline.observe._timing import DeviceTimer, device_type, make_timer
@@ -91,7 +91,7 @@ class Session:
         self.recorder = Recorder()
         self.copy_log = CopyLog()
         cuda = self.device_type == "cuda"
-        self.sampler = HostSampler(host_interval, 0 if cuda else None,
+        self.sampler = HostSampler(host_interval, cuda_ordinal(device) if cuda else None,
                                    self._sample_pinned if cuda else None)
         self.replay = Replay(replay, self.device_type) if ab else None
         self.clocks = StepClocks(self._new_timer, lambda: sched_times()[1], steps, self._limit)
