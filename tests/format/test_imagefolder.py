@@ -194,3 +194,23 @@ def test_output_folder_that_is_a_source_or_a_file_is_refused(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match="is a file"):
         pack(root, tmp_path / "file")
     assert sorted(p.name for p in root.iterdir()) == ["a.jpg"]
+
+
+def test_os_metadata_is_never_a_class_or_a_sample(tmp_path: Path) -> None:
+    """A tree unzipped on a Mac or browsed on Windows: ``__MACOSX/`` (AppleDouble copies
+    named like the images), ``Thumbs.db``, ``desktop.ini``, ``.DS_Store``. ``__MACOSX`` sorts
+    before every lower-case class name: counted as a class it would shift every label."""
+    root = _tree(tmp_path / "train", {
+        "__MACOSX/cats/._a.jpg": b"\x00\x05\x16\x07apple double",
+        "cats/._a.jpg": b"\x00\x05\x16\x07apple double",
+        "cats/a.jpg": b"a", "cats/.DS_Store": b"ds", "dogs/Thumbs.db": b"t",
+        "dogs/2024/b.JPG": b"b", "dogs/desktop.ini": b"i",
+    })
+    found = collect([root], FOLDER)
+    assert found.classes == ("cats", "dogs")
+    assert [(s.key, sorted(f.field for f in s.files)) for s in found.samples] == [
+        ("cats/a", ["cls", "jpg"]), ("dogs/2024/b", ["cls", "jpg"])]
+    assert sorted(s.name for s in found.skipped) == ["__MACOSX", "dogs/Thumbs.db", "dogs/desktop.ini"]
+    assert all("metadata" in s.reason for s in found.skipped)
+    # the WebDataset rule (no labels) skips them too: no sample "Thumbs" with a field "db"
+    assert [s.key for s in collect([root]).samples] == ["cats/a", "dogs/2024/b"]

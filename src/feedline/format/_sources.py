@@ -1,6 +1,8 @@
 """Find the files to pack, group them into samples, and plan which samples go to which shard.
 
-Sources are folders (walked recursively; hidden files and folders skipped) or
+Sources are folders (walked recursively; hidden files and folders skipped, and the
+metadata operating systems leave in trees and archives -- ``__MACOSX/``, ``Thumbs.db``,
+``desktop.ini``, ``$RECYCLE.BIN`` -- skipped and listed: :data:`OS_METADATA`) or
 list files (one path per line; blank lines and ``#`` comments skipped). A
 file's *name* is its path relative to the folder (or the list file's folder).
 
@@ -76,6 +78,12 @@ IMAGE_FIELDS: dict[str, str] = {
     "bmp": "bmp", "tif": "tiff", "tiff": "tiff", "webp": "webp",
 }
 """Image file extensions (lower case) and the one field name each is stored under."""
+OS_METADATA = frozenset({"__macosx", "thumbs.db", "ehthumbs.db", "desktop.ini", "$recycle.bin",
+                         "system volume information"})
+"""Names (lower case) of files and folders that operating systems and archivers write into a
+tree (macOS zips' ``__MACOSX/`` of AppleDouble copies, Windows' thumbnail caches): never
+data, never a class folder (torchvision's ``ImageFolder`` would count ``__MACOSX`` as a
+class and shift every label after it)."""
 PICKLE_EXTENSIONS = frozenset({"pt", "pth", "pkl", "pickle", "pyd", "ckpt"})
 """Extensions of files that hold Python pickles: packed as bytes, with a note (never unpickled)."""
 
@@ -293,6 +301,9 @@ class _Walker:
             entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
         for entry in entries:
             name = prefix + entry.name
+            if entry.name.lower() in OS_METADATA:
+                self.skipped.append(Skipped(name, "operating-system metadata, not data"))
+                continue
             if not entry.is_symlink():
                 yield name, entry.path, entry.stat(follow_symlinks=False)
                 continue
