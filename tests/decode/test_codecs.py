@@ -25,7 +25,7 @@ def _npy(arr: np.ndarray) -> bytes:
 
 @pytest.mark.parametrize(
     "arr",
-    [np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.ones((2, 5), ">i4")),
+    [np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.ones((2, 5), "<i4")),
      np.array(7, dtype=np.uint8), np.zeros((0, 3), np.float64)],
 )
 def test_npy_matches_numpy_and_is_a_view(arr: np.ndarray) -> None:
@@ -35,6 +35,19 @@ def test_npy_matches_numpy_and_is_a_view(arr: np.ndarray) -> None:
     assert out.dtype == arr.dtype
     if arr.size:
         assert not out.flags.owndata  # zero-copy view into the buffer
+
+
+@pytest.mark.parametrize("arr", [
+    np.arange(12, dtype=">f4").reshape(3, 4), np.asfortranarray(np.arange(10, dtype=">i8").reshape(2, 5)),
+    np.array(2.5, dtype=">f8"), np.zeros(3, dtype=[("a", ">f4"), ("b", ">i2", (2,))]),
+])
+def test_npy_in_the_other_byte_order_comes_back_native(arr: np.ndarray) -> None:
+    """np.load keeps ``>f4``, which torch can neither wrap nor stack: the codec gives the
+    same values in native order."""
+    out = decode_npy(_npy(arr), Limits())
+    assert out.dtype == arr.dtype.newbyteorder("=") and out.dtype.isnative
+    assert out.shape == arr.shape
+    np.testing.assert_array_equal(out, arr)
 
 
 def test_npy_refuses_pickled_objects_and_bad_headers() -> None:

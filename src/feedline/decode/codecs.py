@@ -65,7 +65,11 @@ def decode_raw(data: Buffer, ext: str, limits: Limits) -> np.ndarray:
 
 
 def decode_npy(data: Buffer, limits: Limits) -> np.ndarray:
-    """A ``.npy`` array (format 1.x/2.x/3.x) as a zero-copy view; never unpickles."""
+    """A ``.npy`` array (format 1.x/2.x/3.x) as a zero-copy view; never unpickles.
+
+    An array stored in the other byte order (``>f4`` from a big-endian tool, MATLAB or
+    Java writers) comes back converted to native order (a copy; same values): torch can
+    neither wrap nor stack a non-native array, where ``np.load`` would keep ``>f4``."""
     mv = memoryview(data).cast("B")
     if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
         raise DecodeError("not a .npy payload (bad magic)", fix="store arrays with numpy.save")
@@ -96,7 +100,15 @@ def decode_npy(data: Buffer, limits: Limits) -> np.ndarray:
     if count * dtype.itemsize != body:
         raise DecodeError(f".npy body is {body} bytes, header says {count * dtype.itemsize}")
     arr = np.frombuffer(mv, dtype=dtype, count=count, offset=start + hlen)
-    return arr.reshape(shape, order="F" if fortran else "C")
+    arr = arr.reshape(shape, order="F" if fortran else "C")
+    return arr if _native(dtype) else arr.astype(dtype.newbyteorder("="))
+
+
+def _native(dtype: np.dtype[Any]) -> bool:
+    """Whether ``dtype`` and every field of a structured dtype are in native byte order."""
+    if dtype.fields is None:
+        return dtype.isnative if dtype.subdtype is None else _native(dtype.subdtype[0])
+    return all(_native(f[0]) for f in dtype.fields.values())
 
 
 def decode_npz(data: Buffer, limits: Limits) -> dict[str, np.ndarray]:

@@ -34,13 +34,13 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from feedline import spans
-from feedline.errors import ConfigError, ResourceError
+from feedline.errors import ConfigError, DecodeError, ResourceError
 from feedline.pipeline.collate import Layout, Path
 from feedline.placement import Placement
 from feedline.units import format_bytes
@@ -254,7 +254,7 @@ class SlotPool:
         layout = self._layout
         tensors = {
             leaf.path: self._allocate(
-                (layout.batch_size, *leaf.shape), _torch_dtype(leaf.dtype), self.pin
+                (layout.batch_size, *leaf.shape), _torch_dtype(leaf.dtype, leaf.path), self.pin
             )
             for leaf in layout.dense
             if leaf.shape is not None and leaf.dtype is not None
@@ -309,8 +309,12 @@ def placed_allocator(
     return allocate
 
 
-def _torch_dtype(numpy_dtype: str) -> torch.dtype:
+def _torch_dtype(numpy_dtype: str, path: Any = None) -> torch.dtype:
     dt = np.dtype(numpy_dtype)
-    if dt.byteorder == ">":
-        raise ResourceError(f"big-endian dtype {numpy_dtype} cannot be stacked", stage="collate")
+    if not dt.isnative:
+        field = "/".join(map(str, path)) if isinstance(path, tuple) else path
+        raise DecodeError(
+            f"values of dtype {numpy_dtype} (non-native byte order) cannot be stacked into a "
+            "tensor", field=field, stage="collate",
+            fix="return native arrays from decode=/transform= (arr.astype(arr.dtype.newbyteorder('=')))")
     return torch.from_numpy(np.empty(0, dtype=dt.newbyteorder("="))).dtype

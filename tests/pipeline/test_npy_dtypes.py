@@ -1,0 +1,59 @@
+"""``.npy`` fields as users save them: float16, int64, bool, 0-d scalars, Fortran order and
+big-endian arrays, one field each, packed and loaded with the default collate. Every batch
+must hold what ``np.load`` gives (values; native byte order), in threads and processes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedline
+from feedline.format import pack
+
+N = 20
+
+
+def _fields(i: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(i)
+    return {
+        "x.npy": rng.standard_normal((3, 4, 4)).astype(np.float16),
+        "ids.npy": rng.integers(-2**40, 2**40, (5,), dtype=np.int64),
+        "mask.npy": rng.integers(0, 2, (4, 4)).astype(bool),
+        "t.npy": np.array(i * 0.5),
+        "f.npy": np.asfortranarray(rng.standard_normal((2, 3)).astype(np.float32)),
+        "be.npy": rng.standard_normal((6,)).astype(">f4"),
+    }
+
+
+@pytest.fixture(scope="module")
+def npy_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("npy dtypes")
+    src = root / "arrays"
+    src.mkdir()
+    for i in range(N):
+        for name, arr in _fields(i).items():
+            np.save(src / f"{i:04d}.{name}", arr)
+    pack([os.fspath(src)], os.fspath(root / "ds"))
+    return root / "ds"
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_npy_dtypes_and_byte_orders_batch_as_np_load_gives_them(npy_dataset: Path, worker_type: str) -> None:
+    loader = feedline.Loader(os.fspath(npy_dataset), batch_size=6, workers=2, worker_type=worker_type,
+                             drop_last=False, seed=1)
+    seen = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            for row, key in enumerate(batch["__key__"]):
+                want = _fields(int(key))
+                for name, arr in want.items():
+                    got = batch[name][row].numpy()
+                    assert got.dtype == arr.dtype.newbyteorder("="), (name, got.dtype)
+                    np.testing.assert_array_equal(got, arr, err_msg=f"{key} {name}")
+                seen.append(key)
+    loader.close()
+    assert sorted(seen) == sorted([f"{i:04d}" for i in range(N)] * 2)
