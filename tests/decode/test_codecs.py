@@ -215,3 +215,30 @@ def test_an_empty_field_says_it_is_empty(field: str) -> None:
         Decoders().decode_field(field, b"", key="cats/IMG_1")
     assert info.value.place["key"] == "cats/IMG_1" and info.value.place["field"] == field
     assert "--exclude" in str(info.value)
+
+
+def _palette_png(transparent: bool = False) -> tuple[bytes, Image.Image]:
+    rgb = Image.fromarray((np.random.default_rng(5).integers(0, 8, (12, 16, 3)) * 32).astype(np.uint8))
+    img = rgb.convert("P")
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", **({"transparency": 0} if transparent else {}))
+    return buf.getvalue(), Image.open(io.BytesIO(buf.getvalue()))
+
+
+def test_a_palette_image_that_is_the_samples_only_image_decodes_to_its_colours() -> None:
+    """An ImageFolder of photos holds the odd palette PNG (a GIF saved as PNG): as the
+    sample's only image it is a photo, and torchvision's ``convert("RGB")`` gives colours.
+    Beside a JPEG, or named ``seg.png``, it is a mask: its indices (class ids)."""
+    data, img = _palette_png()
+    colours, indices = np.asarray(img.convert("RGB")), np.asarray(img)
+    assert indices.ndim == 2 and not np.array_equal(colours[..., 0], indices)
+    dec = Decoders()
+    jpg = simplejpeg.encode_jpeg(np.zeros((4, 4, 3), np.uint8))
+    np.testing.assert_array_equal(dec.decode_sample({"png": data, "cls": b"3"})["png"], colours)
+    np.testing.assert_array_equal(dec.decode_sample({"gif": data})["gif"], colours)
+    np.testing.assert_array_equal(dec.decode_sample({"jpg": jpg, "png": data})["png"], indices)
+    np.testing.assert_array_equal(dec.decode_sample({"seg.png": data})["seg.png"], indices)
+    np.testing.assert_array_equal(dec.decode_field("png", data), indices)  # one field alone: as stored
+    np.testing.assert_array_equal(Decoders({"png": lambda b: "mine"}).decode_sample({"png": data})["png"], "mine")
+    tdata, timg = _palette_png(transparent=True)
+    np.testing.assert_array_equal(dec.decode_sample({"png": tdata})["png"], np.asarray(timg.convert("RGBA")))

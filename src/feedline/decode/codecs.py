@@ -184,7 +184,7 @@ def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> 
         raise DecodeError(f"JPEG data unreadable: {exc}") from exc
 
 
-def decode_png(data: Buffer, limits: Limits) -> np.ndarray:
+def decode_png(data: Buffer, limits: Limits, colours: bool = False) -> np.ndarray:
     """An array (H, W[, C]) via Pillow; the size is checked before pixels load.
 
     The codec of PNG and of every other non-JPEG image format Pillow reads (WebP, BMP,
@@ -193,8 +193,12 @@ def decode_png(data: Buffer, limits: Limits) -> np.ndarray:
     Pixels come out as Pillow stores them: grey (H, W), RGB (H, W, 3), RGBA (H, W, 4), and
     a palette image as its palette *indices* (H, W) -- the class ids of a segmentation mask
     (VOC, Cityscapes, ADE20K store masks so), exactly what ``np.asarray(Image.open(f))``
-    gives; CMYK (no use as CMYK) as RGB. For colours, pass ``decode_size`` (which
-    converts every image to RGB) or convert in a ``transform``.
+    gives; CMYK (no use as CMYK) as RGB.
+
+    ``colours=True`` (what :meth:`~feedline.decode.Decoders.decode_sample` asks for a
+    sample's only image, a photo, see there): a palette image comes out as its colours, RGB
+    (H, W, 3), or RGBA when it has transparency, and a 1-bit image as grey ``uint8`` 0/255,
+    as ``Image.convert`` gives them; every other mode as stored.
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -203,6 +207,11 @@ def decode_png(data: Buffer, limits: Limits) -> np.ndarray:
             check_pixels(img.size[1], img.size[0], limits)
             if img.mode == "CMYK":
                 return np.asarray(img.convert("RGB"))
+            if colours and img.mode in ("P", "PA"):
+                alpha = img.mode == "PA" or "transparency" in img.info
+                return np.asarray(img.convert("RGBA" if alpha else "RGB"))
+            if colours and img.mode == "1":
+                return np.asarray(img.convert("L"))
             return np.asarray(img)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError,
             Image.DecompressionBombError) as exc:

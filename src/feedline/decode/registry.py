@@ -183,13 +183,32 @@ class Decoders:
         codec = _INTO[extension(field)]
         return lambda data, out: codec(data, self.limits, out)
 
+    def _photo(self, field: str) -> Callable[[Buffer], Any]:
+        """The decoder of ``field`` as a sample's only image: the built-in PNG-family codec
+        with palette colours (:func:`~feedline.decode.codecs.decode_png` ``colours=True``);
+        whatever :meth:`for_field` gives when an override, a label or ``size`` applies."""
+        fn = self._cache.get("\0photo:" + field)
+        if fn is None:
+            ext = extension(field)
+            plain = (field not in self.overrides and ext not in self.overrides
+                     and field not in self.labels and not self.resizes(field))
+            if plain and _BUILTIN.get(ext) is codecs.decode_png:
+                limits = self.limits
+                fn = lambda data: codecs.decode_png(data, limits, colours=True)  # noqa: E731
+            else:
+                fn = self.for_field(field)
+            self._cache["\0photo:" + field] = fn
+        return fn
+
     def decode_field(self, field: str, data: Buffer, *, key: str | None = None,
-                     out: np.ndarray | None = None) -> Any:
+                     out: np.ndarray | None = None, photo: bool = False) -> Any:
         """Decode one field, checking ``limits.max_bytes`` first.
 
         ``out`` (only for fields where :meth:`decodes_into` is true, ignored otherwise):
         an array to decode into when the decoded shape and dtype match it exactly; the
         result is then ``out`` itself, else a fresh array (``out`` untouched).
+        ``photo``: the field is the sample's image (see :meth:`decode_sample`): a palette
+        image decodes to its colours, not its indices.
 
         Raises:
             DecodeError: the field is too large or its codec failed (with field and key).
@@ -207,7 +226,7 @@ class Decoders:
                     into = self._into[field] = self._into_codec(field)
                 if into is not None:
                     return into(data, out)
-            return self.for_field(field)(data)
+            return (self._photo(field) if photo else self.for_field(field))(data)
         except FeedlineError as exc:
             if size == 0 and isinstance(exc, DecodeError):
                 raise DecodeError(f"field is empty (0 bytes): {exc}", field=field, key=key,
@@ -224,15 +243,37 @@ class Decoders:
 
         ``into``: field -> array to decode that field into (see :meth:`decode_field`'s
         ``out``); a field whose image does not fit its array gets a fresh array instead.
+
+        Palette images: a PNG-family field named by its bare extension (``png``, ``gif``,
+        ``webp``...) that is the sample's *only* image field is a photo (an ImageFolder
+        image, a GIF saved as PNG): it decodes to its colours, as torchvision's
+        ``Image.convert("RGB")`` gives them. Beside another image (``jpg`` + ``png``) or under
+        a longer name (``seg.png``, ``mask.png``), a palette image is a mask: its indices,
+        the class ids. ``decode={"png": fn}`` decides otherwise.
         """
+        photo = _only_image(sample)
         out: dict[str, Any] = {}
         for field, value in sample.items():
             if field.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
                 out[field] = value
             else:
                 target = into.get(field) if into else None
-                out[field] = self.decode_field(field, value, key=key, out=target)
+                out[field] = self.decode_field(field, value, key=key, out=target, photo=field == photo)
         return out
+
+
+def _only_image(sample: Mapping[str, Any]) -> str | None:
+    """The sample's image field when it has exactly one and it is a bare non-JPEG image
+    extension (``png``): the field :meth:`Decoders.decode_sample` decodes as a photo."""
+    found = None
+    for field in sample:
+        if extension(field) in IMAGE_EXTENSIONS and not field.startswith("__"):
+            if found is not None:
+                return None
+            found = field
+    if found is None or not resizable(found) or extension(found) in JPEG_EXTENSIONS:
+        return None
+    return found
 
 
 def as_decoders(decode: Decoders | Mapping[str, FieldDecoder | None] | None) -> Decoders:
