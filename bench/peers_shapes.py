@@ -20,7 +20,20 @@ the same workers (2) and the same decoders, in interleaved rounds:
 * ``csv``: a flat folder of ``.jpg`` plus ``labels.csv`` (``filename,label`` with class
   names), packed with ``--labels labels.csv``, batch 64; the baseline reads the CSV once;
 * ``audio``: ``.wav`` clips of 0.3-2 s (16 kHz int16) + ``.txt`` transcripts, decoded with
-  the standard library's ``wave`` by both, clips delivered as a list, batch 16.
+  the standard library's ``wave`` by both, clips delivered as a list, batch 16;
+* ``npymix``: five ``.npy`` fields of the dtypes users save: float16 (3, 32, 32), int64 (16,),
+  bool (32, 32), a 0-d float64 and a big-endian ``>f4`` (64,) (the baseline converts it to
+  native order, as torch needs), default collate, batch 64;
+* ``depth``: ``.jpg`` 96x128 + a 16-bit ``.depth.png`` (uint16) + per-frame ``.json``
+  intrinsics, in scene folders, batch 16 (the JSON as a list of dicts);
+* ``meta``: only a ``.json`` of metadata per sample (caption, a varying list of boxes),
+  batch 64, delivered as a list of dicts;
+* ``toktext``: token sequences of 5-400 ids as ``.json`` lists and ``.txt`` (space-separated),
+  padded by a collate that parses the JSON, batch 32;
+* ``photos``: an ImageFolder as users unzip it: nested folders per class, ``.JPG/.jpeg/.PNG``
+  spellings, RGB, grey, CMYK and progressive JPEGs, grey, palette and RGBA PNGs, file names
+  with spaces, plus ``__MACOSX/``, ``.DS_Store`` and ``Thumbs.db`` (left out by the pack and by
+  the baseline); both run ``vision.ImageTransform`` to ``float32[3, 64, 64]``, batch 32.
 
 The DataLoader baselines read the original small files (map-style Dataset: one ``open``
 per field, simplejpeg / Pillow / ``np.load``, default collate; shuffled). Rates count the
@@ -52,13 +65,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-SHAPES = ("seg", "tokens", "sensor", "mnist", "f16", "wds", "folder", "csv", "audio")
+SHAPES = ("seg", "tokens", "sensor", "mnist", "f16", "wds", "folder", "csv", "audio", "npymix",
+          "depth", "meta", "toktext", "photos")
 BATCH = {"seg": 16, "tokens": 32, "sensor": 8, "mnist": 64, "f16": 32, "wds": 32, "folder": 32,
-         "csv": 64, "audio": 16}
+         "csv": 64, "audio": 16, "npymix": 64, "depth": 16, "meta": 64, "toktext": 32, "photos": 32}
 FULL = {"seg": 1000, "tokens": 20_000, "sensor": 400, "mnist": 60_000, "f16": 20_000, "wds": 2000,
-        "folder": 2000, "csv": 4000, "audio": 2000}
+        "folder": 2000, "csv": 4000, "audio": 2000, "npymix": 20_000, "depth": 2000, "meta": 20_000,
+        "toktext": 10_000, "photos": 2000}
 QUICK = {"seg": 48, "tokens": 96, "sensor": 24, "mnist": 256, "f16": 96, "wds": 64, "folder": 48,
-         "csv": 96, "audio": 48}
+         "csv": 96, "audio": 48, "npymix": 128, "depth": 32, "meta": 128, "toktext": 64, "photos": 64}
 CLASSES = ("golden retriever", "café", "n01.440764", "Zebra")
 IMAGE_FIELDS = ("jpg", "png", "webp")
 
@@ -102,6 +117,34 @@ def _pillow(rng: np.random.Generator, i: int) -> tuple[str, bytes]:
     return ext, buf.getvalue()
 
 
+PHOTO_KINDS = (("JPG", "JPEG", "RGB", {}), ("png", "PNG", "L", {}), ("PNG", "PNG", "P", {}),
+               ("jpg", "JPEG", "CMYK", {}), ("jpeg", "JPEG", "RGB", {"progressive": True}),
+               ("png", "PNG", "RGBA", {}), ("JPEG", "JPEG", "L", {}), ("jpg", "JPEG", "RGB", {}))
+"""(extension as the file has it, Pillow format, mode, save options) of the ``photos`` shape."""
+
+
+def _photo(rng: np.random.Generator, i: int) -> tuple[str, bytes]:
+    from PIL import Image
+
+    ext, fmt, mode, kw = PHOTO_KINDS[i % len(PHOTO_KINDS)]
+    h, w = (96, 128) if i % 5 else (128, 96)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 8, (h, w, 3), dtype=np.uint8) * 32).convert(mode).save(buf, format=fmt, **kw)
+    return ext, buf.getvalue()
+
+
+def _png16(a: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(a).save(buf, format="PNG")  # uint16 -> mode I;16
+    return buf.getvalue()
+
+
+def _tokens(rng: np.random.Generator) -> list[int]:
+    return [int(t) for t in rng.integers(0, 50_000, int(rng.integers(5, 401)))]
+
+
 def _wav(rng: np.random.Generator) -> bytes:
     import wave
 
@@ -139,6 +182,27 @@ def samples(shape: str, n: int, seed: int = 0) -> Iterator[tuple[str, dict[str, 
         elif shape == "mnist":
             yield f"{i:07d}", {"npy": _npy(rng.integers(0, 255, (1, 28, 28), dtype=np.uint8)),
                                "cls": b"%d" % (i % 10)}
+        elif shape == "npymix":
+            yield f"{i:07d}", {
+                "x.npy": _npy(rng.standard_normal((3, 32, 32)).astype(np.float16)),
+                "ids.npy": _npy(rng.integers(-2**40, 2**40, 16, dtype=np.int64)),
+                "mask.npy": _npy(rng.integers(0, 2, (32, 32)).astype(bool)),
+                "t.npy": _npy(np.array(i * 0.5)), "be.npy": _npy(rng.standard_normal(64).astype(">f4"))}
+        elif shape == "depth":
+            yield f"scene_{i % 5}/{i:06d}", {
+                "jpg": _jpg(rng, 96, 128), "depth.png": _png16(rng.integers(0, 65535, (96, 128), dtype=np.uint16)),
+                "json": json.dumps({"fx": 525.0, "fy": 525.0, "frame": i}).encode()}
+        elif shape == "meta":
+            yield f"{i:07d}", {"json": json.dumps({
+                "id": i, "caption": f"a photo of thing {i} ü", "score": i / 7,
+                "boxes": [[1, 2, 3, 4]] * (i % 5), **({"extra": None} if i % 7 == 0 else {})}).encode()}
+        elif shape == "toktext":
+            toks = _tokens(rng)
+            yield f"{i:07d}", {"json": json.dumps(toks).encode(), "txt": " ".join(map(str, toks)).encode()}
+        elif shape == "photos":
+            ext, data = _photo(rng, i)
+            where = "" if i % 3 else "2024/Jan/"
+            yield f"{CLASSES[i % len(CLASSES)]}/{where}IMG {i:05d}.x", {ext: data}
         elif shape == "f16":
             yield f"{i:07d}", {"npy": _npy(rng.standard_normal((3, 64, 64)).astype(np.float16))}
         else:
@@ -184,8 +248,13 @@ def build(shape: str, n: int, folder: Path) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             rows.append(f"{path.name},{CLASSES[i % len(CLASSES)]}\n")
+    if shape == "photos":  # what a zip made on a Mac and a folder browsed on Windows leave
+        (files / "__MACOSX" / CLASSES[0]).mkdir(parents=True)
+        (files / "__MACOSX" / CLASSES[0] / "._IMG 00000.x.JPG").write_bytes(b"\x00\x05\x16\x07" + bytes(80))
+        (files / CLASSES[0] / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(80))
+        (files / CLASSES[1] / "Thumbs.db").write_bytes(bytes(512))
     rules = None
-    if shape == "folder":
+    if shape in ("folder", "photos"):
         rules = SourceRules(labels="from-folder")
     elif shape == "csv":
         (folder / "labels.csv").write_text("filename,label\n" + "".join(rows), encoding="utf-8")
@@ -209,7 +278,12 @@ def decode(field: str, data: bytes) -> Any:
 
         return torch.from_numpy(np.asarray(Image.open(io.BytesIO(data))).copy())
     if ext == "npy":
-        return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+        if not arr.dtype.isnative:  # torch refuses '>f4': what a DataLoader user must add
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        return torch.from_numpy(arr)
+    if ext == "json":
+        return json.loads(data)
     if ext == "cls":
         return int(data)
     if ext == "bin":
@@ -242,8 +316,10 @@ class ImageFolderFiles:
     running the same transform."""
 
     def __init__(self, root: Path) -> None:
-        self.classes = sorted(d.name for d in root.iterdir() if d.is_dir())
-        self.files = [(f, c) for c, name in enumerate(self.classes) for f in sorted((root / name).iterdir())]
+        self.classes = sorted(d.name for d in root.iterdir()
+                              if d.is_dir() and not d.name.startswith(".") and d.name != "__MACOSX")
+        self.files = [(f, c) for c, name in enumerate(self.classes) for f in sorted((root / name).rglob("*"))
+                      if f.suffix[1:].lower() in ("jpg", "jpeg", "png", "webp") and not f.name.startswith(".")]
         self.transform = image_transform()
 
     def __len__(self) -> int:
@@ -256,10 +332,11 @@ class ImageFolderFiles:
         path, label = self.files[i]
         ext = path.suffix[1:].lower()
         data = path.read_bytes()
-        if ext in ("jpg", "jpeg"):
+        if ext in ("jpg", "jpeg") and simplejpeg.decode_jpeg_header(data)[2] not in ("CMYK", "YCCK"):
             img = simplejpeg.decode_jpeg(data, colorspace="RGB")
-        else:
-            img = np.asarray(Image.open(io.BytesIO(data)))
+        else:  # torchvision's ImageFolder: Image.open(f).convert("RGB")
+            img = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+            ext = "png" if ext == "png" else "jpg"
         sample = self.transform({"jpg" if ext == "jpeg" else ext: img})
         return {"image": sample["image"], "cls": label}
 
@@ -335,6 +412,35 @@ def list_lidar(batch: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def list_json(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """``json`` (and ``__key__``, when present) as lists; every other field by torch's
+    default collate (varying-length lists in JSON would make it raise)."""
+    from torch.utils.data import default_collate
+
+    rest = [{k: v for k, v in s.items() if k not in ("json", "__key__")} for s in batch]
+    out = default_collate(rest) if rest[0] else {}
+    out["json"] = [s["json"] for s in batch]
+    return out
+
+
+def pad_json_tokens(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``toktext`` collate: the ``.json`` token lists padded into int64 (numpy), the
+    ``.txt`` kept as strings (the per-sample parse is the point of the shape)."""
+    seqs = [s["json"] for s in batch]
+    out = np.zeros((len(seqs), max(len(t) for t in seqs)), dtype=np.int64)
+    for i, t in enumerate(seqs):
+        out[i, : len(t)] = t
+    return {"json": out, "lengths": np.array([len(t) for t in seqs]), "txt": [s["txt"] for s in batch]}
+
+
+def pad_json_tokens_torch(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    import torch
+
+    out = pad_json_tokens(batch)
+    return {"json": torch.from_numpy(out["json"]), "lengths": torch.from_numpy(out["lengths"]),
+            "txt": out["txt"]}
+
+
 def list_audio(batch: list[dict[str, Any]]) -> dict[str, Any]:
     return {"wav": [s["wav"] for s in batch], "txt": [s["txt"] for s in batch]}
 
@@ -363,9 +469,10 @@ def baseline(shape: str, folder: Path, workers: int) -> Callable[[], Any]:
         ds = (webdataset.WebDataset(urls, shardshuffle=len(urls), empty_check=False)
               .shuffle(500).map(_wds_sample).batched(bs, collation_fn=_wds_batch, partial=True))
         return lambda: DataLoader(ds, batch_size=None, num_workers=workers)
-    files: Any = (ImageFolderFiles(folder / "files") if shape == "folder" else CsvFiles(folder)
+    files: Any = (ImageFolderFiles(folder / "files") if shape in ("folder", "photos") else CsvFiles(folder)
                   if shape == "csv" else Files(folder / "files"))  # map-style: len + getitem
-    collate = {"tokens": pad_tokens_torch, "sensor": list_lidar, "audio": list_audio}.get(shape)
+    collate = {"tokens": pad_tokens_torch, "sensor": list_lidar, "audio": list_audio, "depth": list_json,
+               "meta": list_json, "toktext": pad_json_tokens_torch}.get(shape)
     return lambda: DataLoader(files, batch_size=bs, shuffle=True, num_workers=workers, collate_fn=collate)
 
 
@@ -374,7 +481,8 @@ def loader(shape: str, folder: Path, workers: int, worker_type: str) -> Callable
 
     per_shape: dict[str, dict[str, Any]] = {
         "tokens": {"collate": pad_tokens}, "sensor": {"decode": {"bin": lidar}},
-        "audio": {"decode": {"wav": wav}}, "folder": {"transform": image_transform()}}
+        "audio": {"decode": {"wav": wav}}, "folder": {"transform": image_transform()},
+        "photos": {"transform": image_transform()}, "toktext": {"collate": pad_json_tokens}}
     kw = per_shape.get(shape, {})
 
     def make() -> Any:

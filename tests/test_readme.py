@@ -66,7 +66,8 @@ def _photo(rng: np.random.Generator, h: int, w: int, tint: int) -> np.ndarray:
 
 def make_user_data(root: Path) -> None:
     """What a user brings: phone photos in class folders (dots in names, mixed
-    orientation and extensions), WebDataset-named files, an old tar shard."""
+    orientation and extensions, sub-folders, a palette PNG, ``__MACOSX``/``.DS_Store``/
+    ``Thumbs.db``), WebDataset-named files, an old tar shard."""
     rng = np.random.default_rng(0)
     for c, (cls, tint) in enumerate((("cats", 30), ("dogs", 130), ("owls", 230))):
         folder = root / "train" / cls
@@ -77,6 +78,14 @@ def make_user_data(root: Path) -> None:
                         else (".jpg", "JPEG"))
             (folder / f"IMG_2023.01.0{c}_{1000 + i}{ext}").write_bytes(
                 _jpeg(_photo(rng, h, w, tint), fmt))
+        # a sub-folder per class, a palette PNG and the litter of a zip made on a Mac and
+        # a folder browsed on Windows: __MACOSX would be class 0, before "cats"
+        (folder / "2024" / "Jan").mkdir(parents=True)
+        Image.fromarray(_photo(rng, 240, 320, tint)).convert("P").save(folder / "2024" / "Jan" / "scan 1.PNG")
+        (folder / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(64))
+        (folder / "Thumbs.db").write_bytes(bytes(512))
+        (root / "train" / "__MACOSX" / cls).mkdir(parents=True)
+        (root / "train" / "__MACOSX" / cls / "._IMG_2023.01.00_1000.jpg").write_bytes(b"\x00\x05\x16\x07" + bytes(64))
     photos = root / "photos"
     photos.mkdir()
     for i in range(40):

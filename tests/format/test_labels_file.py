@@ -128,6 +128,32 @@ def test_a_bare_name_two_files_share_is_refused(tmp_path: Path) -> None:
         pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "l.csv")))
 
 
+@pytest.mark.parametrize(("table", "text"), [
+    ("semicolons.csv", "filename;label\nhusky 1.jpg;dog\ncat.jpg;cat\n"),
+    ("tabs.csv", "filename\tlabel\nhusky 1.jpg\tdog\ncat.jpg\tcat\n"),
+    ("excel.csv", "\ufefffilename,label\r\nhusky 1.jpg,dog\r\ncat.jpg,cat\r\n"),
+    ("kaggle ids.csv", "id,breed\nhusky 1,dog\ncat,cat\n"),
+    ("paths without extension.csv", "path,label\npets/husky 1,dog\ncat,cat\n"),
+])
+def test_labels_tables_as_spreadsheets_and_kaggle_write_them(tmp_path: Path, table: str, text: str) -> None:
+    """``;``/tab-separated ``.csv`` (a spreadsheet in a decimal-comma locale), Excel's BOM
+    and CRLF, and ids without the file extension (Kaggle's ``id,breed``) all label the files."""
+    _photos(tmp_path / "imgs", ["pets/husky 1.jpg", "cat.jpg", "unlabelled.jpg"])
+    (tmp_path / table).write_text(text, encoding="utf-8", newline="")
+    with pytest.warns(UserWarning, match="unlabelled.jpg"):
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / table)))
+    assert read_manifest(tmp_path / "ds").classes == ("cat", "dog")
+    got = {k: int(v["cls"]) for k, v in _load(tmp_path / "ds").items()}
+    assert got == {"cat": 0, "pets/husky 1": 1}
+
+
+def test_an_id_two_files_share_without_extension_is_refused(tmp_path: Path) -> None:
+    _photos(tmp_path / "imgs", ["day1/0001.jpg", "day2/0001.png"])
+    (tmp_path / "l.csv").write_text("id,label\n0001,1\n")
+    with pytest.raises(ConfigError, match=r"matches 2 files: day1/0001\.jpg, day2/0001\.png"):
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "l.csv")))
+
+
 def test_cli_packs_with_a_labels_file_and_reports_unmatched_rows(tmp_path: Path) -> None:
     _photos(tmp_path / "imgs", ["a.jpg", "b.jpg"])
     (tmp_path / "imgs" / "labels.csv").write_text("filename,label\na.jpg,7\nb.jpg,9\ngone.jpg,1\n")

@@ -26,7 +26,12 @@ COCO, the image's record with its ``annotations`` and each annotation's
 
 A table entry matches a file by its path below SRC (``dogs/1.jpg``) or, when
 the entry is a bare name, by the file name wherever it lies (two such files is
-an error naming both). Bounded: a file over :data:`MAX_TABLE_BYTES` is refused
+an error naming both). An entry that matches no file name is tried as the name
+without its extension, as Kaggle's tables write ids (``id,breed`` with
+``000bec180eb18c7604dcecc8fe0dba07`` for ``000bec180eb18c7604dcecc8fe0dba07.jpg``),
+under the same rules. A ``.csv`` whose header is split by ``;``, a tab or ``|``
+rather than commas (a spreadsheet saved in a locale that writes decimal commas) is
+read with that delimiter. Bounded: a file over :data:`MAX_TABLE_BYTES` is refused
 before it is read.
 """
 
@@ -78,8 +83,14 @@ class LabelTable:
         names = list(names)
         name_set = set(names)
         by_base: dict[str, list[str]] = {}
+        by_stem: dict[str, list[str]] = {}  # path or bare name minus the extension -> files
         for name in names:
-            by_base.setdefault(name.rsplit("/", 1)[-1], []).append(name)
+            base = name.rsplit("/", 1)[-1]
+            by_base.setdefault(base, []).append(name)
+            if "." in base:
+                by_stem.setdefault(name.rsplit(".", 1)[0], []).append(name)
+                if "/" in name:
+                    by_stem.setdefault(base.rsplit(".", 1)[0], []).append(name)
         found: dict[str, Row] = {}
         unmatched: list[str] = []
         for entry, row in self.rows.items():
@@ -90,6 +101,8 @@ class LabelTable:
                 found[norm] = row
                 continue
             hits = by_base.get(norm, []) if "/" not in norm else []
+            if not hits:
+                hits = [h for h in by_stem.get(norm, []) if "/" not in norm or h.rsplit(".", 1)[0] == norm]
             if len(hits) > 1:
                 raise ConfigError(
                     f"{self.path}: entry {entry!r} matches {len(hits)} files: {', '.join(hits[:3])}",
@@ -174,7 +187,7 @@ def _records(path: Path, text: str) -> list[tuple[str, Any, dict[str, Any]]]:
     suffix = path.suffix.lower()
     where = str(path)
     if suffix in (".csv", ".tsv"):
-        return _records_csv(text, "\t" if suffix == ".tsv" else ",", where)
+        return _records_csv(text, _delimiter(text, "\t" if suffix == ".tsv" else ","), where)
     try:
         if suffix == ".jsonl":
             return [_record(json.loads(line), f"line {n}", where)
@@ -189,6 +202,18 @@ def _records(path: Path, text: str) -> list[tuple[str, Any, dict[str, Any]]]:
     if isinstance(doc, dict):
         return [(str(k), v, {}) for k, v in doc.items()]
     raise ConfigError(f"{where}: a JSON list or object was expected", path=where, fix=_FIX)
+
+
+def _delimiter(text: str, default: str) -> str:
+    """The delimiter of a CSV/TSV: ``default`` when its header row holds it, else the one
+    of ``,``, ``;``, tab and ``|`` that splits the header into the most cells."""
+    header = next(csv.reader(io.StringIO(text[:65536]), delimiter=default), [])
+    if len(header) >= 2:
+        return default
+    first = text[:65536].split("\n", 1)[0]
+    counts = {d: len(next(csv.reader([first], delimiter=d), [])) for d in (",", ";", "\t", "|")}
+    best = max(counts, key=lambda d: counts[d])
+    return best if counts[best] >= 2 else default
 
 
 def _is_int(value: Any) -> bool:
