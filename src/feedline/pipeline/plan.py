@@ -68,6 +68,9 @@ class BatchPlan:
     sample_layout: collate.Layout | None = None
     """The layout of what the per-sample stages deliver (gathered fields left out)."""
     custom: bool = False
+    swapped: tuple[str, ...] = ()
+    """``read-rows`` fields stored in the other byte order (a big-endian ``.npy``): their
+    rows are byte-swapped in place after the read, giving native values."""
 
     def fields(self, recipe: str) -> list[str]:
         return [name for name, r in self.recipes if r == recipe]
@@ -121,7 +124,15 @@ def _row_readable(ctx: Context, leaf: collate.Leaf) -> bool:
     fs = schema.get(name) if isinstance(schema, Mapping) else None
     return (fs is not None and getattr(fs, "kind", None) == "npy" and ctx.source.reads_npy
             and _builtin(ctx, name) and tuple(fs.shape) == leaf.shape
-            and np.dtype(fs.dtype).str == leaf.dtype)
+            and np.dtype(fs.dtype).newbyteorder("=").str == leaf.dtype)
+
+
+def _swapped(ctx: Context, name: str) -> bool:
+    """Whether a ``read-rows`` field is stored in the other byte order (the codec gives it
+    native, so the rows read as stored must be byte-swapped)."""
+    schema = getattr(ctx.source.dataset, "schema", None)
+    fs = schema.get(name) if isinstance(schema, Mapping) else None
+    return fs is not None and getattr(fs, "kind", None) == "npy" and not np.dtype(fs.dtype).isnative
 
 
 def _recipe(ctx: Context, leaf: collate.Leaf, labels: set[str]) -> str:
@@ -162,7 +173,9 @@ def make_plan(ctx: Context, layout: collate.Layout | None, *, custom: bool = Fal
     sample_layout = _without(layout, gathered)
     skip = (DropFields(frozenset(gathered)),) if gathered else ()
     recipes = tuple((_leaf_name(leaf), r) for leaf, r in chosen)
-    return BatchPlan(layout, recipes, (*skip, *stages, Check(sample_layout)), full, sample_layout)
+    swapped = tuple(name for name, r in recipes if r == READ_ROWS and _swapped(ctx, name))
+    return BatchPlan(layout, recipes, (*skip, *stages, Check(sample_layout)), full, sample_layout,
+                     swapped=swapped)
 
 
 def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | None,
@@ -206,6 +219,8 @@ def _read_rows(ctx: Context, plan: BatchPlan, job: Job, record: Record | None,
     try:
         keys = ctx.source.read_columns(
             job.indices, {f: arrays[(f,)][:n] for f in plan.fields(READ_ROWS)})
+        for f in plan.swapped:
+            arrays[(f,)][:n].byteswap(inplace=True)
         gathered = plan.fields(GATHER)
         if gathered:
             ctx.source.gather(job.indices, {f: arrays[(f,)][:n] for f in gathered})
