@@ -104,6 +104,7 @@ class Decoders:
         self.labels = frozenset(labels)
         self._cache: dict[str, Callable[[Buffer], Any]] = {}
         self._into: dict[str, Any] = {}  # field -> its decode-into codec or None (cached)
+        self._photo_field: dict[tuple[str, ...], Any] = {}  # a sample's fields -> _only_image
 
     def __getstate__(self) -> dict[str, Any]:
         return {"overrides": self.overrides, "limits": self.limits, "size": self.size,
@@ -251,7 +252,12 @@ class Decoders:
         a longer name (``seg.png``, ``mask.png``), a palette image is a mask: its indices,
         the class ids. ``decode={"png": fn}`` decides otherwise.
         """
-        photo = _only_image(sample)
+        names = tuple(sample)
+        photo = self._photo_field.get(names, _UNKNOWN)
+        if photo is _UNKNOWN:  # the same few field sets recur: decided once per set
+            photo = _only_image(names)
+            if len(self._photo_field) < 256:
+                self._photo_field[names] = photo
         out: dict[str, Any] = {}
         for field, value in sample.items():
             if field.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
@@ -262,11 +268,11 @@ class Decoders:
         return out
 
 
-def _only_image(sample: Mapping[str, Any]) -> str | None:
+def _only_image(fields: Iterable[str]) -> str | None:
     """The sample's image field when it has exactly one and it is a bare non-JPEG image
     extension (``png``): the field :meth:`Decoders.decode_sample` decodes as a photo."""
     found = None
-    for field in sample:
+    for field in fields:
         if extension(field) in IMAGE_EXTENSIONS and not field.startswith("__"):
             if found is not None:
                 return None

@@ -79,6 +79,11 @@ class Layout:
         return tuple(leaf.path[0] if leaf.path else None for leaf in self.leaves)
 
     @cached_property
+    def allowed(self) -> frozenset[Any]:
+        """The top-level keys a flat sample may hold: its fields and ``__key__``."""
+        return frozenset((*self.names, "__key__"))
+
+    @cached_property
     def flat(self) -> bool:
         """True for a flat dict of fields (packed samples): the fast path (computed once:
         every sample of every batch asks)."""
@@ -180,17 +185,11 @@ def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int,
     return Layout(skeleton, tuple(leaves), batch_size, max_depth)
 
 
-_MISSING = object()
-
-
 def _leaves(layout: Layout, sample: Any) -> list[Any]:
     """The sample's leaf values in layout order (structure checked; ``None`` for each
     leaf under a top-level field the sample lacks)."""
-    if layout.flat and isinstance(sample, Mapping):
-        values = [sample.get(name, _MISSING) for name in layout.names]
-        lacking = sum(v is _MISSING for v in values)
-        if len(sample) - ("__key__" in sample) == len(values) - lacking:
-            return [None if v is _MISSING else v for v in values] if lacking else values
+    if layout.flat and isinstance(sample, Mapping) and sample.keys() <= layout.allowed:
+        return [sample.get(name) for name in layout.names]  # one set test: every sample asks
     skeleton, leaves = flatten(sample, layout.max_depth)
     want = layout.skeleton
     # by path, not position: dict equality ignores key order, and samples built by
