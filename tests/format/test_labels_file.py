@@ -134,10 +134,13 @@ def test_a_bare_name_two_files_share_is_refused(tmp_path: Path) -> None:
     ("excel.csv", "\ufefffilename,label\r\nhusky 1.jpg,dog\r\ncat.jpg,cat\r\n"),
     ("kaggle ids.csv", "id,breed\nhusky 1,dog\ncat,cat\n"),
     ("paths without extension.csv", "path,label\npets/husky 1,dog\ncat,cat\n"),
+    ("written at the dataset root.csv", "path,label\nimgs/pets/husky 1.jpg,dog\nimgs/cat.jpg,cat\n"),
+    ("absolute.csv", "path,label\n/mnt/kaggle/imgs/pets/husky 1.jpg,dog\nC:\\data\\imgs\\cat.jpg,cat\n"),
 ])
 def test_labels_tables_as_spreadsheets_and_kaggle_write_them(tmp_path: Path, table: str, text: str) -> None:
     """``;``/tab-separated ``.csv`` (a spreadsheet in a decimal-comma locale), Excel's BOM
-    and CRLF, and ids without the file extension (Kaggle's ``id,breed``) all label the files."""
+    and CRLF, ids without the file extension (Kaggle's ``id,breed``) and paths written from
+    the dataset's root or absolute (through the source folder ``imgs``) all label the files."""
     _photos(tmp_path / "imgs", ["pets/husky 1.jpg", "cat.jpg", "unlabelled.jpg"])
     (tmp_path / table).write_text(text, encoding="utf-8", newline="")
     with pytest.warns(UserWarning, match="unlabelled.jpg"):

@@ -26,7 +26,9 @@ COCO, the image's record with its ``annotations`` and each annotation's
 
 A table entry matches a file by its path below SRC (``dogs/1.jpg``) or, when
 the entry is a bare name, by the file name wherever it lies (two such files is
-an error naming both). An entry that matches no file name is tried as the name
+an error naming both). A path that runs through the source folder (``train/dogs/1.jpg``
+or ``/data/train/dogs/1.jpg`` when packing ``train/``, as tables written at a dataset's
+root spell them) is matched by the part below it. An entry that matches no file name is tried as the name
 without its extension, as Kaggle's tables write ids (``id,breed`` with
 ``000bec180eb18c7604dcecc8fe0dba07`` for ``000bec180eb18c7604dcecc8fe0dba07.jpg``),
 under the same rules. A ``.csv`` whose header is split by ``;``, a tab or ``|``
@@ -74,8 +76,12 @@ class LabelTable:
     rows: Mapping[str, Row]
     classes: tuple[str, ...] | None
 
-    def match(self, names: Iterable[str]) -> tuple[dict[str, Row], list[str]]:
+    def match(self, names: Iterable[str], roots: Iterable[str] = ()) -> tuple[dict[str, Row], list[str]]:
         """Rows for the walked file ``names``: (name -> row, table entries no file matched).
+
+        ``roots``: the names of the source folders; an entry that spells its path through
+        one (``train/dogs/1.jpg`` or ``/data/train/dogs/1.jpg`` for source ``train/``) is
+        matched by the rest of its path (``dogs/1.jpg``).
 
         Raises:
             ConfigError: a bare entry that two files of the walk share the name of.
@@ -93,10 +99,13 @@ class LabelTable:
                     by_stem.setdefault(base.rsplit(".", 1)[0], []).append(name)
         found: dict[str, Row] = {}
         unmatched: list[str] = []
+        markers = [r.strip("/") + "/" for r in roots if r.strip("/") not in ("", ".", "..")]
         for entry, row in self.rows.items():
             norm = entry.replace("\\", "/")
             while norm.startswith("./"):
                 norm = norm[2:]
+            if norm not in name_set and "/" in norm:
+                norm = _below_root(norm, markers)
             if norm in name_set:
                 found[norm] = row
                 continue
@@ -113,6 +122,18 @@ class LabelTable:
             else:
                 unmatched.append(entry)
         return found, unmatched
+
+
+def _below_root(path: str, markers: list[str]) -> str:
+    """``path`` less everything up to a source folder's name (``"train/"`` in ``markers``):
+    ``train/dogs/1.jpg`` and ``/data/train/dogs/1.jpg`` -> ``dogs/1.jpg``; else ``path``."""
+    for marker in markers:
+        if path.startswith(marker):
+            return path[len(marker):]
+        at = path.rfind("/" + marker)
+        if at >= 0:
+            return path[at + 1 + len(marker):]
+    return path
 
 
 def _first(keys: Iterable[str], wanted: tuple[str, ...]) -> str | None:

@@ -467,7 +467,9 @@ def collect(
         raise ConfigError(f"no files to pack in the sources{detail}", fix="check the SRC paths and the --include/--exclude patterns")
     unmatched: list[str] = []
     if table is not None:
-        unmatched = _apply_table(table, grouped, names, skipped)
+        roots = [os.path.basename(os.path.normpath(os.fspath(s))) for s in sources]
+        roots += [os.path.basename(os.path.realpath(s)) for s in sources]
+        unmatched = _apply_table(table, grouped, names, skipped, roots)
     classes = _class_list(class_names, rules.classes) if labelled else table.classes if table is not None else None
     if classes is not None and labelled:
         number = {c: str(i).encode("ascii") for i, c in enumerate(classes)}
@@ -509,10 +511,10 @@ def _class_list(found: set[str], given: tuple[str, ...] | None) -> tuple[str, ..
 
 
 def _apply_table(table: LabelTable, grouped: dict[str, dict[str, SourceFile]], names: dict[str, str],
-                 skipped: list[Skipped]) -> list[str]:
+                 skipped: list[Skipped], roots: list[str]) -> list[str]:
     """Give each sample its row's ``cls``/``json`` fields; drop (and list) the samples the
     table does not name. Returns the table entries that named no file."""
-    found, unmatched = table.match(names.values())
+    found, unmatched = table.match(names.values(), dict.fromkeys(roots))
     for key, name in names.items():
         row = found.get(name)
         sample = grouped[key]
