@@ -150,6 +150,16 @@ def test_labels_tables_as_spreadsheets_and_kaggle_write_them(tmp_path: Path, tab
     assert got == {"cat": 0, "pets/husky 1": 1}
 
 
+def test_names_a_mac_stored_decomposed_match_a_table_typed_composed(tmp_path: Path) -> None:
+    """A zip made on a Mac unpacks ``café`` as ``cafe`` + U+0301; a CSV typed anywhere else
+    holds U+00E9. Same name to the user, so the same file to pack."""
+    _photos(tmp_path / "imgs", ["cafe\u0301 1.jpg", "Zu\u0308rich/2.jpg"])
+    (tmp_path / "l.csv").write_text("filename,label\ncaf\u00e9 1.jpg,a\nimgs/Z\u00fcrich/2.jpg,b\n", encoding="utf-8")
+    pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "l.csv")))
+    got = {k: int(v["cls"]) for k, v in _load(tmp_path / "ds").items()}
+    assert got == {"cafe\u0301 1": 0, "Zu\u0308rich/2": 1}
+
+
 def test_an_id_two_files_share_without_extension_is_refused(tmp_path: Path) -> None:
     _photos(tmp_path / "imgs", ["day1/0001.jpg", "day2/0001.png"])
     (tmp_path / "l.csv").write_text("id,label\n0001,1\n")

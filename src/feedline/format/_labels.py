@@ -28,7 +28,8 @@ A table entry matches a file by its path below SRC (``dogs/1.jpg``) or, when
 the entry is a bare name, by the file name wherever it lies (two such files is
 an error naming both). A path that runs through the source folder (``train/dogs/1.jpg``
 or ``/data/train/dogs/1.jpg`` when packing ``train/``, as tables written at a dataset's
-root spell them) is matched by the part below it. An entry that matches no file name is tried as the name
+root spell them) is matched by the part below it. Names compare in Unicode NFC, so
+a table typed on any system matches files unpacked on a Mac (which stores ``é`` decomposed). An entry that matches no file name is tried as the name
 without its extension, as Kaggle's tables write ids (``id,breed`` with
 ``000bec180eb18c7604dcecc8fe0dba07`` for ``000bec180eb18c7604dcecc8fe0dba07.jpg``),
 under the same rules. A ``.csv`` whose header is split by ``;``, a tab or ``|``
@@ -43,6 +44,7 @@ import csv
 import io
 import json
 import os
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,31 +89,33 @@ class LabelTable:
             ConfigError: a bare entry that two files of the walk share the name of.
         """
         names = list(names)
-        name_set = set(names)
+        exact = {_nfc(n): n for n in names}  # a Mac writes names decomposed (NFD), tables NFC
         by_base: dict[str, list[str]] = {}
         by_stem: dict[str, list[str]] = {}  # path or bare name minus the extension -> files
         for name in names:
-            base = name.rsplit("/", 1)[-1]
+            key = _nfc(name)
+            base = key.rsplit("/", 1)[-1]
             by_base.setdefault(base, []).append(name)
             if "." in base:
-                by_stem.setdefault(name.rsplit(".", 1)[0], []).append(name)
-                if "/" in name:
+                by_stem.setdefault(key.rsplit(".", 1)[0], []).append(name)
+                if "/" in key:
                     by_stem.setdefault(base.rsplit(".", 1)[0], []).append(name)
         found: dict[str, Row] = {}
         unmatched: list[str] = []
-        markers = [r.strip("/") + "/" for r in roots if r.strip("/") not in ("", ".", "..")]
+        markers = [_nfc(r).strip("/") + "/" for r in roots if r.strip("/") not in ("", ".", "..")]
         for entry, row in self.rows.items():
-            norm = entry.replace("\\", "/")
+            norm = _nfc(entry.replace("\\", "/"))
             while norm.startswith("./"):
                 norm = norm[2:]
-            if norm not in name_set and "/" in norm:
+            if norm not in exact and "/" in norm:
                 norm = _below_root(norm, markers)
-            if norm in name_set:
-                found[norm] = row
+            if norm in exact:
+                found[exact[norm]] = row
                 continue
             hits = by_base.get(norm, []) if "/" not in norm else []
             if not hits:
-                hits = [h for h in by_stem.get(norm, []) if "/" not in norm or h.rsplit(".", 1)[0] == norm]
+                hits = [h for h in by_stem.get(norm, [])
+                        if "/" not in norm or _nfc(h).rsplit(".", 1)[0] == norm]
             if len(hits) > 1:
                 raise ConfigError(
                     f"{self.path}: entry {entry!r} matches {len(hits)} files: {', '.join(hits[:3])}",
@@ -122,6 +126,12 @@ class LabelTable:
             else:
                 unmatched.append(entry)
         return found, unmatched
+
+
+def _nfc(text: str) -> str:
+    """``text`` in Unicode NFC: ``café`` typed (one code point for é) and ``café`` as macOS
+    stores file names (e + a combining accent) compare equal."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def _below_root(path: str, markers: list[str]) -> str:
