@@ -207,3 +207,16 @@ def test_splits_share_the_class_numbers_of_train(tmp_path: Path) -> None:
     (tmp_path / "test.csv").write_text("file,label\n7.jpg,orchid\n")
     with pytest.raises(ConfigError, match="'orchid' are not in the given class list"):
         read_table(tmp_path / "test.csv", classes)
+
+
+def test_a_split_unpacked_on_a_mac_keeps_the_class_numbers_of_train(tmp_path: Path) -> None:
+    """train/ unpacked on Linux names a class 'café' composed (U+00E9); valid/ came from a
+    zip made on a Mac, 'cafe' + U+0301. The same class to the user: the same number."""
+    _photos(tmp_path / "train", ["caf\u00e9/1.jpg", "tea/2.jpg"])
+    _photos(tmp_path / "valid", ["cafe\u0301/3.jpg", "tea/4.jpg"])
+    pack([tmp_path / "train"], tmp_path / "ds-train", rules=SourceRules(labels="from-folder"))
+    classes = tuple(read_manifest(tmp_path / "ds-train").classes or ())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "class folder with no files" for café either
+        pack([tmp_path / "valid"], tmp_path / "ds-valid", rules=SourceRules(labels="from-folder", classes=classes))
+    assert {k: int(v["cls"]) for k, v in _load(tmp_path / "ds-valid").items()} == {"cafe\u0301/3": 0, "tea/4": 1}

@@ -89,11 +89,11 @@ class LabelTable:
             ConfigError: a bare entry that two files of the walk share the name of.
         """
         names = list(names)
-        exact = {_nfc(n): n for n in names}  # a Mac writes names decomposed (NFD), tables NFC
+        exact = {nfc(n): n for n in names}  # a Mac writes names decomposed (NFD), tables NFC
         by_base: dict[str, list[str]] = {}
         by_stem: dict[str, list[str]] = {}  # path or bare name minus the extension -> files
         for name in names:
-            key = _nfc(name)
+            key = nfc(name)
             base = key.rsplit("/", 1)[-1]
             by_base.setdefault(base, []).append(name)
             if "." in base:
@@ -102,9 +102,9 @@ class LabelTable:
                     by_stem.setdefault(base.rsplit(".", 1)[0], []).append(name)
         found: dict[str, Row] = {}
         unmatched: list[str] = []
-        markers = [_nfc(r).strip("/") + "/" for r in roots if r.strip("/") not in ("", ".", "..")]
+        markers = [nfc(r).strip("/") + "/" for r in roots if r.strip("/") not in ("", ".", "..")]
         for entry, row in self.rows.items():
-            norm = _nfc(entry.replace("\\", "/"))
+            norm = nfc(entry.replace("\\", "/"))
             while norm.startswith("./"):
                 norm = norm[2:]
             if norm not in exact and "/" in norm:
@@ -115,7 +115,7 @@ class LabelTable:
             hits = by_base.get(norm, []) if "/" not in norm else []
             if not hits:
                 hits = [h for h in by_stem.get(norm, [])
-                        if "/" not in norm or _nfc(h).rsplit(".", 1)[0] == norm]
+                        if "/" not in norm or nfc(h).rsplit(".", 1)[0] == norm]
             if len(hits) > 1:
                 raise ConfigError(
                     f"{self.path}: entry {entry!r} matches {len(hits)} files: {', '.join(hits[:3])}",
@@ -128,7 +128,7 @@ class LabelTable:
         return found, unmatched
 
 
-def _nfc(text: str) -> str:
+def nfc(text: str) -> str:
     """``text`` in Unicode NFC: ``café`` typed (one code point for é) and ``café`` as macOS
     stores file names (e + a combining accent) compare equal."""
     return text if text.isascii() else unicodedata.normalize("NFC", text)

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from feedline.errors import ConfigError
-from feedline.format._labels import SUFFIXES, LabelTable, read_table
+from feedline.format._labels import SUFFIXES, LabelTable, nfc, read_table
 from feedline.format._tar import BLOCK, END_OF_ARCHIVE, header_upper_bound, round_up, split_name
 
 KEY_RULES = ("webdataset", "file")
@@ -404,6 +404,7 @@ def collect(
         OSError: a folder that cannot be read (named by the error).
     """
     rules = rules or SourceRules()
+    sources = list(sources)
     rule = rules.key_rule
     labelled = rules.labels == "from-folder"
     table = read_table(rules.labels, rules.classes) if rules.labels is not None and not labelled else None
@@ -473,21 +474,23 @@ def collect(
     classes = _class_list(class_names, rules.classes) if labelled else table.classes if table is not None else None
     if classes is not None and labelled:
         number = {c: str(i).encode("ascii") for i, c in enumerate(classes)}
+        for i, c in enumerate(classes):  # a folder unpacked on a Mac spells it decomposed
+            number.setdefault(nfc(c), str(i).encode("ascii"))
         for key, sample in grouped.items():
             if LABEL_FIELD in sample:
                 raise ConfigError(
                     f"sample {key!r} already has a {LABEL_FIELD!r} field, and --labels from-folder adds one",
                     key=key, fix="exclude the .cls files or drop --labels",
                 )
-            data = number[labels[key]]
+            data = number.get(labels[key]) or number[nfc(labels[key])]
             sample[LABEL_FIELD] = SourceFile(LABEL_FIELD, "", len(data), data)
     samples = [PlannedSample(key, tuple(files[f] for f in sorted(files))) for key, files in sorted(grouped.items())]
     counts: dict[str, int] = {}
     for s in samples:
         for f in s.files:
             counts[f.field] = counts.get(f.field, 0) + 1
-    used = set(labels.values())
-    empty = [c for c in classes if c not in used] if classes is not None and labelled else []
+    used = {nfc(c) for c in labels.values()}
+    empty = [c for c in classes if nfc(c) not in used] if classes is not None and labelled else []
     if not samples:
         raise ConfigError(f"no files to pack: none of the files found is named in {table.path if table else 'SRC'}",
                           fix="check that the labels file names files below SRC (paths or bare names)")
@@ -499,7 +502,8 @@ def _class_list(found: set[str], given: tuple[str, ...] | None) -> tuple[str, ..
     the sorted folder names."""
     if given is None:
         return tuple(sorted(found))
-    extra = sorted(found - set(given))
+    known = {nfc(c) for c in given}  # names compare in NFC: splits unpacked on different systems
+    extra = sorted(f for f in found if nfc(f) not in known)
     if extra:
         raise ConfigError(
             f"class folder(s) {', '.join(map(repr, extra[:5]))} are not in the given class list "
