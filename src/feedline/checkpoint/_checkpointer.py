@@ -14,6 +14,7 @@ the first save, on the writer thread. That blocked time is reported as a ``check
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import time
@@ -23,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xxhash
 
 from feedline import spans
 from feedline.checkpoint._layout import Layout, header_json, make_layout
 from feedline.checkpoint._load import load as _load
 from feedline.checkpoint._staging import StagingArena, stage_into
-from feedline.checkpoint._store import commit, committed_steps, new_data_name, rotate
+from feedline.checkpoint._store import commit, committed_steps, lock_directory, new_data_name, rotate
 from feedline.checkpoint._writers import IO_CHOICES, WriterChoice, choose_writer, make_writer
 from feedline.errors import ConfigError, WriteError
 from feedline.format._atomic import remove_quietly
@@ -61,7 +63,9 @@ class Checkpointer:
 
     Args:
         directory: where checkpoints go (created if missing). One checkpointer
-            per directory at a time.
+            saves into a directory at a time: the first ``save()`` or
+            ``reserve()`` takes its lock (a :class:`ConfigError` in a second
+            one, in this process or another) until :meth:`close`.
         pinned_budget: most bytes of staging memory (``"2GiB"`` or an int);
             ``None`` sizes it by the first save. A state larger than the budget
             fails ``save()`` with :class:`~feedline.errors.ResourceError`.
@@ -77,7 +81,8 @@ class Checkpointer:
             the atomic rename but a power loss may lose the newest checkpoint.
 
     Raises:
-        ConfigError: an invalid argument.
+        ConfigError: an invalid argument; ``directory`` is a file.
+        WriteError: ``directory`` cannot be created.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, pinned_budget: int | str | None = None,
@@ -86,10 +91,17 @@ class Checkpointer:
             raise ConfigError(f"if_busy must be one of {IF_BUSY}, got {if_busy!r}", fix="use 'wait' or 'skip'")
         if io not in IO_CHOICES:
             raise ConfigError(f"io must be one of {IO_CHOICES}, got {io!r}", fix="pass io='auto'")
-        if keep is not None and (not isinstance(keep, int) or keep < 1):
+        if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 1):
             raise ConfigError(f"keep must be a positive int or None, got {keep!r}", fix="e.g. keep=3")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise ConfigError(f"{self.directory} exists and is not a folder", path=str(self.directory),
+                              field="directory", fix="pass a folder (it is created if missing)") from None
+        except OSError as e:
+            raise WriteError(f"cannot create the checkpoint folder: {e.strerror}", path=str(self.directory),
+                             fix="pass a folder in a writable place") from e
         self.budget = None if pinned_budget is None else parse_bytes(pinned_budget, name="pinned_budget")
         self.io, self.keep, self.if_busy, self.durable = io, keep, if_busy, durable
         self.writer_choice: WriterChoice | None = None
@@ -103,7 +115,8 @@ class Checkpointer:
         self._tid: list[int] = []  # the writer thread's native id, once it runs (no reference to self)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feedline-checkpoint",
                                         initializer=_lower_priority, initargs=(self._tid,))
-        self._finalizer = weakref.finalize(self, self._pool.shutdown, wait=True)
+        self._lock: list[int] = []  # the directory's writer lock, taken by the first save or reserve
+        self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._lock)
 
     # -- the loop side -----------------------------------------------------------------
 
@@ -115,12 +128,14 @@ class Checkpointer:
         state freely.
 
         Raises:
-            ConfigError: a value in ``state`` cannot be stored without pickle (names it).
+            ConfigError: a value in ``state`` cannot be stored without pickle (names it);
+                another Checkpointer is saving into the same directory.
             ResourceError: the state is larger than ``pinned_budget``.
             WriteError: the previous save failed in the background (disk full...).
         """
-        if not isinstance(step, int) or step < 0:
-            raise ConfigError(f"step must be a non-negative int, got {step!r}")
+        if not isinstance(step, numbers.Integral) or isinstance(step, (bool, np.bool_)) or step < 0:
+            raise ConfigError(f"step must be a non-negative int, got {step!r}", field="step")
+        step = int(step)  # a numpy counter is fine; its header holds a plain int
         t0 = time.perf_counter()
         if self._busy() and self.if_busy == "skip":
             self.stats.skipped += 1
@@ -219,7 +234,13 @@ class Checkpointer:
             raise err
 
     def _setup(self, layout: Layout) -> None:
-        """Pick the writer and staging memory on the first save (they depend on where the state lives)."""
+        """Pick the writer and staging memory on the first save (they depend on where the state lives).
+
+        The first save also takes the directory's writer lock (held until
+        :meth:`close`): a Checkpointer only loading never needs a writable folder.
+        """
+        if not self._lock:
+            self._lock.append(lock_directory(self.directory))
         if self._arena is not None:
             return
         on_gpu = "cuda" in layout.devices()
@@ -269,6 +290,17 @@ class Checkpointer:
                 e = WriteError(f"{where} step {step} failed: {e.strerror or e}", path=str(self.directory),
                                fix="free space on that file system or check its permissions")
             self._error = e
+
+
+def _shutdown(pool: ThreadPoolExecutor, lock: list[int]) -> None:
+    """Stop the writer thread, then release the directory lock (close() or garbage collection)."""
+    try:
+        pool.shutdown(wait=True)
+    finally:
+        while lock:
+            fd = lock.pop()
+            if fd >= 0:
+                os.close(fd)
 
 
 def _lower_priority(tid_box: list[int]) -> None:

@@ -11,7 +11,17 @@ Skeleton encoding (plain JSON where it can be): a leaf is ``{"__tensor__": i}``;
 a dict whose keys are all strings not starting with ``__`` is a JSON object,
 any other dict is ``{"__dict__": [[key, value], ...]}`` (optimizer states have
 integer keys); a tuple is ``{"__tuple__": [...]}``; bytes are
-``{"__bytes__": base64}``; a numpy scalar is ``{"__scalar__": dtype, "value": x}``.
+``{"__bytes__": base64}``; a numpy scalar is ``{"__scalar__": dtype, "value": x}``
+(checked before the plain types: ``np.float64`` and ``np.str_`` are also
+``float`` and ``str``, and would otherwise come back as them, or, for a
+non-finite ``np.float64``, as a header that does not load).
+
+What cannot be stored is refused at ``save()`` with a :class:`ConfigError`
+naming its path: objects that need pickle, a state that contains itself or is
+nested more than :data:`MAX_DEPTH` containers deep, and tensors without plain
+dense bytes (sparse, nested, quantized, ``meta``). A header is untrusted input
+on load: every index, offset, size, dtype and shape in it is checked, and any
+inconsistency is a :class:`FormatError`, never a wrong tensor.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from feedline.io._buffers import PAGE
 FORMAT = "feedline-checkpoint"
 VERSION = 1
 _MARKERS = ("__tensor__", "__dict__", "__tuple__", "__bytes__", "__scalar__")
+MAX_DEPTH = 200  # nested containers in a state; Python's own recursion limit is 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +100,36 @@ def _leaf_meta(value: Any, name: str) -> tuple[str, str, tuple[int, ...], int]:
     if type(value).__name__ in ("DTensor", "ShardedTensor"):
         raise ConfigError(f"{name!r} is a {type(value).__name__}; Checkpointer stores local tensors",
                           fix="use dcp.save with feedline's CheckpointStager for sharded state", tensor=name)
+    odd = _not_dense(value)
+    if odd:
+        raise ConfigError(f"tensor {name!r} is {odd}; Checkpointer stores dense tensors with their bytes",
+                          fix="save t.to_dense() (sparse), t.dequantize() (quantized), t.unbind() (nested), "
+                              "or leave meta tensors out of the state", tensor=name)
     return "torch", str(value.dtype).removeprefix("torch."), tuple(int(d) for d in value.shape), \
         int(value.numel()) * int(value.element_size())
+
+
+def _not_dense(t: Any) -> str:
+    """Why torch tensor ``t`` has no plain strided bytes to store ("" when it has)."""
+    if getattr(t, "is_nested", False):
+        return "a nested tensor"
+    if getattr(t, "is_quantized", False):
+        return f"quantized ({str(t.dtype).removeprefix('torch.')})"
+    layout = str(getattr(t, "layout", "torch.strided"))
+    if layout != "torch.strided":
+        return f"a {layout.removeprefix('torch.')} tensor"
+    if t.device.type == "meta":
+        return "on the meta device (it has no data)"
+    return ""
 
 
 def make_layout(state: Any) -> Layout:
     """Split ``state`` into skeleton and leaves and place each leaf on a 4096 boundary.
 
     Raises:
-        ConfigError: a value is neither a tensor, an array nor a plain value
-            (the message names its path).
+        ConfigError: a value is neither a tensor, an array nor a plain value,
+            a tensor has no dense bytes, or the state contains itself or is
+            nested deeper than :data:`MAX_DEPTH` (the message names the path).
     """
     leaves: list[Any] = []
     entries: list[TensorEntry] = []
@@ -113,51 +144,83 @@ def make_layout(state: Any) -> Layout:
         offset = start + nbytes
         return {"__tensor__": len(leaves) - 1}
 
+    open_: set[int] = set()  # ids of the containers being encoded (a cycle comes back to one)
+
     def enc(value: Any, path: str) -> Any:
+        if isinstance(value, np.generic):  # first: np.float64 is a float, np.str_ a str
+            return {"__scalar__": value.dtype.str, "value": enc(value.item(), path)}
         if value is None or isinstance(value, (bool, int, str)):
             return value
         if isinstance(value, float):
-            return value if math.isfinite(value) else {"__scalar__": "float", "value": repr(value)}
+            return value if math.isfinite(value) else {"__scalar__": "float", "value": repr(float(value))}
         if isinstance(value, np.ndarray) or _is_torch_tensor(value):
             return leaf(value, path or "<root>")
-        if isinstance(value, np.generic):
-            return {"__scalar__": value.dtype.str, "value": enc(value.item(), path)}
+        if isinstance(value, (bytes, bytearray)):
+            return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
+        if not isinstance(value, (dict, list, tuple)):
+            raise ConfigError(f"cannot store {type(value).__name__} at {path or '<root>'!r} without pickle",
+                              fix="convert it to a tensor, a numpy array or plain values "
+                                  "(numbers, strings, lists, dicts)", tensor=path or "<root>")
+        if id(value) in open_:
+            raise ConfigError(f"the state contains itself at {path or '<root>'!r}", tensor=path or "<root>",
+                              fix="save a state without cycles (a checkpoint stores a tree)")
+        if len(open_) >= MAX_DEPTH:
+            raise ConfigError(f"the state is nested more than {MAX_DEPTH} containers deep at {path[:200]!r}",
+                              tensor=path[:200], fix="flatten it (e.g. a dict of lists) before saving")
+        open_.add(id(value))
+        try:
+            return container(value, path)
+        finally:
+            open_.discard(id(value))
+
+    def container(value: Any, path: str) -> Any:
         if isinstance(value, dict):
-            if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            if all(type(k) is str and not k.startswith("__") for k in value):
                 return {k: enc(v, f"{path}/{k}" if path else k) for k, v in value.items()}
             return {"__dict__": [[enc(k, path), enc(v, f"{path}/{k}" if path else str(k))] for k, v in value.items()]}
         if isinstance(value, tuple):
             return {"__tuple__": [enc(v, f"{path}/{i}") for i, v in enumerate(value)]}
-        if isinstance(value, list):
-            return [enc(v, f"{path}/{i}") for i, v in enumerate(value)]
-        if isinstance(value, (bytes, bytearray)):
-            return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
-        raise ConfigError(f"cannot store {type(value).__name__} at {path or '<root>'!r} without pickle",
-                          fix="convert it to a tensor, a numpy array or plain values (numbers, strings, lists, dicts)",
-                          tensor=path or "<root>")
+        return [enc(v, f"{path}/{i}") for i, v in enumerate(value)]
 
     skeleton = enc(state, "")
     return Layout(skeleton, tuple(leaves), tuple(entries), offset)
 
 
+def leaf_index(skeleton: dict[str, Any], count: int) -> int:
+    """The leaf index a ``{"__tensor__": i}`` node names; ``ValueError`` unless ``0 <= i < count``
+    (a hostile ``-1`` or ``true`` would otherwise pick another tensor)."""
+    i = skeleton["__tensor__"]
+    if type(i) is not int or not 0 <= i < count:
+        raise ValueError(f"tensor index {i!r} is not one of the header's {count} tensors")
+    return i
+
+
 def rebuild(skeleton: Any, leaves: list[Any]) -> Any:
-    """The state a skeleton describes, with ``leaves[i]`` where ``{"__tensor__": i}`` was."""
+    """The state a skeleton describes, with ``leaves[i]`` where ``{"__tensor__": i}`` was.
+
+    Raises:
+        ValueError, TypeError, KeyError, OverflowError: a skeleton that no save
+            writes (the loader turns them into a ``FormatError``).
+    """
     if isinstance(skeleton, list):
         return [rebuild(v, leaves) for v in skeleton]
     if not isinstance(skeleton, dict):
         return skeleton
     if "__tensor__" in skeleton:
-        return leaves[skeleton["__tensor__"]]
+        return leaves[leaf_index(skeleton, len(leaves))]
     if "__dict__" in skeleton:
         return {rebuild(k, leaves): rebuild(v, leaves) for k, v in skeleton["__dict__"]}
     if "__tuple__" in skeleton:
         return tuple(rebuild(v, leaves) for v in skeleton["__tuple__"])
     if "__bytes__" in skeleton:
-        return base64.b64decode(skeleton["__bytes__"])
+        return base64.b64decode(skeleton["__bytes__"], validate=True)
     if "__scalar__" in skeleton:
         if skeleton["__scalar__"] == "float":
             return float(skeleton["value"])
-        return np.dtype(skeleton["__scalar__"]).type(rebuild(skeleton["value"], leaves))
+        dtype = np.dtype(skeleton["__scalar__"])
+        if dtype.hasobject or dtype.fields is not None:
+            raise ValueError(f"scalar dtype {dtype} is not one a save writes")
+        return dtype.type(rebuild(skeleton["value"], leaves))
     return {k: rebuild(v, leaves) for k, v in skeleton.items()}
 
 
@@ -168,7 +231,7 @@ def iter_leaf_paths(skeleton: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple
             yield from iter_leaf_paths(v, (*path, i))
     elif isinstance(skeleton, dict):
         if "__tensor__" in skeleton:
-            yield path, int(skeleton["__tensor__"])
+            yield path, skeleton["__tensor__"]  # checked by rebuild/leaf_index before it is used
         elif "__dict__" in skeleton:
             for k, v in skeleton["__dict__"]:
                 yield from iter_leaf_paths(v, (*path, rebuild(k, [])))
@@ -214,11 +277,13 @@ def parse_header(doc: Any, *, path: str) -> Header:
         header = Header(int(doc["step"]), str(doc["data"]), int(doc["data_bytes"]), entries, doc["state"])
     except (KeyError, TypeError, ValueError) as e:
         raise FormatError(f"checkpoint header is malformed ({type(e).__name__}: {e})", path=path, fix=fix) from e
+    if not 0 <= header.data_bytes < 2**62:
+        raise FormatError(f"data_bytes {header.data_bytes:.3g} is not a file size", path=path, fix=fix)
     for t in entries:
-        if t.kind not in ("torch", "numpy") or t.offset % PAGE or t.nbytes < 0 \
+        if t.kind not in ("torch", "numpy") or t.offset < 0 or t.offset % PAGE or t.nbytes < 0 \
                 or t.offset + t.nbytes > header.data_bytes or min(t.shape, default=0) < 0:
             raise FormatError(f"tensor {t.name!r} has an impossible place in the header", path=path,
                               tensor=t.name, fix=fix)
-    if "/" in header.data or header.data.startswith("."):
+    if not header.data or any(c in header.data for c in "/\\\0") or header.data.startswith("."):
         raise FormatError(f"data file name {header.data!r} is not a plain file name", path=path, fix=fix)
     return header

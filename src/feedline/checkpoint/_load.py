@@ -21,6 +21,7 @@ from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, re
 from feedline.checkpoint._staging import bytes_view
 from feedline.checkpoint._store import committed_steps, read_header
 from feedline.errors import ChecksumError, FormatError, ReadError, StateError
+from feedline.format._files import open_fd
 from feedline.io._buffers import aligned_empty
 from feedline.io._posix import pread_into
 
@@ -36,21 +37,25 @@ def read_data(directory: Path, header: Header, *, verify: bool = True) -> np.nda
     """
     path = str(directory / header.data)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = open_fd(path)
     except OSError as e:
         raise ReadError(f"cannot open checkpoint data: {e.strerror}", path=path, fix=_DAMAGED) from e
+    end = max((t.offset + t.nbytes for t in header.entries), default=0)  # <= data_bytes (parse_header)
     try:
         size = os.fstat(fd).st_size
         if size < header.data_bytes:
-            cut = next(t for t in header.entries if t.offset + t.nbytes > size)
-            raise FormatError(f"checkpoint data is truncated: {size} of {header.data_bytes} bytes; "
-                              f"tensor {cut.name!r} is cut", path=path, tensor=cut.name, fix=_DAMAGED)
-        buf = aligned_empty(header.data_bytes)
+            cut = next((t for t in header.entries if t.offset + t.nbytes > size), None)
+            what = f"tensor {cut.name!r} is cut" if cut else "every tensor is whole, the file is not"
+            raise FormatError(f"checkpoint data is truncated: {size} of {header.data_bytes} bytes; {what}",
+                              path=path, tensor=cut.name if cut else None, fix=_DAMAGED)
+        buf = aligned_empty(end)  # only the bytes tensors use: a padded data_bytes is never allocated
         got = pread_into(fd, 0, buf)
+    except OSError as e:
+        raise ReadError(f"cannot read checkpoint data: {e.strerror}", path=path, fix=_DAMAGED) from e
     finally:
         os.close(fd)
-    if got < header.data_bytes:
-        raise FormatError(f"short read of checkpoint data ({got} of {header.data_bytes})", path=path, fix=_DAMAGED)
+    if got < end:
+        raise FormatError(f"short read of checkpoint data ({got} of {end})", path=path, fix=_DAMAGED)
     if verify:
         for entry in header.entries:
             _verify(buf, entry, path)
@@ -96,14 +101,16 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
                               f"{entry.nbytes} bytes do not fit ({e})", path=str(d), tensor=entry.name,
                               fix=_DAMAGED) from e
     try:
+        state = rebuild(header.skeleton, leaves)  # first: every tensor index checked before into= uses one
         if into is not None:
             _copy_into(header, leaves, into)
-        return rebuild(header.skeleton, leaves)
-    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
+            state = rebuild(header.skeleton, leaves)
+        return state
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as e:
         if isinstance(e, StateError):
             raise
-        raise FormatError(f"checkpoint header's state is malformed ({type(e).__name__}: {e})", path=str(d),
-                          fix=_DAMAGED) from e
+        raise FormatError(f"checkpoint header's state is malformed ({type(e).__name__}: {str(e)[:200]})",
+                          path=str(d), fix=_DAMAGED) from e
 
 
 def _copy_into(header: Header, leaves: list[Any], into: Any) -> None:
@@ -112,21 +119,36 @@ def _copy_into(header: Header, leaves: list[Any], into: Any) -> None:
         if target is None:
             continue
         entry, src = header.entries[i], leaves[i]
+        if isinstance(target, np.ndarray) != (entry.kind == "numpy"):
+            have = "a numpy array" if isinstance(target, np.ndarray) else "a torch tensor"
+            was = "a numpy array" if entry.kind == "numpy" else "a torch tensor"
+            raise StateError(f"tensor {entry.name!r} is {was} in the checkpoint but {have} in the state loaded into",
+                             tensor=entry.name, fix="load without into= and convert, or pass a state of the same kinds")
         if tuple(target.shape) != entry.shape:
             raise StateError(f"tensor {entry.name!r} has shape {list(entry.shape)} in the checkpoint but "
                              f"{list(target.shape)} in the state loaded into", tensor=entry.name,
                              fix="build the model with the configuration it was saved with")
-        if isinstance(target, np.ndarray):
-            if target.dtype != src.dtype:
-                raise StateError(f"tensor {entry.name!r} is {src.dtype} in the checkpoint but {target.dtype} here",
-                                 tensor=entry.name, fix="cast after loading, or load without into=")
-            np.copyto(target, src)
-        else:
-            if entry.kind != "torch" or str(target.dtype).removeprefix("torch.") != entry.dtype:
-                raise StateError(f"tensor {entry.name!r} is {entry.dtype} in the checkpoint but {target.dtype} here",
-                                 tensor=entry.name, fix="cast after loading, or load without into=")
-            target.copy_(src)
+        have_dtype = str(np.dtype(target.dtype).str if isinstance(target, np.ndarray) else target.dtype)
+        if have_dtype.removeprefix("torch.") != entry.dtype:
+            raise StateError(f"tensor {entry.name!r} is {entry.dtype} in the checkpoint but {have_dtype} here",
+                             tensor=entry.name, fix="cast after loading, or load without into=")
+        try:
+            if isinstance(target, np.ndarray):
+                np.copyto(target, src)
+            else:
+                with _no_grad():  # a Parameter (requires_grad) is a valid target
+                    target.copy_(src)
+        except (ValueError, RuntimeError, TypeError) as e:  # a read-only array, an inference tensor...
+            raise StateError(f"tensor {entry.name!r} cannot be overwritten in the state loaded into "
+                             f"({type(e).__name__}: {str(e)[:160]})", tensor=entry.name,
+                             fix="pass writable tensors, or load without into=") from e
         leaves[i] = target
+
+
+def _no_grad() -> Any:
+    import torch
+
+    return torch.no_grad()
 
 
 def _lookup(state: Any, path: tuple[Any, ...]) -> Any:

@@ -17,6 +17,7 @@ for the ``gds`` writer the staging buffer is device memory.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -32,24 +33,36 @@ def bytes_view(buf: Any, entry: TensorEntry) -> Any:
 
     A numpy buffer gives a numpy array for ``numpy`` entries and a CPU tensor
     sharing the memory for ``torch`` entries; a torch buffer gives a tensor.
+
+    Raises:
+        ValueError: dtype, shape and byte count disagree (a damaged or hostile
+            header), or the dtype is not one a save writes.
     """
     raw = buf[entry.offset : entry.offset + entry.nbytes]
     if entry.kind == "numpy":
         if not isinstance(raw, np.ndarray):
             raw = raw.cpu().numpy()
         np_dtype = np.dtype(entry.dtype)
-        if np_dtype.hasobject:
-            raise ValueError(f"dtype {entry.dtype!r} holds Python objects")
+        if np_dtype.hasobject or np_dtype.fields is not None:
+            raise ValueError(f"dtype {entry.dtype!r} holds Python objects or fields")
+        _check_size(entry, np_dtype.itemsize)
         return raw.view(np_dtype).reshape(entry.shape)
     import torch
 
     t = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else raw
     dtype = getattr(torch, entry.dtype, None)
-    if not isinstance(dtype, torch.dtype):
+    if not isinstance(dtype, torch.dtype) or entry.dtype.startswith(("qint", "quint")):
         raise ValueError(f"unknown torch dtype {entry.dtype!r}")
+    _check_size(entry, dtype.itemsize)
     if entry.nbytes == 0:
         return torch.empty(entry.shape, dtype=dtype, device=t.device)
     return t.view(dtype).view(entry.shape)
+
+
+def _check_size(entry: TensorEntry, itemsize: int) -> None:
+    # Checked before any view: a header saying 0 bytes and shape [10**12] would otherwise allocate.
+    if math.prod(entry.shape) * itemsize != entry.nbytes:
+        raise ValueError(f"shape {list(entry.shape)} of {itemsize}-byte items is not {entry.nbytes} bytes")
 
 
 class StagingArena:

@@ -12,6 +12,8 @@ header names, temporary headers) are removed by the next commit.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
@@ -20,10 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from feedline.checkpoint._layout import Header, parse_header
-from feedline.errors import FormatError, ReadError
+from feedline.errors import ConfigError, FormatError, ReadError, WriteError
 from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
+from feedline.format._files import read_regular
 
-_HEADER = re.compile(r"^step-(\d{10})\.json$")
+_STEP = r"(\d{10}|[1-9]\d{10,})"  # the step, as ``{step:010d}`` writes it (more digits past 10**10)
+_HEADER = re.compile(rf"^step-{_STEP}\.json$")
+_DATA = re.compile(rf"^step-{_STEP}\.[0-9a-f]{{8}}\.bin$")  # as new_data_name writes it
+_PARTIAL = re.compile(rf"^\.step-{_STEP}\.json\.partial$")  # write_atomic's temporary header
+LOCK_NAME = ".feedline-checkpoint.lock"
+HEADER_LIMIT = 1 << 30  # a header longer than this is refused before it is read
 
 
 def header_path(directory: Path, step: int) -> Path:
@@ -37,11 +45,18 @@ def new_data_name(step: int) -> str:
 
 
 def committed_steps(directory: Path) -> list[int]:
-    """Steps whose header is in ``directory``, oldest first."""
+    """Steps whose header is in ``directory``, oldest first (none when it does not exist).
+
+    Raises:
+        ReadError: ``directory`` is a file, or cannot be listed.
+    """
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
+    except OSError as e:
+        raise ReadError(f"cannot list checkpoint folder: {e.strerror}", path=str(directory),
+                        fix="pass the folder the Checkpointer saved into") from e
     return sorted(int(m.group(1)) for n in names if (m := _HEADER.match(n)))
 
 
@@ -54,15 +69,19 @@ def read_header(directory: Path, step: int) -> Header:
     """
     path = header_path(directory, step)
     try:
-        text = path.read_bytes()
+        text = read_regular(path, HEADER_LIMIT + 1)  # a FIFO, folder or device is refused, never waited on
     except FileNotFoundError:
         have = committed_steps(directory)
         raise ReadError(f"no checkpoint for step {step} in {directory}", path=str(directory),
                         fix=f"committed steps are {have[-5:]}" if have else "save one first") from None
+    except OSError as e:
+        raise ReadError(f"cannot read checkpoint header: {e.strerror}", path=str(path),
+                        fix="this checkpoint is damaged; load an older step") from e
     try:
         doc = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FormatError(f"checkpoint header is not valid JSON ({e})", path=str(path),
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:200]
+        raise FormatError(f"checkpoint header is not valid JSON ({why})", path=str(path),
                           fix="this checkpoint is damaged; load an older step") from e
     header = parse_header(doc, path=str(path))
     if header.step != step:
@@ -94,8 +113,44 @@ def rotate(directory: Path, keep: int | None, *, protect: str) -> list[int]:
             live.add(json.loads(header_path(directory, step).read_bytes())["data"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # a damaged header: keep whatever it may name
-    for name in os.listdir(directory):
-        orphan = name.startswith("step-") and name.endswith(".bin") and name not in live
-        if orphan or (name.startswith(".step-") and name.endswith(".partial")):
+    for name in os.listdir(directory):  # only names a Checkpointer writes: other files are the user's
+        if (_DATA.match(name) and name not in live) or _PARTIAL.match(name):
             remove_quietly(directory / name)
     return drop
+
+
+def lock_directory(directory: Path) -> int:
+    """Take the directory's writer lock (``flock`` on :data:`LOCK_NAME`); return its descriptor.
+
+    One Checkpointer saves into a directory at a time: a second one's commit
+    and rotation would remove the first one's data file mid-save. The lock
+    goes with the descriptor, so a killed process never leaves it held.
+
+    Raises:
+        ConfigError: another Checkpointer (this process or another) holds it.
+        WriteError: the lock file cannot be created (a read-only folder...).
+    """
+    path = directory / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as e:
+        raise WriteError(f"cannot create the checkpoint lock file: {e.strerror}", path=str(path),
+                         fix="save into a writable folder") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        raise ConfigError(f"another Checkpointer (pid {holder or '?'}) is saving into {directory}",
+                          path=str(directory), fix="close() the other Checkpointer first, or save into "
+                          "another folder (one per run or rank)") from None
+    except OSError as e:  # a file system without flock (some network mounts): saves go unguarded
+        os.close(fd)
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            return -1
+        raise WriteError(f"cannot lock the checkpoint folder: {e.strerror}", path=str(path)) from e
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
