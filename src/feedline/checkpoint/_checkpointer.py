@@ -31,7 +31,13 @@ from feedline import spans
 from feedline.checkpoint._layout import Layout, header_json, make_layout
 from feedline.checkpoint._load import load as _load
 from feedline.checkpoint._staging import StagingArena, stage_into
-from feedline.checkpoint._store import commit, committed_steps, lock_directory, new_data_name, rotate
+from feedline.checkpoint._store import (
+    commit,
+    committed_steps,
+    lock_directory,
+    new_data_name,
+    rotate,
+)
 from feedline.checkpoint._writers import IO_CHOICES, WriterChoice, choose_writer, make_writer
 from feedline.errors import ConfigError, WriteError
 from feedline.format._atomic import remove_quietly
