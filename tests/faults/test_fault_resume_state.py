@@ -136,3 +136,45 @@ def test_random_corruption_is_refused_or_resumes_exactly(
                     if i >= done and i not in extra]
         got = [ids(b) for b in loader]
         assert sorted(map(tuple, got)) == sorted(map(tuple, expected))
+
+
+@pytest.mark.timeout(120)
+def test_resume_after_the_dataset_was_re_packed(tmp_path: Any) -> None:
+    """Re-packed with the same shards: resumes exactly (also through a Checkpointer, as JSON).
+    Re-packed into other shards, or with one file changed: refused, and the error says why
+    and what to do (before: "build the loader with the same fingerprint")."""
+    from feedline.checkpoint import Checkpointer
+    from feedline.format import pack
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(40):
+        (src / f"s{i:02d}.bin").write_bytes(bytes([i]) * (100 + i))
+
+    def loader(name: str) -> feedline.Loader:
+        return feedline.Loader(feedline.open_dataset(tmp_path / name), batch_size=4, workers=1, seed=5)
+
+    def keys(batch: dict[str, Any]) -> list[str]:
+        return list(batch["__key__"])
+
+    pack(src, tmp_path / "a", shard_size=2000)
+    with loader("a") as first:
+        it = iter(first)
+        for _ in range(3):
+            next(it)
+        saved = first.state_dict()
+        rest = [keys(b) for b in it]
+    pack(src, tmp_path / "same", shard_size=2000)
+    with Checkpointer(tmp_path / "ck") as ck:
+        ck.save(1, {"loader": saved})
+        through_checkpoint = ck.load()["loader"]
+    with loader("same") as again:
+        again.load_state_dict(through_checkpoint)
+        assert [keys(b) for b in again] == rest
+    pack(src, tmp_path / "reshard", shard_size=5000)
+    (src / "s07.bin").write_bytes(b"changed")
+    pack(src, tmp_path / "changed", shard_size=2000)
+    for name in ("reshard", "changed"):
+        with loader(name) as other, pytest.raises(StateError, match="re-packed into other shards") as info:
+            other.load_state_dict(saved)
+        assert info.value.field == "fingerprint" and "start the epoch anew" in info.value.fix

@@ -26,6 +26,7 @@ from feedline.decode import Decoders, Limits, as_decoders
 from feedline.decode.jpeg_batch import JpegBatchDecoder
 from feedline.errors import ConfigError
 from feedline.pipeline import options, sampler, state
+from feedline.pipeline._deferred_signals import deferring_signals
 from feedline.pipeline.device_decode import make_device_decode, worker_decoders
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
@@ -60,6 +61,13 @@ def default_workers(sysfs: str | os.PathLike[str] = "/sys") -> int:
     """Workers when none are asked for: the cores this process may use (affinity, capped
     by a cgroup quota under ``sysfs``), at most 8."""
     return max(1, min(usable_cores(sysfs), MAX_DEFAULT_WORKERS))
+
+
+def _close_dropped(rt: Runtime) -> None:
+    """Close the runtime of a loader dropped without ``close()`` (its finalizer): a Ctrl-C
+    or SIGTERM that arrives while it waits for the workers is delivered after it returns
+    (raised inside the finalizer, it was printed and lost, and training went on)."""
+    deferring_signals(rt.close)
 
 
 class Loader:
@@ -230,7 +238,7 @@ class Loader:
         self._rt = Runtime(ctx, engine, pool,
                            opts)
         self._rt.owner = id(self)
-        self._finalizer = weakref.finalize(self, self._rt.close)
+        self._finalizer = weakref.finalize(self, _close_dropped, self._rt)
         self._pos = state.Position()
         self._restored = False
         self._counters = {"batches": 0, "skipped": 0}
@@ -422,7 +430,8 @@ class Loader:
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
         """Stop workers, free slots and shared memory. Idempotent."""
-        self._finalizer()
+        if self._finalizer.detach() is not None:
+            self._rt.close()  # here a Ctrl-C while it waits for the workers reaches the caller
 
     def __enter__(self) -> Loader:
         return self

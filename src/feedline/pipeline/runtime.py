@@ -360,9 +360,11 @@ class Runtime:
             self.auto.stop_probe()
         self.sched.close()
         self.pool.close()  # first: wakes producers waiting for a slot
-        self.settle(60.0)  # a move to processes in progress sees closed and stops them
-        with self._lock:
-            pools = [self.pool_workers, self._retired]
-        for pool in pools:
-            if pool is not None:
-                pool.close()
+        try:
+            self.settle(60.0)  # a move to processes in progress sees closed and stops them
+        finally:  # a Ctrl-C while settling still stops the workers (they would outlive a notebook cell)
+            with self._lock:
+                pools = [self.pool_workers, self._retired]
+            for pool in pools:
+                if pool is not None:
+                    pool.close()

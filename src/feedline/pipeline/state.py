@@ -119,6 +119,13 @@ def from_dict(state: Any, identity: dict[str, Any], num_batches: Callable[[int],
         if name not in state:
             raise _fail(f"loader state has no {name!r}", name)
         if not _same(state[name], identity[name]):
+            if name == "fingerprint":  # the one identity field a user does not pass to Loader
+                raise _fail(f"state was saved over another dataset (fingerprint {state[name]!r}, this "
+                            f"loader's dataset has {identity[name]!r}): re-packed into other shards, or "
+                            "samples added, removed or changed", name,
+                            fix="resume over the dataset the state was saved with; over a changed "
+                                "dataset the saved position means other samples, so start the epoch "
+                                "anew (set_epoch) instead of loading this state")
             raise _fail(f"state was saved with {name}={state[name]!r}, this loader has "
                         f"{name}={identity[name]!r}", name,
                         fix=f"build the loader with the same {name} as the run that saved it")

@@ -1,0 +1,73 @@
+"""Run a blocking clean-up from a finalizer without losing the signals that arrive meanwhile.
+
+A loader dropped without ``close()`` (``loader = Loader(...)`` again every
+epoch) is closed by its ``weakref.finalize``, which waits for the workers to
+stop. Python runs signal handlers in the main thread between bytecodes, so a
+Ctrl-C (``KeyboardInterrupt``) or a ``SIGTERM`` handler that calls
+``sys.exit`` (a cluster's pre-emption notice) fires *inside* the finalizer,
+where the exception is printed as "Exception ignored in" and dropped: the
+training went on as if the signal had never come.
+
+:func:`deferring_signals` runs the clean-up with a handler of its own in place
+for each signal that has a Python handler. The first such signal stops the
+clean-up where it is, as the signal itself used to (the user pressed Ctrl-C to
+stop now, not after a stuck worker's timeouts); the handlers are restored and
+the signals that came are sent to the main thread again once the finalizer has
+returned (a real signal, so a ``sleep`` or a wait in the main thread ends as it
+would have). A signal whose disposition is the default (``SIGTERM`` kills) or
+ignored is left alone.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+DEFERRED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+                 if hasattr(signal, n))
+REDELIVER_AFTER_S = 0.05  # the finalizer has returned by then; raised inside it, it would be lost again
+
+
+class _Stop(BaseException):
+    """Raised by the stand-in handler to end the clean-up early (never leaves this module)."""
+
+
+def deferring_signals(fn: Callable[[], Any]) -> None:
+    """Call ``fn()``; Python-handled signals that arrive meanwhile end it and are delivered after.
+
+    Off the main thread (where no handler runs anyway) or where the platform
+    cannot send a signal to one thread, ``fn`` simply runs.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_kill"):
+        fn()
+        return
+    got: list[int] = []
+
+    def stand_in(signum: int, _frame: Any) -> None:
+        got.append(signum)
+        if len(got) == 1:
+            raise _Stop
+
+    saved: dict[int, Any] = {}
+    try:
+        for sig in DEFERRED:
+            if callable(signal.getsignal(sig)):
+                saved[sig] = signal.signal(sig, stand_in)
+        fn()
+    except _Stop:
+        pass  # the clean-up stops where it was, as it did for the signal itself; the signal follows
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if got:
+            threading.Thread(target=_redeliver, args=(threading.main_thread().ident, list(dict.fromkeys(got))),
+                             name="feedline-redeliver-signals", daemon=True).start()
+
+
+def _redeliver(main: int, signals: list[int]) -> None:
+    time.sleep(REDELIVER_AFTER_S)
+    for sig in signals:
+        signal.pthread_kill(main, sig)
