@@ -108,3 +108,14 @@ def test_bad_argument_via_console_script_has_no_traceback():
     assert proc.returncode == 2
     assert proc.stderr.startswith("feedline: error:") and proc.stderr.count("\n") == 1
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("arg", [["--steps", "99999999999999999999"], ["--workers", "1000000000"],
+                                 ["--device-buffers", "10000000"]])
+def test_a_simulation_too_large_to_hold_is_an_argument_error(arg):
+    # before: "ValueError: Maximum allowed dimension exceeded" (a traceback), or numpy
+    # trying to allocate 74.5 GiB for --steps 10000000000
+    proc = subprocess.run([sys.executable, "-m", "feedline", "model", *SEED, "--simulate", *arg],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{arg[0]} must be at most 5,000,000" in proc.stderr

@@ -158,3 +158,12 @@ def test_random_times_never_beat_the_gpu(sigma, workers, seed):
     assert np.all(r.step_times >= 0) and np.all(r.stall_times <= r.step_times + 1e-12)
     assert math.isclose(r.gpu_busy + r.data_stall, 1.0)
     assert r.step_p50 <= r.step_p95 <= r.step_p99 <= r.step_max
+
+
+def test_counts_past_what_memory_holds_are_refused():
+    from feedline.model.simulate import MAX_STEPS
+
+    with pytest.raises(ValueError, match="steps must be at most"):
+        simulate(0.001, 0.001, 0.001, 0.001, steps=10**10)
+    with pytest.raises(ValueError, match="workers must be at most"):
+        simulate(0.001, 0.001, 0.001, 0.001, workers=MAX_STEPS + 1, steps=10)

@@ -162,6 +162,7 @@ def model(
 ) -> None:
     """Predict step time, GPU utilisation and the binding stage from per-stage times."""
     from feedline import model as m
+    from feedline.model.simulate import MAX_STEPS
     from feedline.units import parse_duration
 
     given = {"read": read, "decode": decode, "h2d": h2d, "gpu": gpu}
@@ -178,6 +179,9 @@ def model(
     ):
         if value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
+        if value > MAX_STEPS and name != "--max-workers":  # was a traceback (74 GiB for 10**10 steps)
+            raise ConfigError(f"{name} must be at most {MAX_STEPS:,}, got {value:,}", field=name,
+                              fix="the simulator keeps every step in memory (1 million steps: about 320 MB)")
     analysis = m.analyze(**times, workers=workers)
     specs = {"read": read_dist, "decode": decode_dist, "h2d": h2d_dist, "gpu": gpu_dist}
     out: dict[str, Any] = {"analytic": {**analysis.to_dict(), "data_bound": analysis.data_bound}}

@@ -75,9 +75,15 @@ class SimulationResult:
         }
 
 
-def _check_count(name: str, value: object, minimum: int) -> int:
+MAX_STEPS = 5_000_000  # simulated steps (warm-up included): about 1.6 GB and 11 s on the 2-core VM
+
+
+def _check_count(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:,} (the simulator keeps every step in "
+                         f"memory: 1 million steps take about 320 MB), got {value:,}")
     return value
 
 
@@ -154,13 +160,13 @@ def simulate(
         name: as_distribution(value, name=name)
         for name, value in (("read", read), ("decode", decode), ("h2d", h2d), ("gpu", gpu))
     }
-    _check_count("workers", workers, 1)
-    _check_count("prefetch", prefetch, 1)
-    _check_count("device_buffers", device_buffers, 1)
-    _check_count("steps", steps, 1)
+    _check_count("workers", workers, 1, MAX_STEPS)
+    _check_count("prefetch", prefetch, 1, MAX_STEPS)
+    _check_count("device_buffers", device_buffers, 1, MAX_STEPS)
+    _check_count("steps", steps, 1, MAX_STEPS)
     if warmup is None:
         warmup = workers * prefetch + device_buffers + 8
-    _check_count("warmup", warmup, 0)
+    _check_count("warmup", warmup, 0, MAX_STEPS)
     n = warmup + steps
     streams = np.random.SeedSequence(seed).spawn(len(dists))
     draws = {
