@@ -151,6 +151,9 @@ def lock_directory(directory: Path) -> int:
         if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             return -1
         raise WriteError(f"cannot lock the checkpoint folder: {e.strerror}", path=str(path)) from e
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # only to name the holder in the error above
+    except OSError:
+        pass  # a full disk: the lock holds without the pid
     return fd

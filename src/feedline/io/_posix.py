@@ -165,15 +165,25 @@ class DirectReader:
 def probe_direct(directory: str) -> tuple[bool, str]:
     """Whether files in ``directory`` can be opened with O_DIRECT, and why not.
 
-    Creates, opens and removes one small temporary file.
+    Creates, opens and removes one small temporary file. A directory where
+    that file cannot be made or written (read-only, full, missing) is a
+    "no" with the reason, not an error: the caller's own write then fails
+    with its typed error (before: a raw ``OSError`` from the probe, so
+    ``Checkpointer.save`` with ``io="auto"`` on a full disk raised ENOSPC raw).
     """
     import tempfile
 
     if not _O_DIRECT:
         return False, "this platform has no O_DIRECT"
-    fd, path = tempfile.mkstemp(dir=directory, prefix=".feedline-odirect-")
     try:
-        os.write(fd, b"\0" * PAGE)
+        fd, path = tempfile.mkstemp(dir=directory, prefix=".feedline-odirect-")
+    except OSError as e:
+        return False, f"cannot create a probe file in {directory}: {e.strerror}"
+    try:
+        try:
+            os.write(fd, b"\0" * PAGE)
+        except OSError as e:
+            return False, f"cannot write a probe file in {directory}: {e.strerror}"
         try:
             os.close(_os_open_direct(path))
         except OSError as e:
