@@ -513,3 +513,42 @@ def test_io_auto_on_a_full_file_system_is_a_write_error(small_tmpfs: Path) -> No
         assert type(e.value).__name__ == "WriteError" and ck.writer_choice is not None
         assert "cannot write a probe file" in ck.writer_choice.reason
     assert list((small_tmpfs / "ck").glob("step-*")) == []
+
+
+_FORKED = """
+import os, signal, sys
+import numpy as np
+from feedline.checkpoint import Checkpointer
+from feedline.errors import ConfigError
+ck = Checkpointer(sys.argv[1], io="buffered", keep=2)
+ck.save(1, {"a": np.ones(10)})
+ck.wait()
+ck.save(2, {"a": np.ones(200_000)})  # possibly still writing at the fork
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a hang is SIGALRM
+    for call in (lambda: ck.save(3, {}), ck.wait):
+        try:
+            call()
+            os._exit(3)
+        except ConfigError as e:
+            assert "is a fork of it" in str(e)
+    assert ck.load(1)["a"].sum() == 10
+    ck.close()
+    sys.exit(0)  # the inherited Checkpointer's finalizer runs at exit
+_, status = os.waitpid(pid, 0)
+print(status, flush=True)
+ck.save(4, {"a": np.ones(10)})
+ck.close()
+print(ck.steps(), flush=True)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_cannot_save_through_its_parents_checkpointer(tmp_path: Path) -> None:
+    # before: save() and wait() in the child waited forever (no writer thread after fork)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", _FORKED, str(tmp_path)], capture_output=True, text=True,
+                         env=env, timeout=50)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["0", "[2, 4]"], out.stdout  # the child exited 0; the parent's saves go on

@@ -122,6 +122,7 @@ class Checkpointer:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feedline-checkpoint",
                                         initializer=_lower_priority, initargs=(self._tid,))
         self._lock: list[int] = []  # the directory's writer lock, taken by the first save or reserve
+        self._pid = os.getpid()  # a forked child has no writer thread: it must not save through this one
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._lock)
 
     # -- the loop side -----------------------------------------------------------------
@@ -139,6 +140,7 @@ class Checkpointer:
             ResourceError: the state is larger than ``pinned_budget``.
             WriteError: the previous save failed in the background (disk full...).
         """
+        self._check_process()
         if not isinstance(step, numbers.Integral) or isinstance(step, (bool, np.bool_)) or step < 0:
             raise ConfigError(f"step must be a non-negative int, got {step!r}", field="step")
         step = int(step)  # a numpy counter is fine; its header holds a plain int
@@ -174,6 +176,7 @@ class Checkpointer:
             ConfigError: a value in ``state`` cannot be stored without pickle.
             ResourceError: the state is larger than ``pinned_budget``.
         """
+        self._check_process()
         self._drain()
         layout = make_layout(state)
         self._setup(layout)
@@ -184,6 +187,7 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Block until the last save is committed (durable); re-raise its error if it failed."""
+        self._check_process()
         self._drain()
 
     def latest(self) -> int | None:
@@ -198,13 +202,23 @@ class Checkpointer:
     def load(self, step: int | None = None, *, into: Any = None, verify: bool = True) -> Any:
         """Load a committed checkpoint (default: the latest); see :func:`feedline.checkpoint.load`.
 
-        Waits for a save in flight first, so ``save(); load()`` sees that save.
+        Waits for a save in flight first, so ``save(); load()`` sees that save
+        (in a forked child, which has no writer thread, it only reads).
         """
-        self._drain()
+        if os.getpid() == self._pid:
+            self._drain()
         return _load(self.directory, step, into=into, verify=verify)
 
     def close(self) -> None:
-        """Finish the save in flight, stop the writer thread and free the staging memory."""
+        """Finish the save in flight, stop the writer thread and free the staging memory.
+
+        In a forked child it only drops the child's copies: the save in flight,
+        the writer thread and the lock belong to the parent.
+        """
+        if os.getpid() != self._pid:
+            self._finalizer.detach()
+            self._lock.clear()  # the parent's lock: closing the child's copy of the fd would not release it
+            return
         try:
             self._drain()
         finally:
@@ -224,6 +238,13 @@ class Checkpointer:
     def writer_tid(self) -> int | None:
         """The writer thread's native thread id (None before the first save or reserve)."""
         return self._tid[0] if self._tid else None
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:  # before: save() and wait() in a forked child waited forever
+            raise ConfigError(f"this Checkpointer was made by process {self._pid}; process {os.getpid()} is a "
+                              "fork of it, where its writer thread does not run", path=str(self.directory),
+                              fix="make a Checkpointer in the child, saving into another folder, or fork "
+                                  "before making it; load() works in the child")
 
     def _busy(self) -> bool:
         return self._pending is not None and not self._pending.done()
