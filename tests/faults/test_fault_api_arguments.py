@@ -132,3 +132,44 @@ def test_units_refuse_types_and_overflow() -> None:
         _typed(lambda value=value: parse_bytes(value), f"parse_bytes({value!r})")
         _typed(lambda value=value: parse_duration(value), f"parse_duration({value!r})")
     assert parse_bytes(np.int64(4096)) == 4096 and parse_duration(np.float32(0.5)) == 0.5
+
+
+CHECKPOINTER_ARGS = ["directory", "pinned_budget", "io", "keep", "if_busy", "durable"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", CHECKPOINTER_ARGS)
+def test_checkpointer_arguments(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: Checkpointer(None)/(5)/(b"x") raised TypeError from pathlib, ("\0") ValueError,
+    # ("") saved into the working folder, durable="no" was taken as true
+    from feedline.checkpoint import Checkpointer
+
+    monkeypatch.chdir(tmp_path)  # directory="x" is a folder here, not in the checkout
+
+    for i, value in enumerate(HOSTILE):
+        def build(value: Any = value, i: int = i) -> None:
+            kwargs = {"directory": tmp_path / f"ck{i}", name: value}
+            ck = Checkpointer(**kwargs)
+            try:
+                ck.save(1, {"a": np.ones(3)})
+                ck.wait()
+            finally:
+                ck.close()
+
+        _typed(build, f"Checkpointer({name}={value!r})", name)
+
+
+@pytest.mark.timeout(60)
+def test_checkpoint_load_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: load(d, "3") and load(d, 3.0) raised "Unknown format code 'd'" (ValueError)
+    from feedline.checkpoint import Checkpointer, load
+
+    monkeypatch.chdir(tmp_path)
+
+    with Checkpointer(tmp_path) as ck:
+        ck.save(3, {"a": np.ones(2)})
+    for value in HOSTILE:
+        _typed(lambda value=value: load(tmp_path, value), f"load(step={value!r})", "step")
+        _typed(lambda value=value: load(value), f"load({value!r})", "directory")
+        _typed(lambda value=value: load(tmp_path, 3, into=value), f"load(into={value!r})", "into")
+    assert load(tmp_path, np.int64(3))["a"].sum() == 2

@@ -39,8 +39,9 @@ from feedline.checkpoint._store import (
     rotate,
 )
 from feedline.checkpoint._writers import IO_CHOICES, WriterChoice, choose_writer, make_writer
-from feedline.errors import ConfigError, WriteError
+from feedline.errors import ArgumentError, ConfigError, WriteError
 from feedline.format._atomic import remove_quietly
+from feedline.format._files import path_argument
 from feedline.units import parse_bytes
 
 IF_BUSY = ("wait", "skip")
@@ -99,7 +100,9 @@ class Checkpointer:
             raise ConfigError(f"io must be one of {IO_CHOICES}, got {io!r}", fix="pass io='auto'")
         if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 1):
             raise ConfigError(f"keep must be a positive int or None, got {keep!r}", fix="e.g. keep=3")
-        self.directory = Path(directory)
+        if not isinstance(durable, bool):
+            raise ArgumentError(f"durable must be True or False, got {durable!r}", field="durable")
+        self.directory = Path(path_argument(directory, "directory"))
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except FileExistsError:

@@ -10,6 +10,7 @@ model is updated); a shape or dtype mismatch names the tensor.
 
 from __future__ import annotations
 
+import numbers
 import os
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,8 @@ import xxhash
 from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, rebuild
 from feedline.checkpoint._staging import bytes_view
 from feedline.checkpoint._store import committed_steps, read_header
-from feedline.errors import ChecksumError, FormatError, ReadError, StateError
-from feedline.format._files import open_fd
+from feedline.errors import ArgumentError, ChecksumError, FormatError, ReadError, StateError
+from feedline.format._files import open_fd, path_argument
 from feedline.io._buffers import aligned_empty
 from feedline.io._posix import pread_into
 
@@ -80,11 +81,17 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
         verify: check every tensor's checksum (on by default).
 
     Raises:
+        ArgumentError: ``directory`` is not a path, ``step`` not an int (also ``TypeError``s).
         ReadError: no checkpoint (or no such step).
         FormatError, ChecksumError: the checkpoint is damaged (names the tensor).
         StateError: a tensor's shape or dtype differs from ``into``'s (names it).
     """
-    d = Path(directory)
+    d = Path(path_argument(directory, "directory"))
+    if step is not None and (not isinstance(step, numbers.Integral) or isinstance(step, (bool, np.bool_))):
+        raise ArgumentError(f"step must be an int or None, got {type(step).__name__} {step!r}", field="step",
+                            fix="pass a step from Checkpointer.steps(), or None for the latest")
+    if step is not None:
+        step = int(step)  # a numpy integer names the same file
     if step is None:
         steps = committed_steps(d)
         if not steps:
