@@ -565,3 +565,30 @@ def test_a_hundred_thousand_tiny_tensors_round_trip(tmp_path: Path) -> None:
     out = load(tmp_path)
     assert len(out) == 100_000 and all(out[f"t{i}"].item() == i for i in range(0, 100_000, 997))
     assert sum(p.stat().st_size for p in tmp_path.glob("step-*.bin")) > 100_000 * 4096 - 4096
+
+
+def test_a_save_below_the_newest_step_is_kept_and_warns(tmp_path: Path) -> None:
+    # Training rewound to an earlier checkpoint: before, with keep=2, the save of step 60 into a
+    # folder holding 90 and 100 was the lowest step and was removed the moment it was committed.
+    from feedline.checkpoint import CheckpointWarning
+
+    with Checkpointer(tmp_path, keep=2) as ck:
+        for step in (80, 90, 100):
+            ck.save(step, {"s": step})
+        with pytest.warns(CheckpointWarning, match="latest\\(\\) and load\\(\\) still return step 100"):
+            ck.save(60, {"s": 60})
+        ck.wait()
+        assert ck.steps() == [60, 100] and ck.load(60) == {"s": 60}
+        ck.save(70, {"s": 70})  # warned once per checkpointer
+    assert ck.steps() == [70, 100]
+
+
+def test_rotation_keeps_the_data_of_a_header_it_cannot_read(tmp_path: Path) -> None:
+    # before: a damaged header's data file was deleted as an orphan by the next save
+    with Checkpointer(tmp_path, keep=3) as ck:
+        ck.save(1, {"a": np.ones(3)})
+        ck.wait()
+        data = json.loads((tmp_path / "step-0000000001.json").read_text())["data"]
+        (tmp_path / "step-0000000001.json").write_text('{"damaged')
+        ck.save(2, {"a": np.zeros(3)})
+    assert (tmp_path / data).exists()

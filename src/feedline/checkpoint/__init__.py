@@ -11,7 +11,7 @@ atomically. ``load`` verifies every tensor's checksum and never unpickles.
 
 from typing import Any
 
-from feedline.checkpoint._checkpointer import Checkpointer, CheckpointStats
+from feedline.checkpoint._checkpointer import Checkpointer, CheckpointStats, CheckpointWarning
 from feedline.checkpoint._dcp import CheckpointStager
 from feedline.checkpoint._load import load
 from feedline.checkpoint._writers import IO_CHOICES, WriterChoice, choose_writer
@@ -20,6 +20,7 @@ __all__ = [
     "IO_CHOICES",
     "CheckpointStager",
     "CheckpointStats",
+    "CheckpointWarning",
     "Checkpointer",
     "DCPWriter",
     "WriterChoice",

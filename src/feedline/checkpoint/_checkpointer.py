@@ -18,6 +18,7 @@ import numbers
 import os
 import threading
 import time
+import warnings
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,6 +46,11 @@ from feedline.format._files import path_argument
 from feedline.units import parse_bytes
 
 IF_BUSY = ("wait", "skip")
+
+
+class CheckpointWarning(UserWarning):
+    """Something about a save the caller should know (a step below the folder's newest)."""
+
 WRITER_NICE = 10  # added to the writer thread's nice value (Linux: per thread)
 
 
@@ -79,8 +85,11 @@ class Checkpointer:
         io: ``"auto"`` (``gds`` for GPU states where GDS is engaged, else
             ``direct`` where the directory takes O_DIRECT, else ``buffered``;
             :attr:`writer_choice` says why), ``"buffered"``, ``"direct"`` or ``"gds"``.
-        keep: how many committed checkpoints to keep (``None``: all). Older
-            ones are removed only after a newer one is committed.
+        keep: how many committed checkpoints to keep (``None``: all): the one
+            just committed and the ``keep - 1`` highest other steps. Old ones
+            are removed only after a new one is committed. Saving a step below
+            the folder's newest (training rewound) warns once
+            (:class:`CheckpointWarning`): ``latest()`` still returns the newest.
         if_busy: when ``save()`` is called while the previous save is still
             being written: ``"wait"`` for it, or ``"skip"`` this save (counted
             in :attr:`stats`). Either way no checkpoint is ever corrupted.
@@ -126,6 +135,7 @@ class Checkpointer:
                                         initializer=_lower_priority, initargs=(self._tid,))
         self._lock: list[int] = []  # the directory's writer lock, taken by the first save or reserve
         self._pid = os.getpid()  # a forked child has no writer thread: it must not save through this one
+        self._warned_rewind = False
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._lock)
 
     # -- the loop side -----------------------------------------------------------------
@@ -154,6 +164,7 @@ class Checkpointer:
         self._drain()
         layout = make_layout(state)
         self._setup(layout)
+        self._warn_if_rewound(step)
         assert self._arena is not None
         buf = self._arena.buffer(layout.data_bytes)
         stage_into(layout, buf, stream=self._stream)
@@ -242,6 +253,18 @@ class Checkpointer:
         """The writer thread's native thread id (None before the first save or reserve)."""
         return self._tid[0] if self._tid else None
 
+    def _warn_if_rewound(self, step: int) -> None:
+        """Once per checkpointer: a save below the folder's newest step (training rewound)."""
+        if self._warned_rewind:
+            return
+        newest = self.latest()
+        if newest is not None and step < newest:
+            self._warned_rewind = True
+            warnings.warn(f"saving step {step} into {self.directory}, which holds step {newest}: latest() "
+                          f"and load() still return step {newest} (keep= keeps the new saves). To resume "
+                          "from this run later, remove the later steps or save into another folder",
+                          CheckpointWarning, stacklevel=3)
+
     def _check_process(self) -> None:
         if os.getpid() != self._pid:  # before: save() and wait() in a forked child waited forever
             raise ConfigError(f"this Checkpointer was made by process {self._pid}; process {os.getpid()} is a "
@@ -311,7 +334,7 @@ class Checkpointer:
             committed = True
             self.stats.committed += 1
             self.stats.last_durable_s = time.perf_counter() - t0
-            rotate(self.directory, self.keep, protect=name)
+            rotate(self.directory, self.keep, protect=name, step=step)
         except BaseException as e:  # surfaced to the caller at the next save()/wait()
             if not committed:
                 remove_quietly(path)  # never a committed checkpoint's data

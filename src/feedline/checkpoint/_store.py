@@ -95,26 +95,36 @@ def commit(directory: Path, step: int, header: dict[str, Any], *, durable: bool 
     write_atomic(header_path(directory, step), text, durable=durable)
 
 
-def rotate(directory: Path, keep: int | None, *, protect: str) -> list[int]:
-    """Keep the newest ``keep`` checkpoints, remove the rest and any leftovers; return removed steps.
+def rotate(directory: Path, keep: int | None, *, protect: str, step: int | None = None) -> list[int]:
+    """Keep ``keep`` checkpoints, remove the rest and any leftovers; return removed steps.
 
-    Headers go first (and the directory is fsynced) so a checkpoint is never
-    visible without its data. ``protect`` is the data file just committed.
+    The one just committed (``step``, its data file ``protect``) is always
+    kept, with the ``keep - 1`` highest other steps: a save of a step below
+    the folder's newest (training rewound to an earlier checkpoint) used to
+    be the lowest step and was removed the moment it was committed. Headers
+    go first (and the directory is fsynced) so a checkpoint is never visible
+    without its data.
     """
     steps = committed_steps(directory)
-    drop = steps[:-keep] if keep is not None and len(steps) > keep else []
+    drop: list[int] = []
+    if keep is not None:
+        others = [s for s in steps if s != step]
+        room = keep - 1 if step in steps else keep
+        drop = others[: max(0, len(others) - room)]
     for step in drop:
         remove_quietly(header_path(directory, step))
     if drop:
         fsync_dir(directory)
     live = {protect}
-    for step in committed_steps(directory):
+    unsure: set[str] = set()  # steps whose header cannot be read: every data file of theirs stays
+    for kept in committed_steps(directory):
         try:
-            live.add(json.loads(header_path(directory, step).read_bytes())["data"])
+            live.add(json.loads(header_path(directory, kept).read_bytes())["data"])
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # a damaged header: keep whatever it may name
+            unsure.add(f"step-{kept:010d}.")  # before: its data was removed as an orphan
     for name in os.listdir(directory):  # only names a Checkpointer writes: other files are the user's
-        if (_DATA.match(name) and name not in live) or _PARTIAL.match(name):
+        orphan = _DATA.match(name) and name not in live and not name.startswith(tuple(unsure))
+        if orphan or _PARTIAL.match(name):
             remove_quietly(directory / name)
     return drop
 
