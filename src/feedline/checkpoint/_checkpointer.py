@@ -14,12 +14,14 @@ the first save, on the writer thread. That blocked time is reported as a ``check
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import os
 import threading
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +138,8 @@ class Checkpointer:
         self._lock: list[int] = []  # the directory's writer lock, taken by the first save or reserve
         self._pid = os.getpid()  # a forked child has no writer thread: it must not save through this one
         self._warned_rewind = False
+        self._mutex = threading.Lock()  # one save()/reserve() stages at a time
+        self._inside: set[int] = set()  # threads inside save()/reserve() (a handler may run in one)
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._lock)
 
     # -- the loop side -----------------------------------------------------------------
@@ -152,11 +156,20 @@ class Checkpointer:
                 another Checkpointer is saving into the same directory.
             ResourceError: the state is larger than ``pinned_budget``.
             WriteError: the previous save failed in the background (disk full...).
+
+        Thread-safe: saves from several threads run one after another. A save
+        from a signal handler that interrupted a save of this checkpointer in
+        the same thread is a :class:`ConfigError` (both would stage into the one
+        staging buffer: before, both checkpoints were committed with wrong
+        tensors and matching checksums).
         """
         self._check_process()
         if not isinstance(step, numbers.Integral) or isinstance(step, (bool, np.bool_)) or step < 0:
             raise ConfigError(f"step must be a non-negative int, got {step!r}", field="step")
-        step = int(step)  # a numpy counter is fine; its header holds a plain int
+        with self._staging("save"):
+            return self._save(int(step), state)  # a numpy counter is fine; its header holds a plain int
+
+    def _save(self, step: int, state: Any) -> bool:
         t0 = time.perf_counter()
         if self._busy() and self.if_busy == "skip":
             self.stats.skipped += 1
@@ -191,6 +204,10 @@ class Checkpointer:
             ResourceError: the state is larger than ``pinned_budget``.
         """
         self._check_process()
+        with self._staging("reserve"):
+            self._reserve(state)
+
+    def _reserve(self, state: Any) -> None:
         self._drain()
         layout = make_layout(state)
         self._setup(layout)
@@ -264,6 +281,27 @@ class Checkpointer:
                           f"and load() still return step {newest} (keep= keeps the new saves). To resume "
                           "from this run later, remove the later steps or save into another folder",
                           CheckpointWarning, stacklevel=3)
+
+    @contextlib.contextmanager
+    def _staging(self, what: str) -> Iterator[None]:
+        """One save or reserve at a time; a nested one in the same thread (a signal handler) is refused.
+
+        The thread is marked inside before the lock is taken and until it is
+        released, so a handler that runs at any point in between sees it.
+        """
+        me = threading.get_ident()
+        if me in self._inside:
+            raise ConfigError(f"{what}() was called while this thread is inside save() or reserve() of the "
+                              "same Checkpointer (from a signal handler?): both would stage into its one "
+                              "buffer", path=str(self.directory),
+                              fix="in the handler only set a flag and save from the training loop, which "
+                                  "finishes the save it was in first")
+        self._inside.add(me)
+        try:
+            with self._mutex:
+                yield
+        finally:
+            self._inside.discard(me)
 
     def _check_process(self) -> None:
         if os.getpid() != self._pid:  # before: save() and wait() in a forked child waited forever
