@@ -645,3 +645,34 @@ def test_saves_from_several_threads_run_one_after_another(tmp_path: Path) -> Non
     assert len(ck.steps()) == 16  # before: tensors of another thread's save, checksums matching
     for step in ck.steps():
         assert bool((load(tmp_path, step)["x"] == step).all()), step
+
+
+_WRITER = """
+import sys
+import numpy as np
+from feedline.checkpoint import Checkpointer
+ck = Checkpointer(sys.argv[1], io="buffered", keep=1, durable=False)
+ck.save(0, {"a": np.zeros(20_000), "s": 0})
+ck.wait()
+print("first", flush=True)
+for s in range(1, 120):
+    ck.save(s, {"a": np.full(20_000, s), "s": s})
+ck.close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_loading_the_latest_beside_a_writer_that_rotates(tmp_path: Path) -> None:
+    # An evaluation job loading the latest while training saves with keep=1: before, about 1
+    # load in 1000 failed (ReadError "no checkpoint for step N" or "cannot open checkpoint
+    # data") when the step it listed was rotated away before it was read.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "first"
+    loads = 0
+    while writer.poll() is None:
+        state = load(tmp_path)
+        assert bool((state["a"] == state["s"]).all())
+        loads += 1
+    assert writer.wait() == 0 and loads > 100

@@ -20,12 +20,13 @@ import xxhash
 
 from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, rebuild
 from feedline.checkpoint._staging import bytes_view
-from feedline.checkpoint._store import committed_steps, read_header
+from feedline.checkpoint._store import committed_steps, header_path, read_header
 from feedline.errors import ArgumentError, ChecksumError, FormatError, ReadError, StateError
 from feedline.format._files import open_fd, path_argument
 from feedline.io._buffers import aligned_empty
 from feedline.io._posix import pread_into
 
+LATEST_RETRIES = 5  # load(step=None) takes the new latest when the one it listed was rotated away
 _DAMAGED = "this checkpoint is damaged; load an older step (Checkpointer.load(step=...))"
 
 
@@ -80,6 +81,10 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
             and returned; everything else comes from the checkpoint.
         verify: check every tensor's checksum (on by default).
 
+    With ``step=None`` a checkpoint rotated away by a writer in another
+    process (``keep=``) while it was being read is passed over for the new
+    latest, so a reader beside a training job does not fail on the race.
+
     Raises:
         ArgumentError: ``directory`` is not a path, ``step`` not an int (also ``TypeError``s).
         ReadError: no checkpoint (or no such step).
@@ -92,13 +97,22 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
                             fix="pass a step from Checkpointer.steps(), or None for the latest")
     if step is not None:
         step = int(step)  # a numpy integer names the same file
-    if step is None:
-        steps = committed_steps(d)
-        if not steps:
-            raise ReadError(f"no committed checkpoint in {d}", path=str(d), fix="save one first")
-        step = steps[-1]
-    header = read_header(d, step)
-    buf = read_data(d, header, verify=verify)
+    if step is not None:
+        header, buf = _read(d, step, verify)
+    else:
+        for attempt in range(LATEST_RETRIES + 1):
+            steps = committed_steps(d)
+            if not steps:
+                raise ReadError(f"no committed checkpoint in {d}", path=str(d), fix="save one first")
+            try:
+                header, buf = _read(d, steps[-1], verify)
+                break
+            except ReadError:
+                # a Checkpointer in another process rotated it away (keep=) between the listing and
+                # the read: the latest is a newer step now (before: ReadError in ~0.1% of loads
+                # racing saves every few ms)
+                if attempt == LATEST_RETRIES or header_path(d, steps[-1]).exists():
+                    raise
     leaves = []
     for entry in header.entries:
         try:
@@ -118,6 +132,11 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
             raise
         raise FormatError(f"checkpoint header's state is malformed ({type(e).__name__}: {str(e)[:200]})",
                           path=str(d), fix=_DAMAGED) from e
+
+
+def _read(d: Path, step: int, verify: bool) -> tuple[Header, np.ndarray]:
+    header = read_header(d, step)
+    return header, read_data(d, header, verify=verify)
 
 
 def _copy_into(header: Header, leaves: list[Any], into: Any) -> None:
