@@ -676,3 +676,32 @@ def test_loading_the_latest_beside_a_writer_that_rotates(tmp_path: Path) -> None
         assert bool((state["a"] == state["s"]).all())
         loads += 1
     assert writer.wait() == 0 and loads > 100
+
+
+@pytest.mark.timeout(60)
+def test_a_closed_checkpointer_refuses_saves_and_close_waits_for_one_staging(tmp_path: Path) -> None:
+    # before: save()/reserve() after close() raised RuntimeError "cannot schedule new futures
+    # after shutdown"; a close() from another thread could shut the writer under a save
+    ck = Checkpointer(tmp_path, io="buffered")
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def saver() -> None:
+        try:
+            for step in range(1000):
+                ck.save(step, {"x": torch.full((200_000,), float(step))})
+                started.set()
+        except BaseException as e:  # the first save after close()
+            errors.append(e)
+            started.set()
+
+    th = threading.Thread(target=saver)
+    th.start()
+    assert started.wait(30)
+    ck.close()
+    th.join(30)
+    assert len(errors) == 1 and isinstance(errors[0], ConfigError) and "is closed" in str(errors[0])
+    with pytest.raises(ConfigError, match="is closed"):
+        ck.reserve({"x": torch.ones(2)})
+    for step in ck.steps():
+        assert bool((load(tmp_path, step)["x"] == step).all())

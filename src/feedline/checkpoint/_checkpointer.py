@@ -138,6 +138,7 @@ class Checkpointer:
         self._lock: list[int] = []  # the directory's writer lock, taken by the first save or reserve
         self._pid = os.getpid()  # a forked child has no writer thread: it must not save through this one
         self._warned_rewind = False
+        self._closed = False
         self._mutex = threading.Lock()  # one save()/reserve() stages at a time
         self._inside: set[int] = set()  # threads inside save()/reserve() (a handler may run in one)
         self._finalizer = weakref.finalize(self, _shutdown, self._pool, self._lock)
@@ -167,6 +168,7 @@ class Checkpointer:
         if not isinstance(step, numbers.Integral) or isinstance(step, (bool, np.bool_)) or step < 0:
             raise ConfigError(f"step must be a non-negative int, got {step!r}", field="step")
         with self._staging("save"):
+            self._check_open()
             return self._save(int(step), state)  # a numpy counter is fine; its header holds a plain int
 
     def _save(self, step: int, state: Any) -> bool:
@@ -205,6 +207,7 @@ class Checkpointer:
         """
         self._check_process()
         with self._staging("reserve"):
+            self._check_open()
             self._reserve(state)
 
     def _reserve(self, state: Any) -> None:
@@ -250,12 +253,14 @@ class Checkpointer:
             self._finalizer.detach()
             self._lock.clear()  # the parent's lock: closing the child's copy of the fd would not release it
             return
-        try:
-            self._drain()
-        finally:
-            self._finalizer()
-            if self._arena is not None:
-                self._arena.release()
+        with self._staging("close"):  # a save staging in another thread finishes first
+            self._closed = True
+            try:
+                self._drain()
+            finally:
+                self._finalizer()
+                if self._arena is not None:
+                    self._arena.release()
 
     def __enter__(self) -> Checkpointer:
         return self
@@ -302,6 +307,11 @@ class Checkpointer:
                 yield
         finally:
             self._inside.discard(me)
+
+    def _check_open(self) -> None:
+        if self._closed:  # before: RuntimeError "cannot schedule new futures after shutdown"
+            raise ConfigError("this Checkpointer is closed", path=str(self.directory),
+                              fix="make a new Checkpointer to save again (load() still works)")
 
     def _check_process(self) -> None:
         if os.getpid() != self._pid:  # before: save() and wait() in a forked child waited forever
