@@ -96,9 +96,7 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
         raise ArgumentError(f"step must be an int or None, got {type(step).__name__} {step!r}", field="step",
                             fix="pass a step from Checkpointer.steps(), or None for the latest")
     if step is not None:
-        step = int(step)  # a numpy integer names the same file
-    if step is not None:
-        header, buf = _read(d, step, verify)
+        header, buf = _read(d, int(step), verify)  # a numpy integer names the same file
     else:
         for attempt in range(LATEST_RETRIES + 1):
             steps = committed_steps(d)
