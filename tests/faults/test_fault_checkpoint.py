@@ -5,7 +5,7 @@ names its place (``tensor=`` or ``path=``); nothing else may escape (no
 ``RecursionError``, ``StopIteration``, ``OSError``, ``RuntimeError``), nothing
 may hang, and a hostile header never hands back a tensor other than the one
 saved. The header fuzz runs 300 seeded mutations by default and 20000 marked
-``slow``. Kill -9 during saves and a full disk are in
+``slow``; the state fuzz 150 random states by default and 5000 marked ``slow``. Kill -9 during saves and a full disk are in
 ``tests/checkpoint/test_faults.py``.
 """
 
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape \
-            and bool((a.reshape(-1) == b.reshape(-1)).all()) if a.numel() else isinstance(b, torch.Tensor)
+            and (a.numel() == 0 or bool((a.reshape(-1) == b.reshape(-1)).all()))
     if isinstance(a, np.ndarray):
         return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
     if isinstance(a, dict):
@@ -705,3 +705,70 @@ def test_a_closed_checkpointer_refuses_saves_and_close_waits_for_one_staging(tmp
         ck.reserve({"x": torch.ones(2)})
     for step in ck.steps():
         assert bool((load(tmp_path, step)["x"] == step).all())
+
+
+# -- random states: a round trip, or a ConfigError naming a path that is in the state ----------
+
+def _random_leaf(rng: random.Random) -> Any:
+    kind = rng.randrange(14)
+    shape = tuple(rng.choice([0, 1, 2, 3, 5, 4097]) for _ in range(rng.randrange(3)))
+    if kind == 0:
+        return torch.randn(shape).to(rng.choice([torch.float32, torch.bfloat16, torch.float16, torch.float64]))
+    if kind == 1:
+        return torch.randint(0, 100, shape).to(rng.choice([torch.int8, torch.int64, torch.uint8, torch.bool]))
+    if kind == 2:
+        return torch.randn((*shape, 3))[..., ::2]  # not contiguous
+    if kind == 3:
+        return np.random.default_rng(rng.randrange(99)).standard_normal(shape).astype(rng.choice(["<f4", ">f8", "<c8"]))
+    if kind == 4:
+        return rng.choice([np.float64("nan"), np.float32(-0.0), np.int8(-5), np.uint64(2**63), np.bool_(False),
+                           np.str_("s"), np.bytes_(b"b"), np.complex64(1j)])  # np.complex64: refused
+    if kind == 5:
+        return rng.choice([None, True, -(2**70), 1.5, float("inf"), "ключ", b"\x00", ""])
+    if kind == 6:
+        return rng.choice([{1, 2}, 1j, _Custom(), np.array([None]), torch.eye(2).to_sparse()])  # refused
+    return rng.choice([[], (), {}, [1, (2, 3)]])
+
+
+def _random_state(rng: random.Random, depth: int = 0) -> Any:
+    if depth > 3 or rng.random() < 0.3:
+        return _random_leaf(rng)
+    if rng.random() < 0.5:
+        keys = [rng.choice(["a", "b/c", "__x", "", "ключ"]) for _ in range(rng.randrange(4))]
+        keys += [rng.choice([0, 7, -1, None, (1, "t"), 2.5, np.int64(3)]) for _ in range(rng.randrange(2))]
+        return {k: _random_state(rng, depth + 1) for k in keys}
+    items = [_random_state(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return tuple(items) if rng.random() < 0.3 else items
+
+
+def _state_fuzz(tmp_path: Path, cases: int, seed: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    outcomes = {"round trip": 0, "refused": 0}
+    with Checkpointer(tmp_path, io="buffered", keep=1) as ck:
+        for step in range(cases):
+            state = _random_state(rng)
+            try:
+                ck.save(step, state)
+            except ConfigError as e:
+                assert e.tensor is not None, e  # names a place
+                outcomes["refused"] += 1
+                continue
+            got = ck.load()
+            assert _same(state, got), (step, state, got)
+            outcomes["round trip"] += 1
+    return outcomes
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.timeout(120)
+def test_random_states_round_trip_or_are_refused(tmp_path: Path) -> None:
+    outcomes = _state_fuzz(tmp_path, 150, seed=0)
+    assert outcomes["round trip"] > 50 and outcomes["refused"] > 10, outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.timeout(1800)
+def test_random_states_large(tmp_path: Path) -> None:
+    outcomes = _state_fuzz(tmp_path, 5000, seed=1)
+    assert sum(outcomes.values()) == 5000
