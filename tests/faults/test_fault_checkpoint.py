@@ -5,8 +5,10 @@ names its place (``tensor=`` or ``path=``); nothing else may escape (no
 ``RecursionError``, ``StopIteration``, ``OSError``, ``RuntimeError``), nothing
 may hang, and a hostile header never hands back a tensor other than the one
 saved. The header fuzz runs 300 seeded mutations by default and 20000 marked
-``slow``; the state fuzz 150 random states by default and 5000 marked ``slow``. Kill -9 during saves and a full disk are in
-``tests/checkpoint/test_faults.py``.
+``slow``; the state fuzz 150 random states by default and 5000 ``slow``. Also
+here: one folder shared by two checkpointers, threads, a signal handler, a fork
+and a reader beside a rotating writer; a real full tmpfs. Kill -9 during saves
+and RLIMIT_FSIZE are in ``tests/checkpoint/test_faults.py``.
 """
 
 from __future__ import annotations
