@@ -63,8 +63,11 @@ def deferring_signals(fn: Callable[[], Any]) -> None:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
         if got:
-            threading.Thread(target=_redeliver, args=(threading.main_thread().ident, list(dict.fromkeys(got))),
-                             name="feedline-redeliver-signals", daemon=True).start()
+            try:
+                threading.Thread(target=_redeliver, args=(threading.main_thread().ident, list(dict.fromkeys(got))),
+                                 name="feedline-redeliver-signals", daemon=True).start()
+            except RuntimeError:  # the interpreter is exiting (an atexit finalizer): it ends anyway
+                pass
 
 
 def _redeliver(main: int, signals: list[int]) -> None:
