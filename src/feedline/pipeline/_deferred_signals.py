@@ -45,10 +45,12 @@ def deferring_signals(fn: Callable[[], Any]) -> None:
         fn()
         return
     got: list[int] = []
+    running = [False]  # _Stop only ends fn: raised while the handlers are restored, it would lose the signal
 
     def stand_in(signum: int, _frame: Any) -> None:
         got.append(signum)
-        if len(got) == 1:
+        if running[0]:
+            running[0] = False  # once
             raise _Stop
 
     saved: dict[int, Any] = {}
@@ -56,7 +58,11 @@ def deferring_signals(fn: Callable[[], Any]) -> None:
         for sig in DEFERRED:
             if callable(signal.getsignal(sig)):
                 saved[sig] = signal.signal(sig, stand_in)
-        fn()
+        running[0] = True
+        try:
+            fn()
+        finally:
+            running[0] = False
     except _Stop:
         pass  # the clean-up stops where it was, as it did for the signal itself; the signal follows
     finally:
