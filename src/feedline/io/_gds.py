@@ -1,6 +1,6 @@
 """GPUDirect Storage through KvikIO: file bytes straight into device memory.
 
-Optional: ``pip install 'feedline[gds]'`` (kvikio). Nothing here is imported
+Optional: ``pip install 'feedline[gds]'`` (kvikio, CUDA 12) or ``'feedline[gds-cu13]'``. Nothing here is imported
 until a ``gds`` reader is made or :func:`gds_status` is asked. Device buffers
 are ``torch.uint8`` CUDA tensors (KvikIO takes any ``__cuda_array_interface__``
 object); they come from torch's caching allocator, which already recycles
@@ -16,7 +16,8 @@ from typing import Any
 from feedline.errors import AlignmentError, DeviceError, ReadError
 from feedline.io._buffers import PAGE
 
-_KVIKIO_FIX = "pip install 'feedline[gds]' (kvikio) on a machine with CUDA"
+_KVIKIO_FIX = ("pip install 'feedline[gds]' (kvikio for CUDA 12) or 'feedline[gds-cu13]' (CUDA 13) "
+               "on a machine with CUDA")
 
 
 def _import_kvikio() -> Any:
