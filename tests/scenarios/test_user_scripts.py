@@ -47,6 +47,8 @@ class Truth:
     """The script's own exit status."""
     script: str = ""
     """The script's file name without ``.py`` when it is not the case's name."""
+    launcher: tuple[str, ...] = ()
+    """Interpreter arguments before the script (``-m torch.distributed.run ...``)."""
 
 
 DATA = (0.3, 1.0)
@@ -138,6 +140,49 @@ TRUTH = {
     # a DataLoader subclass whose __iter__ generator keeps one batch ahead (accelerate)
     "w_accelerate_shard": Truth("data-bound", "decode", DATA,
                                 "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # -- round 4 (x_*.py)
+    # torchrun: python -m torch.distributed.run --standalone --nproc-per-node 2, gloo + DDP
+    "x_torchrun": Truth("data-bound", "read", DATA, "rank 0/2 steps 20\n",
+                        launcher=("-m", "torch.distributed.run", "--standalone",
+                                  "--nproc-per-node", "2")),
+    # urllib GETs from an HTTP server on 127.0.0.1, 6 workers on 2 cores (I/O)
+    "x_http_workers": Truth("data-bound", "read", DATA, "samples 640\n"),
+    # torch.autocast("cpu", bfloat16) steps, clipping; an in-memory TensorDataset
+    "x_autocast_cpu": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 15 steps, bf16 True\n" for e in range(3))),
+    # torch.profiler.profile(schedule=...) around the loop, prof.step() per batch
+    "x_profiler": Truth("data-bound", "read", DATA, "steps 30 trace True\n"),
+    # default_collate of dicts holding strings, lists and a nested dict; CPU parsing
+    "x_dict_strings": Truth("data-bound", "decode", DATA, "".join(
+        f"epoch {e}: 12 batches, first id rec-00088\n" for e in range(2))),
+    # except KeyboardInterrupt: save and return; SIGINT after 25 steps, 2 workers
+    "x_keyboard_interrupt": Truth("data-bound", "read", DATA,
+                                  "interrupted at step 25, saved True\n"),
+    # sys.exit(3) inside the loop of the second epoch, persistent workers alive
+    "x_exit_mid_epoch": Truth("data-bound", "read", DATA,
+                              "epoch 0: 16 batches\nearly stop: epoch 1 batch 8 total 25\n",
+                              code=3),
+    # ThreadPoolExecutor(1).submit(next, it, None): the loader advanced on a pool thread
+    "x_threadpool_prefetch": Truth("data-bound", "read", DATA,
+                                   "epoch 0: 15 batches\nepoch 1: 15 batches\n"),
+    # asyncio: run_in_executor(None, next, it) on varying threads, awaited 25 ms step
+    "x_asyncio": Truth("compute-bound", "gpu", COMPUTE, "steps 40\n"),
+    # a two-stage curriculum: a second training loader from epoch 2
+    "x_curriculum": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e} stage {e // 2}: 10 batches\n" for e in range(4))),
+    # feedline.Loader, 4 thread workers, numpy + PIL in __getitem__ holding the GIL
+    "x_feedline_threads_gil": Truth("data-bound", "decode", DATA, "steps 40\n"),
+    # the script re-runs itself with subprocess.run: the trainer is a fresh interpreter
+    "x_subprocess_launcher": Truth("data-bound", "decode", DATA,
+                                   "child steps 24\nlauncher: child exit 0\n"),
+    # inference only: inference_mode, multiprocessing_context="spawn", 2 workers
+    "x_spawn_inference": Truth("data-bound", "decode", DATA, "predictions 320\n"),
+    # no DataLoader: a multiprocessing.Process producer and an mp.Queue
+    "x_mp_queue_producer": Truth("unknown", "unknown", (0.0, 0.0),
+                                 "steps 30 producer exit 0\n"),
+    # apex's data_prefetcher class: next() hands out a batch and preloads the next
+    "x_apex_prefetcher": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 12 iterations\n" for e in range(3))),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch")
 """The default suite's share (30-40 s on two busy cores, as long as the three u_ ones alone:
@@ -151,7 +196,7 @@ def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
     truth = TRUTH[name]
     json_path = out / f"{name.replace(':', '-')}.json"
     cmd = [sys.executable, "-m", "feedline", "diagnose", "--json", str(json_path), "--",
-           sys.executable, f"{truth.script or name}.py", *truth.args]
+           sys.executable, *truth.launcher, f"{truth.script or name}.py", *truth.args]
     # the scripts run from their own folder, as a user runs one: feedline is found by
     # absolute path, whatever relative PYTHONPATH the suite runs with
     src = str(Path(feedline.__file__).resolve().parents[1])
