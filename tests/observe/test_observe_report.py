@@ -216,3 +216,48 @@ def test_a_loader_rebuilt_each_epoch_restarts_its_workers_even_if_persistent() -
                                     pass_first=[5, 10, 15]))
     (f,) = [f for f in rep.findings if f.code == "epoch-restarts"]
     assert "built again 3 time(s)" in f.message and "before the epoch loop" in f.fix
+
+
+def loader_reads(n: int, wall: float, cpu: float, threads: int, host: dict,
+                 body: float = 0.030, body_runq: float = 0.0) -> Measurements:
+    """A feedline.Loader with ``threads`` thread workers whose read stage (the dataset's
+    ``__getitem__``) takes ``wall`` per batch, ``cpu`` of it on the CPU; a 2-core host."""
+    spans = [Span("read", i * 0.010, i * 0.010 + wall, 1, 2, {"cpu": cpu, "batch": i})
+             for i in range(n)]
+    return Measurements(
+        name="r", device_type="cpu", wait=[0.002] * n, body=[body] * n, gpu=[body] * n,
+        spans=spans, cores=2, host=host, body_runq=[body_runq] * n,
+        loader={"num_workers": threads, "worker_type": "thread", "feedline": True,
+                "batch_size": 8})
+
+
+def test_cpu_in_the_loaders_item_code_is_decode_and_blocked_time_read() -> None:
+    # the same split as a DataLoader fetch: CPU seconds are decode, the rest read
+    cpu = build_report(loader_reads(30, 0.040, 0.036, 1, {}, body=0.005))
+    assert cpu.verdict == "data-bound" and cpu.binding == "decode"
+    assert cpu.analysis["per_batch"]["decode"] == pytest.approx(0.036)
+    io = build_report(loader_reads(30, 0.040, 0.001, 1, {}, body=0.005))
+    assert io.verdict == "data-bound" and io.binding == "read"
+
+
+def test_gil_bound_item_code_binds_on_decode_with_its_cpu_as_stall() -> None:
+    # 4 threads take turns under the GIL: each batch's read is 160 ms of wall for 40 ms of
+    # CPU (the rest waiting for the GIL); the training thread's 45 ms step hides the stall
+    rep = build_report(loader_reads(30, 0.160, 0.040, 4, {"gil_wait_ms": 4.0}, body=0.045))
+    assert rep.verdict == "data-bound" and rep.binding == "decode" and "GIL" in rep.reason
+    assert rep.stall_fraction == pytest.approx(0.040 / 0.047, abs=0.01)
+    assert 'worker_type="process"' in rep.recommendation
+
+
+def test_thread_workers_crowding_the_training_thread_off_its_cores() -> None:
+    # no GIL wait measured (numpy drops it often), but the thread workers keep the cores
+    # busy: the training thread waits half its step for a core
+    host = {"gil_wait_ms": 1.0}
+    rep = build_report(loader_reads(30, 0.120, 0.040, 4, host, body=0.030, body_runq=0.015))
+    assert rep.verdict == "data-bound" and rep.binding == "decode"
+    assert "waited 50% of its step for a core" in rep.reason
+    assert rep.stall_fraction == pytest.approx(0.040 / 2 / 0.032, abs=0.01)
+    assert "take the training thread's cores" in rep.recommendation
+    # without the step contention the thread workers crowd nothing: no data time hidden
+    calm = build_report(loader_reads(30, 0.120, 0.040, 4, host, body=0.030))
+    assert calm.verdict == "balanced" and calm.stall_fraction < 0.1

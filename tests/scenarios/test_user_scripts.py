@@ -182,7 +182,7 @@ TRUTH = {
                                  "steps 30 producer exit 0\n"),
     # apex's data_prefetcher class: next() hands out a batch and preloads the next
     "x_apex_prefetcher": Truth("compute-bound", "gpu", COMPUTE, "".join(
-        f"epoch {e}: 12 iterations\n" for e in range(3))),
+        f"epoch {e}: 20 iterations\n" for e in range(3))),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch")
 """The default suite's share (30-40 s on two busy cores, as long as the three u_ ones alone:

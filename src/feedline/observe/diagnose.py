@@ -187,6 +187,19 @@ def _who(rep: Report) -> str:
     return f"process {proc.get('pid')}" + (f" (rank {rank})" if rank is not None else "")
 
 
+def _slowest_rank(pick: Report, kids: list[Report]) -> Report | None:
+    """The rank whose data path paces the job, when it is not ``pick``: ranks of one
+    job (each with a rank) meet in collectives every step, so a rank that waits for
+    data makes the others wait inside their steps (an all-reduce), where their own
+    reports see compute. The most data-stalled data-bound rank, if ``pick`` is not
+    data-bound; else None."""
+    ranks = [k for k in kids if k.host["process"].get("rank") is not None]
+    if pick.verdict == "data-bound" or pick not in ranks or len(ranks) < 2:
+        return None
+    bound = [k for k in ranks if k.verdict == "data-bound"]
+    return max(bound, key=lambda r: r.stall_fraction) if bound else None
+
+
 def _read_report(tmp: Path, result: Path, partial: Path) -> Report | None:
     """The command's own report, or, when its own process measured no training step and
     processes it started did (ranks of ``torch.multiprocessing.spawn``, torchrun workers,
@@ -203,9 +216,16 @@ def _read_report(tmp: Path, result: Path, partial: Path) -> Report | None:
         return main
     pick = min(kids, key=lambda r: (r.host["process"].get("rank") not in (0, None),
                                     r.host["process"].get("rank") is None, -r.steps))
+    slowest = _slowest_rank(pick, kids)
+    paced = slowest is not None
+    pick = slowest or pick
     rest = [k for k in kids if k is not pick]
     note = (f"the command's own process iterated no loader: this report measured {_who(pick)}, "
             f"one of {len(kids)} process(es) it started that trained")
+    if paced:
+        note += (", because it is the one waiting for data: ranks of one job step together "
+                 "(collectives), so the others wait for it inside their steps and the job "
+                 "runs at its pace")
     if rest:
         note += "; the others: " + ", ".join(
             f"{_who(k)} {k.verdict} ({k.stall_fraction:.0%} stall, binding {k.binding})"

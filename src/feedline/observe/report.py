@@ -33,6 +33,7 @@ from typing import Any
 from feedline.model.analytic import analyze
 from feedline.observe._stats import EMPTY_STATS, Span, StageStats, summarize
 from feedline.observe.findings import (
+    STEP_CONTENTION,
     Finding,
     RunFacts,
     detect,
@@ -208,6 +209,12 @@ class PerBatch:
     """CPU seconds of the decode/transform stages per second of the run."""
     gil_wait: float = 0.0
     """Mean wait for the GIL of a probe thread waking from sleep (see ``_host.gil_wait``)."""
+    threads: int = 0
+    """Thread workers in the training process (feedline.Loader ``worker_type="thread"``)."""
+    data_cpu: float = 0.0
+    """CPU seconds of the data path's stages per batch (their threads' own CPU time)."""
+    crowded: bool = False
+    """Thread workers take the cores the training thread needs (set by the report)."""
     fetch_p99: float = 0.0
     """p99 of the time one batch takes to prepare (fetch + collate, or the Loader's stages)."""
     gpu_p50: float = 0.0
@@ -256,17 +263,30 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
         cpu["decode"] += c
         read += s.duration - c
     threads = m.loader.get("worker_type") == "thread" and int(m.loader.get("num_workers") or 0) >= 1
+    pb.threads = int(m.loader.get("num_workers") or 0) if threads else 0
     stage_cpu = sum(float(s.attrs.get("cpu", s.duration)) for k in ("decode", "transform")
                     for s in by.get(k, []))
+    # The Loader's read stage (the dataset's item code) carries its CPU time too: Python
+    # parsing or numpy work in ``__getitem__`` is CPU (decode), as a DataLoader fetch's is.
+    timed_reads = [s for s in by.get("read", []) if "cpu" in s.attrs]
+    read_cpu = sum(float(s.attrs["cpu"]) for s in timed_reads)
     span_s = _span_of(window)
     # Thread workers running Python hold the GIL in turn: their CPU adds up to about
     # one core, and the rest of each stage is waiting for the GIL, not for I/O.
-    pb.gil_share = stage_cpu / span_s if span_s > 0 else 0.0
+    pb.gil_share = (stage_cpu + read_cpu) / span_s if span_s > 0 else 0.0
     pb.gil_wait = float(m.host.get("gil_wait_ms") or 0.0) / 1e3
     pb.gil_bound = threads and pb.gil_wait >= GIL_BOUND_WAIT
     # Stages that carry only their CPU time (the Loader's) get the loader threads' measured
     # run-queue delay per CPU second: on a busy host a CPU-bound stage also waits for a core.
     queued = float(m.host.get("loader_runq_per_cpu") or 0.0)
+    # Under the GIL a read that keeps half a core busy is Python work: its time waiting
+    # is for the GIL, not for I/O (a blocked read holds no CPU and keeps its time).
+    cpu_reads = pb.gil_bound and span_s > 0 and read_cpu / span_s >= 0.5
+    for s in timed_reads:
+        c = min(s.duration, float(s.attrs["cpu"]) * (1.0 + queued))
+        c = s.duration if cpu_reads else c
+        cpu["decode"] += c
+        read -= c
     for k in ("decode", "transform"):  # feedline.Loader stages carry their CPU time
         for s in by.get(k, []):
             cpu_s = float(s.attrs.get("cpu", s.duration))
@@ -279,6 +299,8 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
          or len(by.get("read", [])) or max(steps, 1))
     pb.measured = bool(fetches or any(by.get(k) for k in DATA_STAGES))
     pb.read, pb.decode = read / n, cpu["decode"] / n
+    pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0)) for s in fetches)
+                   + cpu["collate"]) / n
     pb.transform, pb.collate = cpu["transform"] / n, cpu["collate"] / n
     after = [s.duration for k in AFTER_STAGES for s in by.get(k, [])]
     pb.after = sum(after) / len(after) if after else 0.0
@@ -391,11 +413,12 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return (f"{loader_call(cfg, workers, cuda)}: {share:.0%} of the wait for data is the "
                 "first batch of each epoch, while its worker processes start again"), (
             step / max(step - per_step, 1e-9))
-    if pb.gil_bound and binding in ("decode", "transform", "collate"):
+    if (pb.gil_bound or pb.crowded) and binding in ("decode", "transform", "collate"):
         w = min(max(workers, 1), cores)
-        return (f"thread workers run Python {binding} one at a time under the GIL: use "
-                f"processes, Loader(..., worker_type=\"process\", workers={w})"), gain(
-            data_time_with(pb, w, cores))
+        why = ("run Python {} one at a time under the GIL" if pb.gil_bound else
+               "take the training thread's cores for {}").format(binding)
+        return (f"thread workers {why}: use processes, Loader(..., worker_type=\"process\", "
+                f"workers={w})"), gain(data_time_with(pb, w, cores))
     if "num_workers" in cfg and w_rec > workers and binding in DATA_STAGES:
         if binding == "read":
             why = (f"{pb.blocked_fraction:.0%} of each fetch is blocked time (I/O, sleep, locks), "
@@ -446,7 +469,7 @@ def _binding(verdict: str, pb: PerBatch, data_time: float) -> str:
     if verdict != "compute-bound" and pb.after > 0 and pb.after >= max(
             data_time - pb.after, pb.h2d) and not (verdict == "balanced" and pb.gpu >= data_time):
         return "device_decode"
-    if pb.gil_bound:
+    if pb.gil_bound or pb.crowded:
         cpu = {k: cands[k] for k in ("decode", "transform", "collate")}
         return max(cpu, key=lambda n: cpu[n])
     if verdict == "compute-bound":
@@ -520,13 +543,31 @@ def build_report(m: Measurements) -> Report:
         fix = "measure more steps (--steps 20 or more), or a longer run"
     else:
         verdict = _verdict(stall, max(data_time, pb.h2d), pb.gpu, m.ab)
-    if pb.gil_bound and verdict != "unknown":
-        # The workers' Python holds the GIL most of the time: the training thread waits
-        # for it inside its own step, so the data path costs more than the wait shows.
+    queued_body = m.body_runq[k:len(m.body)]
+    step_contention = (sum(queued_body) / max(sum(body[:len(queued_body)]), 1e-12)
+                       if queued_body else 0.0)
+    # Thread workers that keep a core busy and leave the training thread queued for one
+    # inside its step: the step is slower by the data path's work, whatever the wait says.
+    pb.crowded = (pb.threads > 0 and not pb.gil_bound and step_contention >= STEP_CONTENTION
+                  and pb.gil_share >= 0.5)
+    if (pb.gil_bound or pb.crowded) and verdict != "unknown":
+        # The workers' Python holds the GIL (or the cores) most of the time: the training
+        # thread waits for it inside its own step, so the data path costs more than the
+        # wait shows: at least its CPU per batch, one thread at a time under the GIL (or
+        # spread over the cores), of each step.
         verdict = "data-bound"
-        reason = (f"thread workers running Python hold the GIL (a thread waking up waits "
-                  f"{pb.gil_wait * 1e3:.1f} ms for it): the training thread waits for it inside "
-                  "its step too, so part of the step is data time")
+        width = 1 if pb.gil_bound else max(1, min(pb.threads, m.cores))
+        if step.mean > 0:
+            stall = max(stall, min(1.0, pb.data_cpu / width / step.mean))
+        if pb.gil_bound:
+            reason = (f"thread workers running Python hold the GIL (a thread waking up waits "
+                      f"{pb.gil_wait * 1e3:.1f} ms for it): the training thread waits for it "
+                      "inside its step too, so part of the step is data time")
+        else:
+            reason = (f"the {pb.threads} thread workers in the training process keep "
+                      f"{pb.gil_share:.1f} cores busy with {pb.data_cpu * 1e3:.0f} ms of CPU per "
+                      f"batch, and the training thread waited {step_contention:.0%} of its step "
+                      "for a core: part of the step is data time")
         fix = "use process workers (the recommendation says how)"
     binding = _binding(verdict, pb, data_time)
     if binding == "unknown" and not reason:
@@ -589,9 +630,7 @@ def build_report(m: Measurements) -> Report:
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0
-    queued_body = m.body_runq[k:len(m.body)]
-    facts.step_contention = (sum(queued_body) / max(sum(body[:len(queued_body)]), 1e-12)
-                             if queued_body else 0.0)
+    facts.step_contention = step_contention
     findings = detect(facts)
     starts = m.step_starts[k:]
     return Report(

@@ -155,10 +155,10 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
     pending, refill = list(job.indices), list(job.refill)
     attrs = {"batch": job.batch_id, "worker": worker}
     while pending:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         items = ctx.source.fetch(pending)
-        if record is not None:
-            record("read", t0, time.perf_counter(), attrs)
+        if record is not None:  # with its CPU seconds: item code may compute, not only read
+            record("read", t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
         live, failed = _run_stages(stages, items, record, attrs, into or {}, len(out.samples))
         if failed and ctx.on_error == "raise":
             order = {id(it): k for k, it in enumerate(items)}

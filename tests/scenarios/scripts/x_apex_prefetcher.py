@@ -1,8 +1,9 @@
 """The NVIDIA apex ImageNet example's ``data_prefetcher``: a class that holds the
 DataLoader iterator, loads the next batch in ``preload()`` (on a side CUDA stream when
 there is a GPU; here plain) and hands it out from ``next()``; the loop is
-``while input is not None``. DataLoader(num_workers=2), samples cost 0.2 ms of CPU
-(batch 8: under 2 ms, 1 ms with two workers) against a 25 ms step; 3 epochs of 12.
+``while input is not None``. DataLoader(num_workers=2, persistent_workers=True: the
+workers start once, not at each epoch's ``iter``), samples cost 0.2 ms of CPU (batch 8:
+under 2 ms, 1 ms with two workers) against a 25 ms step; 3 epochs of 20.
 
 Truth: compute-bound, almost no waiting on data.
 """
@@ -15,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 class Cheap(Dataset):
     def __len__(self):
-        return 96
+        return 160
 
     def __getitem__(self, i):
         end = time.thread_time() + 0.0002
@@ -25,7 +26,7 @@ class Cheap(Dataset):
         return x, i % 2
 
 
-class data_prefetcher:  # noqa: N801 - the name apex uses
+class data_prefetcher:
     def __init__(self, loader):
         self.loader = iter(loader)
         self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None
@@ -46,7 +47,7 @@ class data_prefetcher:  # noqa: N801 - the name apex uses
 
 
 if __name__ == "__main__":
-    loader = DataLoader(Cheap(), batch_size=8, num_workers=2)
+    loader = DataLoader(Cheap(), batch_size=8, num_workers=2, persistent_workers=True)
     model = torch.nn.Linear(8, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for epoch in range(3):

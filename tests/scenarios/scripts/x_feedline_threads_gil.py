@@ -1,7 +1,7 @@
 """feedline.Loader with 4 thread workers over a dataset whose ``__getitem__`` builds a
-PIL image, resizes it and then runs a numpy post-processing loop in Python (3 ms of CPU
-per sample that holds the GIL: the threads take turns). Batch 8 (24 ms of CPU per batch
-whatever the thread count) against a 4 ms step; 40 steps.
+PIL image, resizes it and then runs a numpy post-processing loop in Python (5 ms of CPU
+per sample, mostly Python holding the GIL: the threads take turns). Batch 8 (40 ms of CPU
+per batch; at best 20 ms on two cores, with no GIL) against a 4 ms step; 40 steps.
 
 Truth: data-bound on decode (CPU in the dataset), GIL-bound: processes would help,
 more threads would not.
@@ -23,7 +23,7 @@ class Tiles:
     def __getitem__(self, i):
         img = Image.fromarray(np.full((32, 32, 3), i % 255, dtype=np.uint8)).resize((16, 16))
         a = np.asarray(img, dtype=np.float32)
-        end = time.thread_time() + 0.003
+        end = time.thread_time() + 0.005
         while time.thread_time() < end:  # small numpy ops from Python: the GIL is held
             a = np.clip(a * 1.0001 - 0.01, 0, 255)
         return {"x": a.mean(axis=(0, 1)), "y": np.int64(i % 4)}

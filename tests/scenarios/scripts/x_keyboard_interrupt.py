@@ -39,6 +39,9 @@ def train(loader, model, opt, state):
 
 
 if __name__ == "__main__":
+    # Ctrl-C raises KeyboardInterrupt even when started in the background of a
+    # non-interactive shell (which leaves SIGINT ignored, and Python then keeps it so)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     loader = DataLoader(Remote(), batch_size=8, num_workers=2)
     model = torch.nn.Linear(10, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
