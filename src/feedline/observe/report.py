@@ -295,8 +295,12 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
             cpu[k] += s.duration if pb.gil_bound else c
             read += 0.0 if pb.gil_bound else s.duration - c
     cpu["collate"] = sum(s.duration for s in by.get("collate", []))
-    n = (len(fetches) or len(by.get("collate", [])) or len(by.get("decode", []))
-         or len(by.get("read", [])) or max(steps, 1))
+    # Batches, not spans: a Loader batch can carry two collate spans (a per-sample collate
+    # stage and the fill of the batch slot); its spans carry the pass and the batch id.
+    batches = {(s.pid, s.attrs.get("run"), s.attrs["batch"]) for k in DATA_STAGES
+               for s in by.get(k, []) if "batch" in s.attrs}
+    n = (len(fetches) or len(batches) or len(by.get("collate", []))
+         or len(by.get("decode", [])) or len(by.get("read", [])) or max(steps, 1))
     pb.measured = bool(fetches or any(by.get(k) for k in DATA_STAGES))
     pb.read, pb.decode = read / n, cpu["decode"] / n
     pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0)) for s in fetches)
@@ -333,7 +337,7 @@ def _fetch_p99(by: dict[str, list[Span]]) -> float:
         per: dict[Any, float] = {}
         for k in ("read", "decode", "transform", "collate"):
             for s in by.get(k, []):
-                key = (s.attrs.get("batch"), s.pid)
+                key = (s.attrs.get("batch"), s.attrs.get("run"), s.pid)
                 per[key] = per.get(key, 0.0) + s.duration
         times = list(per.values())
     return summarize(times).p99 if times else 0.0

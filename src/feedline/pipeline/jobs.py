@@ -153,7 +153,7 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
     want = len(job.indices)
     out = Prepared([], [])
     pending, refill = list(job.indices), list(job.refill)
-    attrs = {"batch": job.batch_id, "worker": worker}
+    attrs = {"batch": job.batch_id, "run": job.run, "worker": worker}
     while pending:
         t0, c0 = time.perf_counter(), time.thread_time()
         items = ctx.source.fetch(pending)

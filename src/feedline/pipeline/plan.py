@@ -187,7 +187,7 @@ def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | 
     """
     layout = plan.layout
     assert layout is not None
-    attrs = {"batch": job.batch_id, "worker": worker}
+    attrs = {"batch": job.batch_id, "run": job.run, "worker": worker}
     sample_layout: collate.Layout | None
     if not plan.sampled:
         done = _read_rows(ctx, plan, job, record, attrs, arrays)
@@ -257,5 +257,5 @@ def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batc
             return layout, fill(ctx, make_plan(ctx, layout), job, worker, record, arrays)
     ragged = collate.fill(layout, arrays, prep.samples)
     if record is not None:
-        record("collate", t0, time.perf_counter(), {"batch": job.batch_id, "worker": worker})
+        record("collate", t0, time.perf_counter(), {"batch": job.batch_id, "run": job.run, "worker": worker})
     return layout, Filled(prep.keys, ragged, prep.skipped)
