@@ -558,9 +558,9 @@ def build_report(m: Measurements) -> Report:
         # The workers' Python holds the GIL (or the cores) most of the time: the training
         # thread waits for it inside its own step, so the data path costs more than the
         # wait shows: at least its CPU per batch, one thread at a time under the GIL (or
-        # spread over the cores), of each step.
+        # spread over the cores the threads were seen to keep busy), of each step.
         verdict = "data-bound"
-        width = 1 if pb.gil_bound else max(1, min(pb.threads, m.cores))
+        width = 1.0 if pb.gil_bound else max(1.0, min(pb.gil_share, pb.threads, m.cores))
         if step.mean > 0:
             stall = max(stall, min(1.0, pb.data_cpu / width / step.mean))
         if pb.gil_bound:
