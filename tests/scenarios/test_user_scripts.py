@@ -9,7 +9,11 @@ at most a tenth. For each: the verdict, binding stage and stall are right, and t
 is the user's run: the same output (epochs, steps, batches per epoch) and exit status
 as without diagnose, no ``--steps`` given. Round 3 (``w_*.py``) adds the ways trainers,
 launchers and hurried researchers write loops (a Lightning-like or HF-like trainer class,
-spawned ranks, a loader rebuilt every epoch, a RAM cache, a lying ``__len__``...). The default suite runs a few of them;
+spawned ranks, a loader rebuilt every epoch, a RAM cache, a lying ``__len__``...). Round 4
+(``x_*.py``) adds launchers and consumers none of those use (torchrun, a subprocess
+launcher, thread-pool and asyncio consumers, the profiler, Ctrl-C, ``sys.exit`` and
+``os._exit`` mid-run, a curriculum of loaders, GIL-bound item code in thread workers...).
+The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
 
@@ -183,12 +187,25 @@ TRUTH = {
     # apex's data_prefetcher class: next() hands out a batch and preloads the next
     "x_apex_prefetcher": Truth("compute-bound", "gpu", COMPUTE, "".join(
         f"epoch {e}: 20 iterations\n" for e in range(3))),
+    # an uncaught Ctrl-C after 20 steps: KeyboardInterrupt, then death by SIGINT (130)
+    "x_ctrl_c_uncaught": Truth("data-bound", "read", DATA, "steps 20\n", code=130),
+    # os._exit(0) after training: no atexit, no finalizers
+    "x_os_exit": Truth("data-bound", "read", DATA, "steps 24\n"),
+    # 1.5 s of pure-Python preprocessing before any loader, then an in-memory loader
+    "x_preprocess_then_train": Truth("compute-bound", "gpu", COMPUTE,
+                                     "epoch 0: 20 steps\nepoch 1: 20 steps\n"),
+    # DataLoader(in_order=False): batches out of order, every 4th sample slow
+    "x_in_order_false": Truth("data-bound", "read", DATA, "steps 60 all samples True\n"),
+    # itertools.chain(clean, noisy) each epoch: an in-memory loader, then a slow one
+    "x_chain_loaders": Truth("data-bound", "read", DATA,
+                             "epoch 0: 20 steps\nepoch 1: 20 steps\n"),
 }
-FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch")
-"""The default suite's share (30-40 s on two busy cores, as long as the three u_ ones alone:
-the two w_ ones run beside u_next_iter): one of each fix (start-up binding, run-queue
-wait of process workers, zipped loaders, ranks in processes the command starts, a loader
-rebuilt every epoch)."""
+FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
+        "x_torchrun", "x_feedline_threads_gil")
+"""The default suite's share (40-50 s on two busy cores): one of each fix (start-up
+binding, run-queue wait of process workers, zipped loaders, ranks in processes the
+command starts, a loader rebuilt every epoch, torchrun's ranks judged by the one waiting
+for data, thread workers whose Python holds the GIL or the cores)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
@@ -281,6 +298,18 @@ def test_a_loader_rebuilt_every_epoch_is_one_training_loader(fast_runs: dict) ->
     assert data["loader"]["instances"] == 5 and data["loaders"] == [] and data["steps"] == 39
     (f,) = [f for f in data["findings"] if f["code"] == "epoch-restarts"] or [None]
     assert f is None or "before the epoch loop" in f["fix"]
+
+
+@pytest.mark.timeout(400)
+def test_torchrun_ranks_and_gil_bound_item_code(fast_runs: dict) -> None:
+    ranks = fast_runs["x_torchrun"][1]
+    assert ranks["host"]["process"]["rank"] in (0, 1) and ranks["steps"] == 19
+    assert any("process(es) it started that trained" in n for n in ranks["host"]["notes"])
+    gil = fast_runs["x_feedline_threads_gil"][1]
+    # CPU in __getitem__ under feedline.Loader is decode (as under a DataLoader), and the
+    # cure for threads that hold the GIL or the cores is processes, not more threads
+    assert 'worker_type="process"' in gil["recommendation"]
+    assert gil["analysis"]["per_batch"]["decode"] > gil["analysis"]["per_batch"]["read"]
 
 
 @pytest.mark.slow

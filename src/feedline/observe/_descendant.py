@@ -18,7 +18,8 @@ workers among them, are then left alone) and starts a full measuring session
 goes to ``proc-<pid>.json`` beside the command's own. A process that never
 iterates a loader (a DataLoader worker started with ``spawn``, a tool the
 script runs) writes nothing. ``feedline diagnose`` reports the command's own
-process when it trained, else the descendant that did (rank 0 first).
+process when it trained, else the descendant that did (rank 0 first, or the rank
+waiting for data when rank 0 is not).
 
 A process forked without exec (``multiprocessing.Process`` with ``fork``) runs no
 ``sitecustomize``: it inherits the measured process's hooks, which start

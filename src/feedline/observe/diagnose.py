@@ -9,7 +9,9 @@ before it could, the last partial report it wrote). When the command's own
 process trains nothing but processes it starts do (``torch.multiprocessing.spawn``
 ranks, torchrun workers, a launcher script, a forked ``multiprocessing.Process``),
 the report is one of theirs, rank 0 first (:mod:`feedline.observe._descendant`),
-with a note naming it and the others' verdicts. The child's exit status is
+or the rank waiting for data when rank 0 is not (ranks of one job step together,
+so the others wait for it inside their steps), with a note naming it and the
+others' verdicts. The child's exit status is
 returned as a shell reports it (128 + N for a child killed by signal N).
 """
 
@@ -204,7 +206,9 @@ def _read_report(tmp: Path, result: Path, partial: Path) -> Report | None:
     """The command's own report, or, when its own process measured no training step and
     processes it started did (ranks of ``torch.multiprocessing.spawn``, torchrun workers,
     a launcher's ``python train.py``), the report of one of those: rank 0 if known, else
-    the one with the most steps, else the first started. Notes say which, and of how many."""
+    the one with the most steps, else the first started; but when rank 0 is not
+    data-bound and another rank is, that rank (:func:`_slowest_rank`). Notes say which,
+    and of how many."""
     main = _read_one(result, partial)
     kids = _descendants(tmp)
     if not kids:
