@@ -34,6 +34,16 @@ for step, batch in enumerate(DataLoader(list(range(40)), batch_size=2)):
         raise RuntimeError("boom in the training step")
 """
 
+CTRL_C = """
+import signal, time
+from torch.utils.data import DataLoader
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored
+for step, batch in enumerate(DataLoader(list(range(40)), batch_size=2)):
+    time.sleep(0.002)
+    if step == 4:
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C that nobody catches
+"""
+
 NO_LOADER = """
 print("no data loader here")
 """
@@ -52,7 +62,8 @@ def run(tmp: Path, name: str, body: str, *opts: str) -> tuple[subprocess.Complet
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("cli")
-    jobs = {"nested": (NESTED_EXIT_3,), "crash": (CRASH,), "none": (NO_LOADER,)}
+    jobs = {"nested": (NESTED_EXIT_3,), "crash": (CRASH,), "none": (NO_LOADER,),
+            "ctrl_c": (CTRL_C,)}
     with ThreadPoolExecutor(max_workers=3) as pool:
         futs = {k: pool.submit(run, tmp, k, *v) for k, v in jobs.items()}
         return {k: f.result() for k, f in futs.items()}
@@ -77,6 +88,15 @@ def test_a_crashing_script_still_gets_its_report(results: dict) -> None:
     assert proc.returncode == 1
     assert "boom in the training step" in proc.stderr
     assert data["steps"] == 4
+
+
+@pytest.mark.timeout(300)
+def test_an_uncaught_ctrl_c_ends_with_130_as_without_diagnose(results: dict) -> None:
+    # Python ends itself by SIGINT after an uncaught KeyboardInterrupt; building the
+    # report at exit (imports that exec strings) must not turn that into status 1
+    proc, data = results["ctrl_c"]
+    assert proc.returncode == 130, proc.stderr
+    assert "KeyboardInterrupt" in proc.stderr and data["steps"] == 4
 
 
 @pytest.mark.timeout(300)

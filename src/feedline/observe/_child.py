@@ -83,7 +83,7 @@ class Child:
         """A descendant's pid and rank (when known): ``host["process"]`` of its report."""
 
     def start(self) -> None:
-        atexit.register(self.finish)
+        atexit.register(self._at_exit)
         mp = sys.modules.get("multiprocessing")
         if mp is not None and mp.parent_process() is not None:
             # a multiprocessing child ends with os._exit, after its finalizers, not atexit
@@ -107,6 +107,11 @@ class Child:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+    def _at_exit(self) -> None:
+        self.finish()
+        if os.getpid() == self._pid:
+            keep_keyboard_interrupt_exit()
 
     def finish(self) -> None:
         """Write the final report (once; later calls do nothing, as do calls in a process
@@ -204,6 +209,22 @@ def _rank() -> int | None:
 def start_forked() -> None:
     """Measure this process, forked from a measured one, from its first loader on."""
     bootstrap(descendant=True)
+
+
+def keep_keyboard_interrupt_exit() -> None:
+    """At exit after the main module raised KeyboardInterrupt (Ctrl-C nobody caught),
+    keep CPython's ending: it kills itself by SIGINT (status 130 in a shell). CPython
+    forgets that it should whenever code compiled from a string runs afterwards (an
+    ``exec``, a dataclass or namedtuple made by a module imported while the report is
+    built), and the run would end with status 1; an ``exec`` that ends in
+    KeyboardInterrupt marks it again, as the main module's did."""
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if type(last) is not KeyboardInterrupt:
+        return
+    try:
+        exec("raise KeyboardInterrupt")  # a constant string: sets CPython's mark
+    except KeyboardInterrupt:
+        pass
 
 
 def bootstrap(descendant: bool = False) -> None:
