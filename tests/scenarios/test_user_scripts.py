@@ -306,10 +306,11 @@ def test_torchrun_ranks_and_gil_bound_item_code(fast_runs: dict) -> None:
     assert ranks["host"]["process"]["rank"] in (0, 1) and ranks["steps"] == 19
     assert any("process(es) it started that trained" in n for n in ranks["host"]["notes"])
     gil = fast_runs["x_feedline_threads_gil"][1]
-    # CPU in __getitem__ under feedline.Loader is decode (as under a DataLoader), and the
-    # cure for threads that hold the GIL or the cores is processes, not more threads
-    assert 'worker_type="process"' in gil["recommendation"]
+    # CPU in __getitem__ under feedline.Loader is decode (as under a DataLoader); threads
+    # seen waiting for the GIL are told to use processes, else to cut the CPU per batch
     assert gil["analysis"]["per_batch"]["decode"] > gil["analysis"]["per_batch"]["read"]
+    assert ('worker_type="process"' in gil["recommendation"]) == gil["analysis"]["gil_bound"]
+    assert "feedline.Loader" not in gil["recommendation"]
 
 
 @pytest.mark.slow

@@ -302,7 +302,7 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     n = (len(fetches) or len(batches) or len(by.get("collate", []))
          or len(by.get("decode", [])) or len(by.get("read", [])) or max(steps, 1))
     pb.measured = bool(fetches or any(by.get(k) for k in DATA_STAGES))
-    pb.read, pb.decode = read / n, cpu["decode"] / n
+    pb.read, pb.decode = max(0.0, read) / n, cpu["decode"] / n
     pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0)) for s in fetches)
                    + cpu["collate"]) / n
     pb.transform, pb.collate = cpu["transform"] / n, cpu["collate"] / n
@@ -417,12 +417,11 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return (f"{loader_call(cfg, workers, cuda)}: {share:.0%} of the wait for data is the "
                 "first batch of each epoch, while its worker processes start again"), (
             step / max(step - per_step, 1e-9))
-    if (pb.gil_bound or pb.crowded) and binding in ("decode", "transform", "collate"):
+    if pb.gil_bound and binding in ("decode", "transform", "collate"):
         w = min(max(workers, 1), cores)
-        why = ("run Python {} one at a time under the GIL" if pb.gil_bound else
-               "take the training thread's cores for {}").format(binding)
-        return (f"thread workers {why}: use processes, Loader(..., worker_type=\"process\", "
-                f"workers={w})"), gain(data_time_with(pb, w, cores))
+        return (f"thread workers run Python {binding} one at a time under the GIL: use "
+                f"processes, Loader(..., worker_type=\"process\", workers={w})"), gain(
+            data_time_with(pb, w, cores))
     if "num_workers" in cfg and w_rec > workers and binding in DATA_STAGES:
         if binding == "read":
             why = (f"{pb.blocked_fraction:.0%} of each fetch is blocked time (I/O, sleep, locks), "
@@ -567,12 +566,13 @@ def build_report(m: Measurements) -> Report:
             reason = (f"thread workers running Python hold the GIL (a thread waking up waits "
                       f"{pb.gil_wait * 1e3:.1f} ms for it): the training thread waits for it "
                       "inside its step too, so part of the step is data time")
-        else:
+        else:  # processes would take the same cores: the data path's CPU is the cost
             reason = (f"the {pb.threads} thread workers in the training process keep "
                       f"{pb.gil_share:.1f} cores busy with {pb.data_cpu * 1e3:.0f} ms of CPU per "
                       f"batch, and the training thread waited {step_contention:.0%} of its step "
                       "for a core: part of the step is data time")
-        fix = "use process workers (the recommendation says how)"
+        fix = ("use process workers (the recommendation says how)" if pb.gil_bound else
+               "cut the data path's CPU per batch (the recommendation says where)")
     binding = _binding(verdict, pb, data_time)
     if binding == "unknown" and not reason:
         reason = ("the loader's stages were not seen (not a torch DataLoader or feedline.Loader, "
