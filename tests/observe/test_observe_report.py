@@ -262,3 +262,17 @@ def test_thread_workers_crowding_the_training_thread_off_its_cores() -> None:
     # without the step contention the thread workers crowd nothing: no data time hidden
     calm = build_report(loader_reads(30, 0.120, 0.040, 4, host, body=0.030))
     assert calm.verdict == "balanced" and calm.stall_fraction < 0.1
+
+
+def test_a_thread_that_only_hands_batches_on_is_said_and_predicts_no_gain() -> None:
+    # a ThreadPoolExecutor thread calls next(it) and returns: 0.5 ms between batches
+    # against 40 ms of waiting; the trainer's 8 ms step runs on another thread, unseen
+    m = meas(wait=0.040, body=0.0005, fetch=0.040, cpu=0.001, workers=1)
+    rep = build_report(Measurements(**{**vars(m), "loader": m.loader | {"consumer": "thread"}}))
+    assert rep.verdict == "data-bound" and rep.predicted_gain is None
+    (f,) = [f for f in rep.findings if f.code == "handoff-consumer"]
+    assert "feedline.watch" in f.fix
+    # the same figures on the main thread (a loop doing next to nothing) are taken as they are
+    main = build_report(Measurements(**{**vars(m), "loader": m.loader | {"consumer": "main"}}))
+    assert "handoff-consumer" not in {f.code for f in main.findings}
+    assert main.predicted_gain is not None

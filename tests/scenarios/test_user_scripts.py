@@ -340,3 +340,10 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         # no pinning advice without a GPU; compile warm-up is no stall
         assert "pin_memory" not in json.dumps(results["w_accelerate_accum"][1]["findings"])
         assert "pin_memory" not in results["w_accelerate_accum"][1]["recommendation"]
+        # a pool thread that only fetches for the trainer: said, and no gain predicted
+        pool = results["x_threadpool_prefetch"][1]
+        assert "handoff-consumer" in {f["code"] for f in pool["findings"]}
+        assert pool["predicted_gain"] is None
+        # I/O-bound over HTTP with 6 workers on 2 cores: more workers still, not fewer
+        rec = results["x_http_workers"][1]["recommendation"]
+        assert int(rec.split("num_workers=")[1].split(",")[0]) > 6, rec

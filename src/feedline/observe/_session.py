@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -262,7 +263,8 @@ class Session:
             step_starts=v.starts, wait_runq=v.runq, body_runq=train.body_runq(), copy_times=[d for _, d in recs],
             blocking_copy_s=sum(d for r, d in recs if not (r.pinned and r.non_blocking)),
             copies=self.copy_log.summary(),
-            loader=dict(train.config) | {"label": train.label}
+            loader=dict(train.config) | {"label": train.label, "consumer": (
+                "main" if threading.main_thread().ident in train.tids else "thread")}
             | ({"zipped_with": [c.label for c in zipped]} if zipped else {}),
             batch_samples=self.batch_size or train.batch_samples, batch_bytes=train.batch_bytes,
             host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),

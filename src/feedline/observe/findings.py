@@ -85,6 +85,8 @@ class RunFacts:
     """An installed GPU JPEG library (``torchvision``, ``nvimgcodec``), if any."""
     placement: dict[str, Any] | None = None
     """Where loader workers belong on this host (:func:`feedline.placement.plan_placement`)."""
+    body_p50: float = 0.0
+    """Median step body on the consumer thread (between one batch and the next ``next()``)."""
 
 
 def recommended_workers(cores: int, gpus: int) -> int:
@@ -436,8 +438,36 @@ def _quiet_rule(f: RunFacts) -> list[Finding]:
     )]
 
 
+HANDOFF_BODY = 0.1
+"""A consumer thread whose steps are under this share of its waits only hands batches on."""
+
+
+def handoff(f: RunFacts) -> bool:
+    """The loader is consumed off the main thread by a thread that does next to nothing
+    between batches (a prefetching pool's thread handing each batch to the trainer)."""
+    return (f.loader.get("consumer") == "thread" and f.wait_p50 > 0
+            and f.body_p50 < HANDOFF_BODY * f.wait_p50)
+
+
+def _handoff_rule(f: RunFacts) -> list[Finding]:
+    if not handoff(f):
+        return []
+    return [Finding(
+        "handoff-consumer", "warning",
+        f"the loader is consumed on a thread other than the main one that spends "
+        f"{f.body_p50 * 1e3:.1f} ms between batches against {f.wait_p50 * 1e3:.1f} ms waiting "
+        "for each: it hands the batches on (a thread pool prefetching for the trainer), so the "
+        "training step runs elsewhere, overlapped with the next fetch, and is not in these "
+        "figures: the stall is the fetching thread's (an upper bound for the trainer's), and "
+        "the worker count is sized without the step's time",
+        "measure the trainer's side: wrap what it consumes, for batch in feedline.watch(...), "
+        "or take the batches on the training thread",
+    )]
+
+
 def detect(facts: RunFacts) -> list[Finding]:
     """Every rule that fires for ``facts``, most severe first."""
     found = _workers_rules(facts) + _copy_rules(facts) + _memory_rules(facts)
     found += _timing_rules(facts) + _topology_rules(facts) + _quiet_rule(facts)
+    found += _handoff_rule(facts)
     return sorted(found, key=lambda x: SEVERITIES.index(x.severity))

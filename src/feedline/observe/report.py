@@ -37,6 +37,7 @@ from feedline.observe.findings import (
     Finding,
     RunFacts,
     detect,
+    handoff,
     loader_call,
     prefetch_depth,
     recommended_workers,
@@ -630,12 +631,14 @@ def build_report(m: Measurements) -> Report:
         fetch_p99=pb.fetch_p99, gil_bound=pb.gil_bound, binding=binding,
         epoch_start_wait=sorted(restart)[len(restart) // 2] if restart else 0.0,
         epoch_starts=len(restart), steps_per_pass=per_pass, pass_stalls=pass_stalls,
-        quiet=m.quiet, measured=total,
+        quiet=m.quiet, measured=total, body_p50=summarize(body).p50 if body else 0.0,
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0
     facts.step_contention = step_contention
     findings = detect(facts)
+    if handoff(facts):
+        gain = None  # the step that the data path would be hidden behind was not seen
     starts = m.step_starts[k:]
     return Report(
         name=m.name, device=m.device_type, steps=len(iters),
