@@ -44,6 +44,21 @@ for step, batch in enumerate(DataLoader(list(range(40)), batch_size=2)):
         signal.raise_signal(signal.SIGINT)  # Ctrl-C that nobody catches
 """
 
+SIGTERM_STORM = """
+import os, signal, threading, time
+from torch.utils.data import DataLoader
+
+def storm():  # a scheduler's SIGTERM to the group, forwarded by diagnose too: many, close
+    for _ in range(400):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.002)
+
+for step, batch in enumerate(DataLoader(list(range(4000)), batch_size=2)):
+    time.sleep(0.002)
+    if step == 5:
+        threading.Thread(target=storm, daemon=True).start()
+"""
+
 NO_LOADER = """
 print("no data loader here")
 """
@@ -63,7 +78,7 @@ def run(tmp: Path, name: str, body: str, *opts: str) -> tuple[subprocess.Complet
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("cli")
     jobs = {"nested": (NESTED_EXIT_3,), "crash": (CRASH,), "none": (NO_LOADER,),
-            "ctrl_c": (CTRL_C,)}
+            "ctrl_c": (CTRL_C,), "sigterms": (SIGTERM_STORM,)}
     with ThreadPoolExecutor(max_workers=3) as pool:
         futs = {k: pool.submit(run, tmp, k, *v) for k, v in jobs.items()}
         return {k: f.result() for k, f in futs.items()}
@@ -97,6 +112,15 @@ def test_an_uncaught_ctrl_c_ends_with_130_as_without_diagnose(results: dict) -> 
     proc, data = results["ctrl_c"]
     assert proc.returncode == 130, proc.stderr
     assert "KeyboardInterrupt" in proc.stderr and data["steps"] == 4
+
+
+@pytest.mark.timeout(300)
+def test_sigterms_arriving_while_the_report_is_written_end_the_run(results: dict) -> None:
+    # the first SIGTERM writes the report; the next ones land inside that (on the same
+    # thread) and used to wait for it forever: the run must end as killed by SIGTERM
+    proc, data = results["sigterms"]
+    assert proc.returncode == 128 + 15, proc.stderr
+    assert data["steps"] >= 4
 
 
 @pytest.mark.timeout(300)

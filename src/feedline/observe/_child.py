@@ -76,6 +76,8 @@ class Child:
         self.partial_every = partial_every
         self._lock = threading.Lock()
         self._done = False
+        self._finishing: set[int] = set()
+        """Threads inside :meth:`finish` (a SIGTERM handler run there must not wait for it)."""
         self._stop = threading.Event()
         self._due = threading.Event()
         self._pid = os.getpid()
@@ -118,6 +120,14 @@ class Child:
         forked from this one, which inherits this object and its atexit entry)."""
         if os.getpid() != self._pid:
             return
+        me = threading.get_ident()
+        self._finishing.add(me)
+        try:
+            self._finish_once()
+        finally:
+            self._finishing.discard(me)
+
+    def _finish_once(self) -> None:
         with self._lock:
             if self._done:
                 return
@@ -138,6 +148,11 @@ class Child:
                 traceback.print_exc()
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if os.getpid() == self._pid and threading.get_ident() in self._finishing:
+            # a second SIGTERM (sent to the process group and forwarded by diagnose too)
+            # while this thread writes the report: the finish under way ends the run
+            # (waiting for it here, on its own thread, would never end)
+            return
         if os.getpid() == self._pid:
             self.session.notes.append("the run was ended by SIGTERM")
             self.finish()
