@@ -262,6 +262,9 @@ def test_thread_workers_crowding_the_training_thread_off_its_cores() -> None:
     # without the step contention the thread workers crowd nothing: no data time hidden
     calm = build_report(loader_reads(30, 0.120, 0.040, 4, host, body=0.030))
     assert calm.verdict == "balanced" and calm.stall_fraction < 0.1
+    # a little CPU per batch beside a long step: contended, but not data-bound
+    light = build_report(loader_reads(30, 0.024, 0.008, 4, host, body=0.100, body_runq=0.050))
+    assert light.verdict != "data-bound" and light.stall_fraction < 0.1
 
 
 def test_a_thread_that_only_hands_batches_on_is_said_and_predicts_no_gain() -> None:

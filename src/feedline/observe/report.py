@@ -554,15 +554,18 @@ def build_report(m: Measurements) -> Report:
     # inside its step: the step is slower by the data path's work, whatever the wait says.
     pb.crowded = (pb.threads > 0 and not pb.gil_bound and step_contention >= STEP_CONTENTION
                   and pb.gil_share >= 0.5)
+    # ... and only when their CPU per batch, over the cores they keep busy, is a data
+    # stall's share of the step (a little decode beside a long step does not bind)
+    width = 1.0 if pb.gil_bound else max(1.0, min(pb.gil_share, pb.threads, m.cores))
+    hidden = pb.data_cpu / width / step.mean if step.mean > 0 else 0.0
+    pb.crowded = pb.crowded and hidden >= DATA_BOUND_STALL
     if (pb.gil_bound or pb.crowded) and verdict != "unknown":
         # The workers' Python holds the GIL (or the cores) most of the time: the training
         # thread waits for it inside its own step, so the data path costs more than the
         # wait shows: at least its CPU per batch, one thread at a time under the GIL (or
         # spread over the cores the threads were seen to keep busy), of each step.
         verdict = "data-bound"
-        width = 1.0 if pb.gil_bound else max(1.0, min(pb.gil_share, pb.threads, m.cores))
-        if step.mean > 0:
-            stall = max(stall, min(1.0, pb.data_cpu / width / step.mean))
+        stall = max(stall, min(1.0, hidden))
         if pb.gil_bound:
             reason = (f"thread workers running Python hold the GIL (a thread waking up waits "
                       f"{pb.gil_wait * 1e3:.1f} ms for it): the training thread waits for it "
