@@ -151,3 +151,19 @@ def test_close_removes_hooks_when_the_loop_raises() -> None:
     assert not spans.active()
     rep = w.report()  # still available after close
     assert rep.steps >= 1
+
+
+@pytest.mark.timeout(90)
+def test_the_text_says_compute_not_gpu_on_a_cpu_run() -> None:
+    import feedline
+
+    w = feedline.watch(range(12), name="cpu-run")  # batches that cost nothing to fetch
+    with w:
+        for _ in w:
+            t = time.perf_counter() + 0.02  # a compute-bound step on the CPU
+            while time.perf_counter() < t:
+                pass
+    rep = w.report()
+    assert rep.device.startswith("cpu") and rep.binding == "gpu"  # the JSON keeps the stage's name
+    text = render_text(rep)
+    assert "(binding: compute)" in text and "(binding: gpu)" not in text

@@ -65,6 +65,11 @@ def ordered_stages(rep: Report) -> list[str]:
     return known + sorted(s for s in rep.stages if s not in STAGE_ORDER)
 
 
+def stage_label(stage: str, device: str) -> str:
+    """The name shown for ``stage``: the compute stage is "gpu" only on a GPU."""
+    return "compute" if stage == "gpu" and not str(device).startswith("cuda") else stage
+
+
 def render_text(rep: Report, width: int = 100) -> str:
     """The report as terminal text (rich tables): stages, verdict, model, findings."""
     from rich.console import Console
@@ -77,7 +82,8 @@ def render_text(rep: Report, width: int = 100) -> str:
         table.add_column(col, justify="left" if col == "stage" else "right")
     for name in ordered_stages(rep):
         s = rep.stages[name]
-        table.add_row(name, str(s.count), _ms(s.mean), _ms(s.p50), _ms(s.p95), _ms(s.p99), _ms(s.max))
+        table.add_row(stage_label(name, rep.device), str(s.count), _ms(s.mean), _ms(s.p50),
+                      _ms(s.p95), _ms(s.p99), _ms(s.max))
     st = rep.step_time
     table.add_row("STEP (wait+body)", str(st.count), _ms(st.mean), _ms(st.p50), _ms(st.p95),
                   _ms(st.p99), _ms(st.max))
@@ -94,10 +100,11 @@ def render_text(rep: Report, width: int = 100) -> str:
         if built > 1:
             how += f"; built {built} times at the same place in the code, one data path"
         con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, {how})")
-    con.print(f"verdict: {rep.verdict.upper()} (binding: {rep.binding})  data stall: "
+    binding = stage_label(str(rep.binding), rep.device)
+    con.print(f"verdict: {rep.verdict.upper()} (binding: {binding})  data stall: "
               f"{rep.stall_fraction:.0%} of each step  busy: {util}  samples/s: {sps}")
     if rep.reason:
-        con.print(f"why {rep.binding if rep.verdict != 'unknown' else 'unknown'}: {rep.reason}\n"
+        con.print(f"why {binding if rep.verdict != 'unknown' else 'unknown'}: {rep.reason}\n"
                   f"    fix: {rep.fix}", markup=False)
     a = rep.analysis
     if a:

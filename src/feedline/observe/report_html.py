@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from feedline.observe._export import ordered_stages
+from feedline.observe._export import ordered_stages, stage_label
 from feedline.observe.report import Report
 from feedline.units import format_duration
 
@@ -40,11 +40,6 @@ def _png(fig: Any) -> str:
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     _pyplot().close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def stage_label(stage: str, device: str) -> str:
-    """The name shown for ``stage``: the compute stage is "gpu" only on a GPU."""
-    return "compute" if stage == "gpu" and not str(device).startswith("cuda") else stage
 
 
 def timeline_window(rep: Report, max_seconds: float = 3.0) -> str:
