@@ -111,8 +111,8 @@ def rotate(directory: Path, keep: int | None, *, protect: str, step: int | None 
         others = [s for s in steps if s != step]
         room = keep - 1 if step in steps else keep
         drop = others[: max(0, len(others) - room)]
-    for step in drop:
-        remove_quietly(header_path(directory, step))
+    for old in drop:
+        remove_quietly(header_path(directory, old))
     if drop:
         fsync_dir(directory)
     live = {protect}

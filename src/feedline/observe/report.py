@@ -284,8 +284,7 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     # is for the GIL, not for I/O (a blocked read holds no CPU and keeps its time).
     cpu_reads = pb.gil_bound and span_s > 0 and read_cpu / span_s >= 0.5
     for s in timed_reads:
-        c = min(s.duration, float(s.attrs["cpu"]) * (1.0 + queued))
-        c = s.duration if cpu_reads else c
+        c = s.duration if cpu_reads else min(s.duration, float(s.attrs["cpu"]) * (1.0 + queued))
         cpu["decode"] += c
         read -= c
     for k in ("decode", "transform"):  # feedline.Loader stages carry their CPU time
@@ -552,13 +551,12 @@ def build_report(m: Measurements) -> Report:
                        if queued_body else 0.0)
     # Thread workers that keep a core busy and leave the training thread queued for one
     # inside its step: the step is slower by the data path's work, whatever the wait says.
-    pb.crowded = (pb.threads > 0 and not pb.gil_bound and step_contention >= STEP_CONTENTION
-                  and pb.gil_share >= 0.5)
-    # ... and only when their CPU per batch, over the cores they keep busy, is a data
+    # ... but only when their CPU per batch, over the cores they keep busy, is a data
     # stall's share of the step (a little decode beside a long step does not bind)
     width = 1.0 if pb.gil_bound else max(1.0, min(pb.gil_share, pb.threads, m.cores))
     hidden = pb.data_cpu / width / step.mean if step.mean > 0 else 0.0
-    pb.crowded = pb.crowded and hidden >= DATA_BOUND_STALL
+    pb.crowded = (pb.threads > 0 and not pb.gil_bound and step_contention >= STEP_CONTENTION
+                  and pb.gil_share >= 0.5 and hidden >= DATA_BOUND_STALL)
     if (pb.gil_bound or pb.crowded) and verdict != "unknown":
         # The workers' Python holds the GIL (or the cores) most of the time: the training
         # thread waits for it inside its own step, so the data path costs more than the

@@ -41,6 +41,11 @@ class Job:
     probe: bool = False
     """Batch 0 of the plan, prepared before the layout is known: it decides the layout."""
 
+    def span_attrs(self, worker: str) -> dict[str, Any]:
+        """What each stage span of this batch carries: batch, pass and worker (observe tells
+        batches of different passes apart by ``run``)."""
+        return {"batch": self.batch_id, "run": self.run, "worker": worker}
+
 
 @dataclass
 class Context:
@@ -153,7 +158,7 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
     want = len(job.indices)
     out = Prepared([], [])
     pending, refill = list(job.indices), list(job.refill)
-    attrs = {"batch": job.batch_id, "run": job.run, "worker": worker}
+    attrs = job.span_attrs(worker)
     while pending:
         t0, c0 = time.perf_counter(), time.thread_time()
         items = ctx.source.fetch(pending)

@@ -235,8 +235,7 @@ class Loader:
         # previous one; each worker fills one: more slots than that wait briefly first
         pool = SlotPool(budget, pin=engine.needs_pinned, reuse=engine.reuse_slots,
                         allocate=allocate, soft_cap=self.workers + 2)
-        self._rt = Runtime(ctx, engine, pool,
-                           opts)
+        self._rt = Runtime(ctx, engine, pool, opts)
         self._rt.owner = id(self)
         self._finalizer = weakref.finalize(self, _close_dropped, self._rt)
         self._pos = state.Position()

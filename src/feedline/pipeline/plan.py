@@ -120,19 +120,23 @@ def _row_readable(ctx: Context, leaf: collate.Leaf) -> bool:
     dtype = ctx.decoders.raw_dtype(name)
     if dtype is not None:
         return len(leaf.shape) == 1 and dtype == np.dtype(leaf.dtype)
+    fs = _npy_schema(ctx, name)
+    return (fs is not None and ctx.source.reads_npy and _builtin(ctx, name) and tuple(fs.shape) == leaf.shape
+            and np.dtype(fs.dtype).newbyteorder("=").str == leaf.dtype)
+
+
+def _npy_schema(ctx: Context, name: str) -> Any:
+    """The packed dataset's schema of field ``name`` when it is an ``npy`` field, else None."""
     schema = getattr(ctx.source.dataset, "schema", None)
     fs = schema.get(name) if isinstance(schema, Mapping) else None
-    return (fs is not None and getattr(fs, "kind", None) == "npy" and ctx.source.reads_npy
-            and _builtin(ctx, name) and tuple(fs.shape) == leaf.shape
-            and np.dtype(fs.dtype).newbyteorder("=").str == leaf.dtype)
+    return fs if getattr(fs, "kind", None) == "npy" else None
 
 
 def _swapped(ctx: Context, name: str) -> bool:
     """Whether a ``read-rows`` field is stored in the other byte order (the codec gives it
     native, so the rows read as stored must be byte-swapped)."""
-    schema = getattr(ctx.source.dataset, "schema", None)
-    fs = schema.get(name) if isinstance(schema, Mapping) else None
-    return fs is not None and getattr(fs, "kind", None) == "npy" and not np.dtype(fs.dtype).isnative
+    fs = _npy_schema(ctx, name)
+    return fs is not None and not np.dtype(fs.dtype).isnative
 
 
 def _recipe(ctx: Context, leaf: collate.Leaf, labels: set[str]) -> str:
@@ -187,7 +191,7 @@ def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | 
     """
     layout = plan.layout
     assert layout is not None
-    attrs = {"batch": job.batch_id, "run": job.run, "worker": worker}
+    attrs = job.span_attrs(worker)
     sample_layout: collate.Layout | None
     if not plan.sampled:
         done = _read_rows(ctx, plan, job, record, attrs, arrays)
@@ -257,5 +261,5 @@ def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batc
             return layout, fill(ctx, make_plan(ctx, layout), job, worker, record, arrays)
     ragged = collate.fill(layout, arrays, prep.samples)
     if record is not None:
-        record("collate", t0, time.perf_counter(), {"batch": job.batch_id, "run": job.run, "worker": worker})
+        record("collate", t0, time.perf_counter(), job.span_attrs(worker))
     return layout, Filled(prep.keys, ragged, prep.skipped)

@@ -316,7 +316,7 @@ class Runtime:
             return self.engine.send(tree)
         t0 = time.perf_counter()
         sent, fence, events = self.engine.send_timed(tree)
-        attrs: dict[str, Any] = {"batch": job.batch_id, "run": job.run, "worker": worker}
+        attrs = job.span_attrs(worker)
         if events is not None:
             attrs["events"] = events
         spans.emit("h2d", t0, time.perf_counter(), **attrs)
