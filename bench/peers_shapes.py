@@ -535,6 +535,7 @@ def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, An
     contenders = {
         "Loader (threads)": loader(shape, folder, workers, "thread"),
         "Loader (processes)": loader(shape, folder, workers, "process"),
+        "Loader (auto)": loader(shape, folder, workers, "auto"),
         ("WebDataset + DataLoader" if shape == "wds" else "DataLoader (files)"): baseline(shape, folder, workers),
     }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}

@@ -1,4 +1,7 @@
-"""Image helpers for ``Loader(transform=...)``: pure numpy on ``uint8`` HWC arrays.
+"""Image helpers for ``Loader(transform=...)``: numpy ``uint8`` HWC arrays in and out.
+
+Resizing is Pillow's C resampler (antialiased bilinear, run with the GIL released, so
+thread workers resize in parallel); the rest is numpy.
 
 The transform contract: ``transform(sample) -> sample`` runs in the loader's
 workers (threads, or spawned processes, so it must be picklable there) after
@@ -43,6 +46,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from feedline.errors import ConfigError
 
@@ -97,56 +101,30 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
     return gen
 
 
-def _axis_weights(src: int, dst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Neighbour indices and weights of a half-pixel-centred linear resize of one axis."""
-    pos = (np.arange(dst, dtype=np.float32) + 0.5) * (src / dst) - 0.5
-    pos = np.clip(pos, 0, src - 1)
-    lo = np.floor(pos).astype(np.intp)
-    hi = np.minimum(lo + 1, src - 1)
-    return lo, hi, (pos - lo).astype(np.float32)
-
-
-def _box_shrink(img: np.ndarray, fy: int, fx: int) -> np.ndarray:
-    """Average ``fy x fx`` blocks (the anti-aliasing step of a large downscale).
-
-    Strided integer sums (rows, then columns) instead of a 5-D ``mean``: about
-    9x faster on a 12-megapixel photo.
-    """
-    h, w, c = img.shape
-    h2, w2 = h // fy, w // fx
-    src = img[: h2 * fy, : w2 * fx]
-    rows = np.zeros((h2, w2 * fx, c), np.uint16 if fy <= 257 else np.uint32)
-    for i in range(fy):
-        rows += src[i::fy]
-    out = np.zeros((h2, w2, c), np.uint32)
-    for j in range(fx):
-        out += rows[:, j::fx]
-    return out.astype(np.float32) * np.float32(1.0 / (fy * fx))
-
+REDUCING_GAP = 2.0
+"""Pillow's ``reducing_gap``: a large downscale first averages whole pixel blocks down to
+at least twice the target size, then resamples (as fast as the full filter is slow on a
+12-megapixel photo, and within 0.01 of it in normalised units)."""
 
 def resize(img: np.ndarray, size: int | Sequence[int]) -> np.ndarray:
-    """Resize ``img`` (HWC uint8) to ``size`` = ``(height, width)`` (an int: square).
+    """Resize ``img`` (HWC uint8, 1-4 channels) to ``size`` = ``(height, width)`` (an int:
+    square).
 
-    Bilinear; a downscale by more than 2x first averages whole pixel blocks, so
-    phone-size photos shrink without aliasing. Returns a new ``uint8`` HWC array.
+    Bilinear with antialiasing (Pillow's ``BILINEAR``; an image with alpha is resized
+    premultiplied, as Pillow does); a downscale by more than 2x first averages whole pixel
+    blocks (:data:`REDUCING_GAP`), so phone-size photos shrink fast and without aliasing.
+    Returns a new ``uint8`` HWC array.
     """
     src = _image(img)
     oh, ow = _size(size)
-    h, w, _ = src.shape
+    h, w, c = src.shape
     if (h, w) == (oh, ow):
         return src.copy()
-    fy, fx = max(1, h // (2 * oh)), max(1, w // (2 * ow))
-    work = _box_shrink(src, fy, fx) if fy > 1 or fx > 1 else src
-    h, w, _ = work.shape
-    y0, y1, wy = _axis_weights(h, oh)
-    x0, x1, wx = _axis_weights(w, ow)
-    wy, wx = wy[:, None, None], wx[None, :, None]
-    # gather the two source rows of each output row first, convert only those
-    top, bottom = work[y0].astype(np.float32), work[y1].astype(np.float32)
-    rows = top + (bottom - top) * wy  # (oh, w, c)
-    left, right = rows[:, x0], rows[:, x1]
-    out = left + (right - left) * wx
-    return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+    if c > 4:
+        raise ConfigError(f"resize: {c} channels; an image has 1 to 4", fix="resize each channel")
+    pil = Image.fromarray(np.ascontiguousarray(src[:, :, 0] if c == 1 else src))
+    out = np.array(pil.resize((ow, oh), Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP))
+    return out if out.ndim == 3 else out[:, :, None]
 
 
 def center_crop(img: np.ndarray, size: int | Sequence[int]) -> np.ndarray:

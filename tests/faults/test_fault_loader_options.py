@@ -174,7 +174,7 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> No
                          cwd=tmp_path, env=env)
     assert run.returncode != 0
     assert "WorkerDied" in run.stderr and 'if __name__ == "__main__":' in run.stderr.splitlines()[-1]
-    assert "feedline worker importing the training script" in run.stderr  # the worker's own line
+    assert "worker process (spawn or forkserver) importing the training script" in run.stderr  # the worker's own line
     guarded = script.read_text(encoding="utf-8").replace(
         "loader = ", "if __name__ == '__main__':\n    loader = ").replace(
         "print(sum", "    print(sum")
@@ -182,3 +182,29 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> No
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
                          cwd=tmp_path, env=env)
     assert run.returncode == 0 and run.stdout.strip() == "4", run.stderr
+
+
+@pytest.mark.timeout(120)
+def test_auto_moving_to_processes_never_runs_an_unguarded_script_again(tmp_path: Path) -> None:
+    """``worker_type="auto"`` deciding on processes in a script without the guard: the
+    workers would import the script and run its loop again, unseen (three epochs printed
+    for one). The workers refuse, the loader stays on threads and says why; the script's
+    own loop runs once."""
+    script = tmp_path / "train_auto_unguarded.py"
+    script.write_text(
+        "import numpy as np, feedline\n"
+        "from feedline.pipeline import auto\n"
+        "auto.GIL_HELD, auto.GIL_BOUND = (-1.0, 2.0), 100.0  # every measure: processes\n"
+        "class Data:\n"
+        "    def __len__(self): return 64\n"
+        "    def __getitem__(self, i): return {'x': np.full(2, i, np.float32)}\n"
+        "loader = feedline.Loader(Data(), batch_size=2, workers=2, worker_type='auto')\n"
+        "print('EPOCH', sum(1 for _ in loader), flush=True)\n"
+        "loader._rt.settle(60)\n"
+        "print('WHY', loader.stats['auto']['why'], flush=True)\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(feedline.__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
+                         cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("EPOCH") == 1, run.stdout
+    assert "could not start" in run.stdout and "__main__" in run.stdout, run.stdout

@@ -73,19 +73,37 @@ def test_the_rule() -> None:
 
 
 def test_the_probe_reading_decides_clear_cases_and_leaves_the_middle_to_the_share() -> None:
-    def decide(held: int, cpu: float) -> AutoChoice:
+    def decide(held: int, cpu: float, runq: float = 0.0) -> AutoChoice:
         choice = AutoChoice(workers=2, cores=2)
         choice.reading = GilReading(wakes=100, elapsed=1.0, waited=held / 100)
         choice.timed(True, cpu=0.9, wall=1.0)
         for _ in range(4):
-            choice.timed(False, cpu=cpu, wall=1.0)
+            choice.timed(False, cpu=cpu, wall=1.0, runq=runq)
         return choice
 
     assert decide(90, cpu=0.95).decided == "process"  # a busy host can lift the share: the probe wins
-    assert decide(5, cpu=0.40).decided == "thread"
+    assert decide(5, cpu=0.95).decided == "thread"
+    # the GIL is free but the threads get 0.4 of a core each on a quiet host: they take
+    # turns (short calls that each release it); on a busy host the share is blurred
+    quiet = decide(5, cpu=0.40)
+    assert quiet.decided == "process" and "take turns" in quiet.why
+    busy = decide(5, cpu=0.40, runq=0.5)
+    assert busy.decided == "thread" and "busy host" in busy.why
     assert decide(45, cpu=0.40).decided == "process" and "in between" in decide(45, cpu=0.4).why
     assert decide(45, cpu=0.90).decided == "thread"
     assert GilReading(wakes=50, elapsed=auto.MIN_PROBE_SECONDS / 2, waited=0.04).fraction is None  # too short
+
+
+def test_short_batches_are_timed_over_a_share_of_the_epoch() -> None:
+    """Batches of a millisecond: 16 of them say nothing (and give the probe no time); the
+    measurement goes on until MIN_SECONDS or a quarter of the epoch."""
+    choice = AutoChoice(workers=2, cores=2, epoch_batches=400)
+    choice.timed(True, cpu=0.001, wall=0.001)
+    decided = [choice.timed(False, cpu=0.0009, wall=0.001) for _ in range(100)]
+    assert decided[:99] == [None] * 99 and decided[99] == "thread"
+    small = AutoChoice(workers=2, cores=2, epoch_batches=8)
+    small.timed(True, cpu=0.001, wall=0.001)
+    assert [small.timed(False, cpu=0.0009, wall=0.001) for _ in range(4)][-1] == "thread"
 
 
 def _probe_while(work: Any, threads: int = 2) -> float:

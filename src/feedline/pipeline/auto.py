@@ -14,16 +14,21 @@ submitted after that; otherwise it keeps threads. Work blocked on slow storage
 also shows a low share; processes read just as well, so that choice costs
 only their start-up.
 
-On a busy host the share is a weak signal (cores taken by other work blur the turns
-the threads take on the GIL), so a second measure decides the clear cases: while
-the batches are timed, a :class:`GilProbe` thread sleeps 1 ms again and again and
-adds up how long each wake waited for the GIL (less its own wait for a core).
-Workers running Python hold the GIL nearly all the time: the probe waits a whole
-switch interval (5 ms) or more on every wake, most of its time. Workers in code
-that releases the GIL leave it free: the probe gets it at once. At or above
-``GIL_HELD[1]`` of its time waiting the loader moves to processes, at or below
-``GIL_HELD[0]`` it keeps threads, and in between (some Python per sample, some
-released) the CPU share decides.
+On a busy host the share is a weak signal (a thread holding the GIL loses its
+core to other work while the others wait for it), so a second measure decides
+the clear cases: while the batches are timed, a :class:`GilProbe` thread sleeps
+1 ms again and again and adds up how long each wake waited for the GIL (less
+its own wait for a core). Workers running Python hold the GIL nearly all the
+time: the probe waits a whole switch interval (5 ms) or more on every wake, most
+of its time; at or above ``GIL_HELD[1]`` the loader moves to processes. Workers
+in code that releases the GIL leave it free: the probe gets it at once. That
+alone does not make threads scale: many short operations that each release the
+GIL (numpy on small images, a few microseconds each) hand it back and forth at
+every call, and two such threads do less than one. So at or below
+``GIL_HELD[0]`` the loader keeps threads only when the share says they run
+(at least :data:`GIL_BOUND`) or the host is busy (the threads waited for a core
+:data:`BUSY` of the time or more: the share is blurred, the probe is not);
+otherwise the share decides.
 
 Batches keep their content and order either way (both kinds run the same
 plan; the consumer takes batches in plan order). The decision, the figures
@@ -39,8 +44,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-GIL_BOUND = 0.7
-"""A median CPU share (of the time not waiting for a core) below this: GIL-bound."""
+GIL_BOUND = 0.8
+"""A median CPU share (of the time not waiting for a core) below this: GIL-bound. Processes
+would use about ``1 / share`` times the CPU the threads get: 1.25x here, more than what
+their copies through shared memory cost."""
+
+BUSY = 0.25
+"""A median share of a timed batch's wall time spent waiting for a core at or above this:
+the host is busy, and a probe that found the GIL free decides for threads."""
 
 
 GIL_HELD = (0.3, 0.6)
@@ -52,12 +63,12 @@ MIN_PROBE_SECONDS = 0.1
 
 MIN_SECONDS = 0.6
 """Measure batches after the probe until at least this much wall time is covered (short
-batches are below the scheduler's accounting grain)..."""
+batches are below the scheduler's accounting grain, and the probe needs
+:data:`MIN_PROBE_SECONDS`)..."""
 
-ENOUGH_BATCHES = 4
-"""...or until this many times the batches to measure were timed: short batches (a small
-dataset, a busy host where little of the wall time is the worker's own) still decide
-within the first epoch instead of never."""
+EPOCH_SHARE = 4
+"""...or until a quarter (``1 / EPOCH_SHARE``) of the epoch's batches were timed: a short
+epoch still decides within its first pass instead of never."""
 
 
 def thread_clock() -> tuple[float, float]:
@@ -150,8 +161,12 @@ class AutoChoice:
     cores: int
     measure: int = 0
     """Batches to time after the probe (default: 2 per worker, at least 4)."""
+    epoch_batches: int = 0
+    """Batches in an epoch (0: unknown), for the :data:`EPOCH_SHARE` limit."""
     probe_ratio: float | None = None
     ratios: list[float] = field(default_factory=list)
+    queued: list[float] = field(default_factory=list)
+    """Per timed batch: the share of its wall time the thread waited for a core."""
     seconds: float = 0.0
     decided: str | None = None
     why: str = ""
@@ -175,7 +190,7 @@ class AutoChoice:
             self.reading = self.gil.stop()
         return self.reading
 
-    def timed(self, probe: bool, cpu: float, wall: float) -> str | None:
+    def timed(self, probe: bool, cpu: float, wall: float, runq: float = 0.0) -> str | None:
         """Record one batch (``wall`` less the time spent waiting for a core); returns the
         decision when this batch completes the sample."""
         if self.decided is not None or wall <= 0:
@@ -190,17 +205,20 @@ class AutoChoice:
                     self.gil.restart_count()
                 return None
             self.ratios.append(cpu / wall)
+            self.queued.append(runq / (wall + runq))
             self.seconds += wall
             if self.workers == 1:
                 return self._decide("thread", "one worker: nothing for processes to run in "
                                     "parallel, and threads copy nothing")
+            enough = max(self.measure, self.epoch_batches // EPOCH_SHARE)
             if len(self.ratios) < self.measure or (
-                    self.seconds < MIN_SECONDS and len(self.ratios) < ENOUGH_BATCHES * self.measure):
+                    self.seconds < MIN_SECONDS and len(self.ratios) < enough):
                 return None
             return self._decide(*self._judge())
 
     def _judge(self) -> tuple[str, str]:
         share = statistics.median(self.ratios)
+        queued = statistics.median(self.queued) if self.queued else 0.0
         figures = (f"each thread got {share:.2f} CPU-s per second not waiting for a core, "
                    f"with {self.workers} workers on {self.cores} cores")
         reading = self.stop_probe()
@@ -209,8 +227,15 @@ class AutoChoice:
             probed = f"a probe thread spent {held:.0%} of its time (not waiting for a core) waiting for the GIL"
             if held >= GIL_HELD[1]:
                 return "process", f"{probed} and {figures}: the workers hold the GIL (Python per sample)"
+            if held <= GIL_HELD[0] and (share >= GIL_BOUND or queued >= BUSY):
+                host = "" if share >= GIL_BOUND else (
+                    f", on a busy host (the threads waited for a core {queued:.0%} of the time)")
+                return "thread", f"{probed} and {figures}{host}: the work releases the GIL, threads scale"
             if held <= GIL_HELD[0]:
-                return "thread", f"{probed} and {figures}: the work releases the GIL, threads scale"
+                return "process", (
+                    f"{probed}, but {figures} on a quiet host: the threads take turns on it "
+                    "(many short calls that each release and take it back, e.g. numpy on "
+                    "small arrays), processes run in parallel")
             figures = f"{probed} (in between) and {figures}"
         if share < GIL_BOUND:
             return "process", f"{figures}: the workers wait for the GIL (Python per sample)"
@@ -226,6 +251,7 @@ class AutoChoice:
         reading = self.reading
         return {"chosen": self.decided, "why": self.why, "probe_cpu_per_wall": self.probe_ratio,
                 "cpu_per_wall": [round(r, 3) for r in self.ratios],
+                "runq_share": [round(r, 3) for r in self.queued],
                 "gil_held": None if reading is None or reading.fraction is None else round(reading.fraction, 3),
                 "gil_probe_wakes": None if reading is None else reading.wakes,
                 "gil_probe_s": None if reading is None else round(reading.elapsed, 3)}

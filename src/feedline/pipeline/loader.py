@@ -361,7 +361,7 @@ class Loader:
         todo = self._pos.remaining(plan.num_batches)
         run, adopted, todo = self._rt.sched.begin(epoch, todo)
         if self._rt.pool_workers is None and todo:
-            self._rt.start()
+            self._rt.start(plan.num_batches)
         gate: Future[Any] | None = None
         if not self._rt.ready and todo:
             # the layout comes from batch 0 of the plan, prepared in a worker before any

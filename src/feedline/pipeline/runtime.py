@@ -38,7 +38,7 @@ from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_bat
 from feedline.pipeline.scheduler import Scheduler
 from feedline.pipeline.slots import Fence, Slot, SlotPool
 from feedline.pipeline.transfer import Engine
-from feedline.pipeline.workers_process import ProcessWorkers, Result
+from feedline.pipeline.workers_process import ProcessWorkers, Result, refuse_while_bootstrapping
 from feedline.pipeline.workers_thread import ThreadWorkers
 from feedline.placement import Placement
 
@@ -115,17 +115,21 @@ class Runtime:
         """Whether the plan is known (jobs other than the probe may run)."""
         return self.plan is not None
 
-    def start(self) -> None:
-        """Start the workers (the layout comes later, from the probe job).
+    def start(self, epoch_batches: int = 0) -> None:
+        """Start the workers (the layout comes later, from the probe job); ``epoch_batches``
+        bounds how long ``auto`` measures.
 
         Raises:
+            ConfigError: this process is a spawn/forkserver worker importing the script
+                (with ``auto`` or processes it would run the user's loop again, unseen).
             WorkerDied: process workers did not start.
         """
+        refuse_while_bootstrapping("iterates a feedline Loader")
         custom = self.opts.collate_fn is not None
         if custom:
             self.plan = make_plan(self.ctx, None, custom=True)
         if self.opts.worker_type == "auto":
-            self.auto = AutoChoice(self.opts.workers, usable_cores())
+            self.auto = AutoChoice(self.opts.workers, usable_cores(), epoch_batches=epoch_batches)
             if self.opts.workers > 1:
                 self.auto.start_probe()
         if self.opts.worker_type in ("thread", "auto"):
@@ -156,7 +160,7 @@ class Runtime:
         t0, (c0, q0) = time.perf_counter(), thread_clock()
         ready = self.run_job(job, worker)
         c1, q1 = thread_clock()
-        decision = self.auto.timed(job.probe, c1 - c0, time.perf_counter() - t0 - (q1 - q0))
+        decision = self.auto.timed(job.probe, c1 - c0, time.perf_counter() - t0 - (q1 - q0), q1 - q0)
         if decision == "process":  # started aside: this batch is not held up
             self._mover = threading.Thread(target=self._move_to_processes,
                                            name="feedline-auto", daemon=True)

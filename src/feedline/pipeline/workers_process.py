@@ -226,6 +226,20 @@ def _unpicklable(res: Result) -> dict[str, str]:
 GUARD_FIX = ("put the training code under `if __name__ == \"__main__\":` (process workers start "
              "by forkserver or spawn, which import the script again), or use worker_type=\"thread\"")
 
+
+def refuse_while_bootstrapping(what: str) -> None:
+    """Refuse to run a loader in a process that is still importing the training script as
+    a spawn/forkserver worker (a script without a ``__main__`` guard): the script's own
+    loop would run again in every worker, unseen.
+
+    Raises:
+        ConfigError: this process is such a worker.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise ConfigError(
+            "this process is a worker process (spawn or forkserver) importing the training "
+            f"script, and the script {what} at import time", fix=GUARD_FIX)
+
 PRELOAD = ("torch", "numpy")
 """Modules the forkserver imports once, when the parent has them (see preload_forkserver)."""
 
@@ -307,10 +321,7 @@ class ProcessWorkers:
                  placement: Placement | None = None) -> None:
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
-        if getattr(mp.current_process(), "_inheriting", False):
-            raise ConfigError(
-                "this process is a feedline worker importing the training script, and the "
-                "script starts process workers at import time", fix=GUARD_FIX)
+        refuse_while_bootstrapping("starts process workers")
         mpctx: Any = mp.get_context(start_method)
         if start_method == "forkserver":
             preload_forkserver(mpctx)
