@@ -43,7 +43,7 @@ DataLoader of the same run, load average beside each shape, and samples per CPU-
 the contender's process tree (load on a shared host lowers samples/s, not this). Numbers
 from a shared machine are preliminary.
 
-    .venv/bin/python bench/peers_shapes.py [--quick] [--shapes seg,sensor] [--json PATH]
+    .venv/bin/python bench/peers_shapes.py [--quick] [--shapes seg,sensor] [--auto] [--json PATH]
 """
 
 from __future__ import annotations
@@ -531,11 +531,11 @@ def run_once(make: Callable[[], Any]) -> dict[str, float]:
     return {"samples": n, "first_batch_s": t1 - t0, "samples_per_s": rate, "samples_per_cpu_s": per_cpu}
 
 
-def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, Any]:
+def measure(shape: str, folder: Path, rounds: int, workers: int, auto: bool = False) -> dict[str, Any]:
     contenders = {
         "Loader (threads)": loader(shape, folder, workers, "thread"),
         "Loader (processes)": loader(shape, folder, workers, "process"),
-        "Loader (auto)": loader(shape, folder, workers, "auto"),
+        **({"Loader (auto)": loader(shape, folder, workers, "auto")} if auto else {}),
         ("WebDataset + DataLoader" if shape == "wds" else "DataLoader (files)"): baseline(shape, folder, workers),
     }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
@@ -565,6 +565,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {','.join(SHAPES)}")
     p.add_argument("--dir", metavar="DIR", help="scratch folder for the data (default: system temp)")
     p.add_argument("--keep", action="store_true", help="keep the generated data")
+    p.add_argument("--auto", action="store_true",
+                   help='also run Loader(worker_type="auto") (one epoch: its measurement and the '
+                        "move to processes are inside the timed epoch)")
     return p
 
 
@@ -583,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for shape in shapes:
             folder = build(shape, sizes[shape], scratch / shape)
-            res = measure(shape, folder, rounds, args.workers)
+            res = measure(shape, folder, rounds, args.workers, args.auto)
             results.append(res)
             for row in res["rows"]:
                 print(f"{shape:7s} {row['name']:24s} {row['samples_per_s']:10.0f} samples/s "

@@ -189,8 +189,12 @@ def test_a_step_queued_for_a_core_gets_the_step_contention_finding() -> None:
     (f,) = [f for f in build_report(m).findings if f.code == "step-contention"]
     assert "60%" in f.message and "2 intra-op threads" in f.message
     assert "torch.set_num_threads(6)" in f.fix  # 8 cores, 2 workers
+    rep = build_report(m)  # compute-bound: the headline says the same, not mixed precision
+    assert rep.verdict == "compute-bound" and "waited 60% of its time for a CPU core" in rep.recommendation
+    assert "torch.set_num_threads(6)" in rep.recommendation
     m.body_runq = [0.001] * len(m.body)
     assert "step-contention" not in {f.code for f in build_report(m).findings}
+    assert "mixed precision" in build_report(m).recommendation
 
 
 def test_a_first_pass_read_from_storage_and_later_ones_from_a_cache_are_both_said() -> None:

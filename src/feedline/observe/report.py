@@ -384,9 +384,12 @@ def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
 
 def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: float,
                w_rec: int, step_p50: float,
-               restarts: tuple[float, float, float] = (0.0, 0.0, 0.0)
-               ) -> tuple[str, float | None]:
+               restarts: tuple[float, float, float] = (0.0, 0.0, 0.0),
+               step_contention: float = 0.0) -> tuple[str, float | None]:
     """The one change the binding stage calls for, and its predicted gain (step / after).
+
+    ``step_contention``: the share of the step body the training thread spent queued for
+    a core (a compute-bound step slowed by the loader's workers or other jobs).
 
     ``restarts``: the share of the data stall spent in the first wait of each later
     epoch, those waits' seconds per measured step, and the mean steps per pass
@@ -401,6 +404,11 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         after = max(after, pb.gpu, pb.h2d)
         return step / after if after > 0 else None
 
+    if verdict == "compute-bound" and step_contention >= STEP_CONTENTION:
+        return (f"the data path keeps up, but the step waited {step_contention:.0%} of its "
+                f"time for a CPU core: give it its cores (torch.set_num_threads("
+                f"{max(1, cores - workers)}) beside {workers} workers on {cores} cores, fewer "
+                "workers, other jobs off the machine), then speed up the step itself"), 1.0
     if verdict == "compute-bound":
         return ("the data path keeps up; speed up the step itself (mixed precision, larger "
                 "batch, fused kernels)"), 1.0
@@ -622,7 +630,8 @@ def build_report(m: Measurements) -> Report:
             and not m.loader.get("feedline") and (not m.loader.get("persistent_workers")
                                                    or int(m.loader.get("instances") or 1) > 1)):
         binding = "startup"  # worker start-up at each new iterator is most of the stall
-    rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50, restarts)
+    rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50, restarts,
+                           step_contention)
     facts = RunFacts(
         device_type=m.device_type, verdict=verdict, stall_fraction=stall,
         gpu_utilisation=util, step_p50=step.p50, wait_p50=data_wait.p50, wait_p99=data_wait.p99,

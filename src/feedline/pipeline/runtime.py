@@ -162,9 +162,10 @@ class Runtime:
         c1, q1 = thread_clock()
         decision = self.auto.timed(job.probe, c1 - c0, time.perf_counter() - t0 - (q1 - q0), q1 - q0)
         if decision == "process":  # started aside: this batch is not held up
-            self._mover = threading.Thread(target=self._move_to_processes,
-                                           name="feedline-auto", daemon=True)
-            self._mover.start()
+            mover = threading.Thread(target=self._move_to_processes, name="feedline-auto",
+                                     daemon=True)
+            mover.start()  # before it is seen: close() may join it at once (one it missed
+            self._mover = mover  # sees closed and stops the processes it started itself)
         return ready
 
     def settle(self, timeout: float | None = None) -> bool:
