@@ -73,8 +73,8 @@ def test_the_rule() -> None:
 
 
 def test_the_probe_reading_decides_clear_cases_and_leaves_the_middle_to_the_share() -> None:
-    def decide(held: int, cpu: float, runq: float = 0.0) -> AutoChoice:
-        choice = AutoChoice(workers=2, cores=2)
+    def decide(held: int, cpu: float, runq: float = 0.0, workers: int = 2) -> AutoChoice:
+        choice = AutoChoice(workers=workers, cores=2)
         choice.reading = GilReading(wakes=100, elapsed=1.0, waited=held / 100)
         choice.timed(True, cpu=0.9, wall=1.0)
         for _ in range(4):
@@ -89,6 +89,8 @@ def test_the_probe_reading_decides_clear_cases_and_leaves_the_middle_to_the_shar
     assert quiet.decided == "process" and "take turns" in quiet.why
     busy = decide(5, cpu=0.40, runq=0.5)
     assert busy.decided == "thread" and "busy host" in busy.why
+    io = decide(5, cpu=0.40, workers=8)  # more threads than cores: waiting on storage
+    assert io.decided == "thread" and "more workers than cores" in io.why
     assert decide(45, cpu=0.40).decided == "process" and "in between" in decide(45, cpu=0.4).why
     assert decide(45, cpu=0.90).decided == "thread"
     assert GilReading(wakes=50, elapsed=auto.MIN_PROBE_SECONDS / 2, waited=0.04).fraction is None  # too short

@@ -26,9 +26,10 @@ alone does not make threads scale: many short operations that each release the
 GIL (numpy on small images, a few microseconds each) hand it back and forth at
 every call, and two such threads do less than one. So at or below
 ``GIL_HELD[0]`` the loader keeps threads only when the share says they run
-(at least :data:`GIL_BOUND`) or the host is busy (the threads waited for a core
-:data:`BUSY` of the time or more: the share is blurred, the probe is not);
-otherwise the share decides.
+(at least :data:`GIL_BOUND`), the host is busy (the threads waited for a core
+:data:`BUSY` of the time or more: the share is blurred, the probe is not), or
+there are more workers than cores (chosen to wait on storage: a low share is
+I/O, which more threads serve); otherwise the share decides.
 
 Batches keep their content and order either way (both kinds run the same
 plan; the consumer takes batches in plan order). The decision, the figures
@@ -227,9 +228,11 @@ class AutoChoice:
             probed = f"a probe thread spent {held:.0%} of its time (not waiting for a core) waiting for the GIL"
             if held >= GIL_HELD[1]:
                 return "process", f"{probed} and {figures}: the workers hold the GIL (Python per sample)"
-            if held <= GIL_HELD[0] and (share >= GIL_BOUND or queued >= BUSY):
+            if held <= GIL_HELD[0] and (share >= GIL_BOUND or queued >= BUSY
+                                        or self.workers > self.cores):
                 host = "" if share >= GIL_BOUND else (
-                    f", on a busy host (the threads waited for a core {queued:.0%} of the time)")
+                    f", on a busy host (the threads waited for a core {queued:.0%} of the time)"
+                    if queued >= BUSY else ", more workers than cores (for waits on storage)")
                 return "thread", f"{probed} and {figures}{host}: the work releases the GIL, threads scale"
             if held <= GIL_HELD[0]:
                 return "process", (
