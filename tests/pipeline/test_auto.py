@@ -77,7 +77,7 @@ def test_the_probe_reading_decides_clear_cases_and_leaves_the_middle_to_the_shar
         choice = AutoChoice(workers=workers, cores=2)
         choice.reading = GilReading(wakes=100, elapsed=1.0, waited=held / 100)
         choice.timed(True, cpu=0.9, wall=1.0)
-        for _ in range(4):
+        for _ in range(choice.measure):
             choice.timed(False, cpu=cpu, wall=1.0, runq=runq)
         return choice
 
