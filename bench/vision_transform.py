@@ -1,14 +1,21 @@
-"""Are feedline.vision's numpy helpers fast enough to run in the workers?
+"""Are feedline.vision's helpers fast enough to run in the workers, and on threads?
 
-Question: per image, what does ``vision.ImageTransform(train=True)`` (random
-resized crop, flip, normalise to float32 CHW) cost next to the same recipe
-done with Pillow's C resize, the path a torchvision user runs
-(``RandomResizedCrop`` on a PIL image, then ``ToTensor`` + ``Normalize``,
-written here with Pillow and numpy since torchvision is not a dependency)?
-The same decoded images (phone-photo sizes, landscape and portrait) and the
-same crop boxes go through both, alternating (ours, baseline, ours, ...) for
-``--repeat`` rounds; the script prints the median microseconds per image of
-each and the ratio ours / baseline (below 1: faster than the baseline).
+Question: per image, what does the train recipe of ``vision.ImageTransform``
+(random resized crop, flip, normalise to float32 CHW; the resize is Pillow's
+bilinear with ``reducing_gap=2``) cost next to the recipe a torchvision user
+runs (``RandomResizedCrop`` on a PIL image with the full antialiasing filter,
+then ``ToTensor`` + ``Normalize``, written here with Pillow and numpy since
+torchvision is not a dependency)? The same decoded images (phone-photo sizes,
+landscape and portrait) and the same crop boxes go through both, alternating
+(ours, baseline, ours, ...) for ``--repeat`` rounds; the script prints the
+median microseconds per image of each and the ratio ours / baseline (below 1:
+faster than the baseline).
+
+Then the thread question: the whole ``ImageTransform`` on small photos
+(96x128 to 64x64, where per-call overheads dominate) run by one thread and by
+two at once: the speed-up two threads get (2 when the work releases the GIL;
+below 1 when the threads take turns on it). Printed for information; it is what
+``worker_type="auto"`` measures in a loader.
 
     .venv/bin/python bench/vision_transform.py [--quick] [--repeat N] [--json PATH]
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
 from typing import Any
 
@@ -68,6 +76,34 @@ def _time(fn: Any, work: list[tuple[np.ndarray, tuple[int, int, int, int], bool]
     return (time.perf_counter() - t0) / len(work) * 1e6
 
 
+def thread_speedup(n: int, repeat: int) -> dict[str, float]:
+    """``ImageTransform`` on small photos: microseconds per image on one thread, and the
+    speed-up of two threads running it at once (median of ``repeat`` rounds)."""
+    rng = np.random.default_rng(2)
+    imgs = [rng.integers(0, 256, (96, 128, 3) if i % 2 else (128, 96, 3), dtype=np.uint8)
+            for i in range(16)]
+    tf = vision.ImageTransform("jpg", size=64)
+
+    def work() -> None:
+        for i in range(n):
+            tf({"jpg": imgs[i % len(imgs)]})
+
+    one, ups = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        work()
+        t1 = time.perf_counter() - t0
+        pair = [threading.Thread(target=work) for _ in range(2)]
+        t0 = time.perf_counter()
+        for t in pair:
+            t.start()
+        for t in pair:
+            t.join()
+        one.append(t1 / n * 1e6)
+        ups.append(2 * t1 / (time.perf_counter() - t0))
+    return {"us_per_image_one_thread": statistics.median(one), "two_thread_speedup": statistics.median(ups)}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small images, few rounds (smoke test)")
@@ -92,8 +128,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ratio_vision_over_pillow": med["feedline.vision"] / med["pillow"],
         "max_mean_abs_diff_normalised": diff,
     }
+    result["small_on_threads"] = threads = thread_speedup(100 if args.quick else 600, repeat)
     for k, v in med.items():
         print(f"{k:16s} {v:9.0f} us/image (median of {repeat})")
+    print(f"ImageTransform on 96x128 -> 64x64: {threads['us_per_image_one_thread']:.0f} us/image on "
+          f"one thread; two threads at once: {threads['two_thread_speedup']:.2f}x one")
     print(f"ratio feedline.vision / pillow: {result['ratio_vision_over_pillow']:.2f}x "
           f"(mean |difference| of the outputs at most {diff:.3f} in normalised units)")
     if args.json:

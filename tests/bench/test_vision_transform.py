@@ -26,3 +26,6 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert data["ratio_vision_over_pillow"] == med["feedline.vision"] / med["pillow"]
     assert data["max_mean_abs_diff_normalised"] < 0.1  # both compute the same picture
     assert "ratio feedline.vision / pillow" in proc.stdout
+    small = data["small_on_threads"]
+    assert small["us_per_image_one_thread"] > 0 and small["two_thread_speedup"] > 0
+    assert "two threads at once" in proc.stdout
