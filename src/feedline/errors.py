@@ -27,13 +27,17 @@ class FeedlineError(Exception):
         super().__init__(self._render())
 
     def _render(self) -> str:
-        text = self.message
-        if self.place:
-            where = ", ".join(f"{k}={v!r}" for k, v in self.place.items())
-            text = f"{text} [{where}]"
+        text = self.placed()
         if self.fix:
             text = f"{text}. Fix: {self.fix}"
         return text
+
+    def placed(self) -> str:
+        """The message with its place, without the fix: ``what [shard='s', key='k']``."""
+        if not self.place:
+            return self.message
+        where = ", ".join(f"{k}={v!r}" for k, v in self.place.items())
+        return f"{self.message} [{where}]"
 
     def __getattr__(self, name: str) -> Any:
         # shard / key / field / worker ... read as attributes; missing ones are None.

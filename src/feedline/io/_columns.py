@@ -107,30 +107,30 @@ def _pread_field(opened: Any, state: Any, field: str, samples: np.ndarray, at: l
                  flat: memoryview, nb: int, npy: bool, algo: str | None) -> None:
     """One shard's samples of one field, one ``pread`` each straight into its row."""
     reader, index, shard = opened.reader, state.entry.index, state.entry.name
-    handle = state.handle(reader)
     rows, skips, sizes = _spans(index, field, samples, npy)
     j = _first_misfit(rows, sizes, nb)
     if j is not None:
         raise _misfit(shard, keys[at[j]], field, None if rows[j] < 0 else int(sizes[j]), nb)
-    offsets = (index.members["offset"][rows].astype(np.int64) + skips).tolist()
-    read_into = reader.read_into
-    for p, off in zip(at, offsets, strict=True):
-        if read_into(handle, off, flat[p * nb : p * nb + nb]) != nb:
-            raise ReadError(f"shard ended inside a member that needs bytes up to {off + nb}",
-                            shard=shard, key=keys[p], field=field, fix=TRUNC_FIX)
-    if algo is None:
-        return
-    sums = index.members["checksum"][rows].tolist()
-    for p, want, skip, off in zip(at, sums, skips.tolist(), offsets, strict=True):
-        row = flat[p * nb : p * nb + nb]
-        if not skip:
-            verify_part(row, want, algo, shard, keys[p], field)
-            continue
-        head = bytearray(skip)  # the .npy header: read only to check the whole member
-        if read_into(handle, off - skip, head) != skip:
-            raise ReadError("shard ended inside a member's .npy header", shard=shard, key=keys[p],
-                            field=field, fix=TRUNC_FIX)
-        _verify_pieces((head, row), want, algo, shard, keys[p], field)
+    with state.lease() as handle:
+        offsets = (index.members["offset"][rows].astype(np.int64) + skips).tolist()
+        read_into = reader.read_into
+        for p, off in zip(at, offsets, strict=True):
+            if read_into(handle, off, flat[p * nb : p * nb + nb]) != nb:
+                raise ReadError(f"shard ended inside a member that needs bytes up to {off + nb}",
+                                shard=shard, key=keys[p], field=field, fix=TRUNC_FIX)
+        if algo is None:
+            return
+        sums = index.members["checksum"][rows].tolist()
+        for p, want, skip, off in zip(at, sums, skips.tolist(), offsets, strict=True):
+            row = flat[p * nb : p * nb + nb]
+            if not skip:
+                verify_part(row, want, algo, shard, keys[p], field)
+                continue
+            head = bytearray(skip)  # the .npy header: read only to check the whole member
+            if read_into(handle, off - skip, head) != skip:
+                raise ReadError("shard ended inside a member's .npy header", shard=shard, key=keys[p],
+                                field=field, fix=TRUNC_FIX)
+            _verify_pieces((head, row), want, algo, shard, keys[p], field)
 
 
 def _verify_pieces(pieces: tuple[Any, ...], want: int, algo: str, shard: str, key: str, field: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import AlignmentError, ReadError
+from feedline.errors import AlignmentError, ReadError, ResourceError
 from feedline.format._files import open_fd
 from feedline.io._buffers import PAGE, buffer_address
 
@@ -28,11 +28,23 @@ def _os_open_direct(path: str) -> int:
     return open_fd(path, _O_DIRECT)
 
 
+def open_error(e: OSError, path: str) -> ReadError | ResourceError:
+    """The error for a failed open of ``path``: out of file descriptors is a resource
+    limit with its fix, anything else a read error."""
+    if e.errno in (errno.EMFILE, errno.ENFILE):
+        return ResourceError(f"cannot open {path}: {e.strerror}", path=path,
+                             fix="raise the open-file limit (ulimit -n), or close other files "
+                                 "this process holds")
+    return ReadError(f"cannot open {path}: {e.strerror}", path=path,
+                     fix="the file was removed, moved or made unreadable after the dataset was "
+                         "opened: restore it (re-copy the dataset) and run `feedline verify`")
+
+
 def _open_plain(path: str) -> int:
     try:
         return open_fd(path)  # a FIFO or device put in a shard's place is refused, not waited on
     except OSError as e:
-        raise ReadError(f"cannot open {path}: {e.strerror}", path=path) from e
+        raise open_error(e, path) from e
 
 
 def _nbytes(buffer: Any) -> int:
@@ -125,7 +137,7 @@ class DirectReader:
             return DirectHandle(_os_open_direct(path), True)
         except OSError as e:
             if e.errno != errno.EINVAL:
-                raise ReadError(f"cannot open {path}: {e.strerror}", path=path) from e
+                raise open_error(e, path) from e
             return self._fallback(path, f"the file system of {path} refuses O_DIRECT (EINVAL)")
 
     def _fallback(self, path: str, reason: str) -> DirectHandle:

@@ -22,65 +22,12 @@ from feedline import spans
 from feedline.errors import ChecksumError, ReadError
 from feedline.format import checksum
 from feedline.io._buffers import HostBufferPool, buffer_address
-from feedline.io._catalog import ShardEntry, file_stamp
+from feedline.io._catalog import ShardEntry
+from feedline.io._handles import ShardReadState
 from feedline.io.backends import Reader
 from feedline.io.planner import Window, align_up, validate_direct
 
 TRUNC_FIX = "the shard changed or was truncated after opening; re-copy it and run `feedline verify`"
-
-
-class ShardReadState:
-    """Per-shard reading state: the lazily opened backend handle, shared by threads."""
-
-    def __init__(self, entry: ShardEntry) -> None:
-        self.entry = entry
-        self._handle: Any = None
-        self._lock = threading.Lock()
-
-    def handle(self, reader: Reader) -> Any:
-        """The open handle for this shard (opened once, on first use)."""
-        handle = self._handle
-        if handle is None:
-            with self._lock:
-                if self._handle is None:
-                    opened = reader.open(self.entry.path)
-                    try:
-                        self._check_stamp(opened)
-                    except BaseException:
-                        reader.close(opened)
-                        raise
-                    self._handle = opened
-                handle = self._handle
-        return handle
-
-    def _check_stamp(self, handle: Any) -> None:
-        """The file opened is the one the dataset was opened with (not replaced since).
-
-        A file changed in place keeps its identity: a cut is found by the read (naming
-        the first sample lost), changed bytes by ``verify=True`` or ``feedline verify``.
-
-        Raises:
-            ReadError: another file now has the shard's name.
-        """
-        want = self.entry.stamp
-        if want is None:
-            return
-        fd = handle if isinstance(handle, int) else getattr(handle, "fd", None)
-        st = os.fstat(fd) if isinstance(fd, int) else os.stat(self.entry.path)
-        if file_stamp(st) != want:
-            raise ReadError(
-                "the shard was replaced by another file after the dataset was opened (a "
-                "repack, rsync or mv): its index may no longer describe it",
-                shard=self.entry.name, path=self.entry.path,
-                fix="reopen the dataset (a new Loader) once the copy is complete, and run "
-                    "`feedline verify` on it")
-
-    def close(self, reader: Reader) -> None:
-        """Close the handle if it was opened."""
-        with self._lock:
-            if self._handle is not None:
-                reader.close(self._handle)
-                self._handle = None
 
 
 ARENA_BYTES = 32 << 20  # windows of one batch share buffers of up to this size
@@ -214,15 +161,15 @@ def read_jobs(jobs: list[ShardJob], reader: Reader, pool: HostBufferPool, algo: 
         base = _address(buf) if direct else 0
         for job, w, off in group:
             if w.size:  # a window of only empty members reads nothing
-                handle = job.state.handle(reader)
                 target = buf[off : off + w.size]
                 if direct:
                     validate_direct(w, base + off, shard=job.state.entry.name)
-                if traced:
-                    with spans.span("read", shard=job.state.entry.name, bytes=w.size, backend=reader.name):
+                with job.state.lease() as handle:
+                    if traced:
+                        with spans.span("read", shard=job.state.entry.name, bytes=w.size, backend=reader.name):
+                            got = read_into(handle, w.start, target)
+                    else:
                         got = read_into(handle, w.start, target)
-                else:
-                    got = read_into(handle, w.start, target)
                 if got < w.length:
                     error = _truncated(job.state.entry, job.samples, w, got)
                     if error is not None:

@@ -24,7 +24,8 @@ from feedline.format._files import path_argument
 from feedline.io._catalog import Catalog, load_catalog
 from feedline.io._columns import gather_labels, read_columns
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
-from feedline.io._window import ShardJob, ShardReadState, read_jobs
+from feedline.io._handles import HandleBudget, ShardReadState
+from feedline.io._window import ShardJob, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
 from feedline.io.planner import DEFAULT_MAX_GAP, DEFAULT_MAX_WINDOW, Window, coalesce
 
@@ -42,12 +43,13 @@ class _Opened:
         self.reader = reader
         self.choice = choice
         self.pool = HostBufferPool()
-        self.states = [ShardReadState(s) for s in catalog.shards]
+        self.handles = HandleBudget(reader)
+        self.states = [ShardReadState(s, self.handles) for s in catalog.shards]
         self.lock = threading.Lock()
 
     def close(self) -> None:
         for state in self.states:
-            state.close(self.reader)
+            state.close()
         self.pool.clear()
 
 

@@ -86,12 +86,19 @@ class Prepared:
 
 def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
                  shard: str | None = None) -> WorkerError:
-    """Wrap ``exc`` with its place; keeps type name and traceback text."""
-    field = exc.place.get("field") if isinstance(exc, FeedlineError) else None
+    """Wrap ``exc`` with its place; keeps type name and traceback text.
+
+    The fix is ``exc``'s own when it has one (a shard deleted mid-epoch, a descriptor
+    limit: the sample's code is not what to change), else to fix the sample or function;
+    either way ``on_error="skip"`` is offered.
+    """
+    ours = isinstance(exc, FeedlineError)
+    field = exc.place.get("field") if ours else None
+    fix = exc.fix if ours and exc.fix else "fix the sample or the function"
     err = WorkerError(
-        f"{type(exc).__name__} in {stage}: {exc}",
+        f"{type(exc).__name__} in {stage}: {exc.placed() if ours else exc}",
         worker=worker, shard=shard or item.shard, key=item.key, stage=stage, field=field,
-        fix='fix the sample or the function, or pass on_error="skip" to skip bad samples',
+        fix=f'{fix}, or pass on_error="skip" to skip bad samples',
     )
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     err.__dict__.update(exc_type=type(exc).__name__, traceback_text=text)
