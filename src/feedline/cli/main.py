@@ -7,6 +7,8 @@ Each command lives in its own ``feedline.cli._<name>`` module exposing
 :class:`~feedline.errors.ConfigError`, which means a bad argument); an
 ``OSError`` (disk full, permission denied, read-only file system...) prints one
 line naming the path and exits 1. Set ``FEEDLINE_DEBUG=1`` for tracebacks.
+A reader that stops reading stdout (``feedline inspect DS | head -1``) is not an
+error: exit 0, nothing on stderr.
 
 Help output: flags show no ``<bool>`` type, options marked ``hidden`` stay out.
 """
@@ -118,10 +120,26 @@ def _click_kind(e: BaseException) -> str | None:
     return None
 
 
+def _reader_gone() -> None:
+    """``feedline inspect DS | head -1``: the reader stopped reading, which is not an error
+    (exit 0, as when it reads everything). Whatever is still buffered for stdout goes to
+    ``/dev/null``, so the flush at exit cannot fail again (Python would exit 120)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # stdout is already closed or replaced: nothing left to flush
+    raise SystemExit(0) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     try:
         rv = command().main(args=argv, standalone_mode=False, prog_name="feedline")
+    except SystemExit as e:
+        if isinstance(e.__context__, BrokenPipeError):  # click's and rich's exit 1 on EPIPE
+            _reader_gone()
+        raise
     except ConfigError as e:
         if os.environ.get("FEEDLINE_DEBUG"):
             raise
@@ -130,9 +148,8 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("FEEDLINE_DEBUG"):
             raise
         _fail(str(e), 1)
-    except BrokenPipeError:  # `feedline ... | head`
-        sys.stderr.close()
-        raise SystemExit(0) from None
+    except BrokenPipeError:
+        _reader_gone()
     except OSError as e:
         if os.environ.get("FEEDLINE_DEBUG"):
             raise
