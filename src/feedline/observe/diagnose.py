@@ -124,21 +124,37 @@ def _die_with_parent() -> None:
         pass  # not Linux: forwarding still covers SIGTERM / SIGINT sent to diagnose
 
 
-def _terminal_sent_to_group(signum: int) -> bool:
-    """Ctrl-C at a terminal reaches the whole foreground group, the child included."""
+def _terminal_sent_to_group(signum: int, proc: subprocess.Popen[bytes]) -> bool:
+    """Ctrl-C at a terminal reaches the whole foreground group: the child too, unless it
+    moved to a process group of its own (``setsid``, ``setpgrp``); then it must be sent."""
     if signum != signal.SIGINT:
         return False
     try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+        ours = os.getpgrp()
+        return os.tcgetpgrp(sys.stdin.fileno()) == ours and os.getpgid(proc.pid) == ours
     except (OSError, ValueError, AttributeError):
         return False
 
 
 @contextmanager
 def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
-    """Pass SIGTERM / SIGINT sent to this process on to ``proc`` while it runs."""
+    """Pass SIGTERM / SIGINT sent to this process on to ``proc`` while it runs.
+
+    A second one ends ``proc`` with SIGKILL: a training command that ignores or
+    outlasts SIGTERM (a handler that never exits) would otherwise keep ``diagnose``
+    waiting until it is killed itself, which leaves the command running as an orphan.
+    """
+    received: list[int] = []
+
     def forward(signum: int, frame: Any) -> None:
-        if proc.poll() is None and not _terminal_sent_to_group(signum):
+        if proc.poll() is not None:
+            return
+        received.append(signum)
+        if len(received) > 1:
+            print(f"feedline diagnose: {signal.Signals(signum).name} again: killing the training "
+                  f"command (pid {proc.pid}) with SIGKILL", file=sys.stderr)
+            proc.kill()
+        elif not _terminal_sent_to_group(signum, proc):
             proc.send_signal(signum)
 
     if threading.current_thread() is not threading.main_thread():

@@ -95,9 +95,10 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     ours = isinstance(exc, FeedlineError)
     field = exc.place.get("field") if ours else None
     fix = exc.fix if ours and exc.fix else "fix the sample or the function"
+    cause_shard = exc.place.get("shard") if ours else None  # the shard at fault, when it says
     err = WorkerError(
         f"{type(exc).__name__} in {stage}: {exc.placed() if ours else exc}",
-        worker=worker, shard=shard or item.shard, key=item.key, stage=stage, field=field,
+        worker=worker, shard=cause_shard or shard or item.shard, key=item.key, stage=stage, field=field,
         fix=f'{fix}, or pass on_error="skip" to skip bad samples',
     )
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
