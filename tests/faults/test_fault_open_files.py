@@ -111,3 +111,41 @@ def test_a_process_out_of_descriptors_closes_idle_handles_then_says_ulimit(many_
     assert res.returncode == 0, res.stderr[-3000:]
     assert "READ1 s0001" in res.stdout, res.stdout + res.stderr[-2000:]
     assert "RESOURCE" in res.stdout and "ulimit -n" in res.stdout, res.stdout + res.stderr[-2000:]
+
+
+THREADS = r"""
+import os, random, resource, sys, threading
+import feedline
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), int(sys.argv[2])))  # budget: limit // 4
+ds = feedline.open_dataset(sys.argv[1], verify=True)   # every field checked against its checksum
+want = {i: bytes(ds[i]["bin"]) for i in range(len(ds))}
+errors = []
+
+def reader(seed):
+    rng = random.Random(seed)
+    try:
+        for _ in range(int(sys.argv[3])):
+            picks = rng.sample(range(len(ds)), 8)
+            for i, s in zip(picks, ds.read_many(picks)):
+                assert bytes(s["bin"]) == want[i], i
+    except BaseException as e:
+        errors.append(repr(e))
+
+threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print("ERRORS", len(errors), errors[:3])
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("limit,rounds", [(16, 60), pytest.param(32, 2000, marks=pytest.mark.slow)])
+def test_eight_threads_over_a_small_handle_budget_read_every_byte_right(
+        many_shards: Path, limit: int, rounds: int) -> None:
+    """Handles closed to make room while other threads read: a read holds its handle
+    (``ShardReadState.lease``), so none is closed under it (verify=True would catch
+    bytes read from a reused descriptor)."""
+    res = _run(THREADS, str(many_shards), str(limit), str(rounds))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "ERRORS 0 []" in res.stdout, res.stdout[-2000:]
