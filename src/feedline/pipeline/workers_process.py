@@ -259,9 +259,38 @@ def preload_forkserver(mpctx: Any) -> None:
     """
     from multiprocessing import forkserver
 
+    _revive_forkserver()
     current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
     wanted = [m for m in (*PRELOAD, __name__) if m == __name__ or m in sys.modules]
     mpctx.set_forkserver_preload(current + [m for m in wanted if m not in current])
+
+
+_lost_servers: list[int] = []  # "alive" pipes of unreachable forkservers: their workers live on
+
+
+def _revive_forkserver() -> None:
+    """Start a new forkserver when the running one can no longer be reached.
+
+    Its socket lives in multiprocessing's temporary folder (``$TMPDIR/pymp-*``), which a
+    temp cleaner (systemd-tmpfiles, tmpreaper) may delete during a run of days: every
+    later loader then failed to start its workers with a bare ``FileNotFoundError``. The
+    folder is made again and the next worker start launches a new server. The old server
+    is not stopped (the workers of loaders still running were forked by it and end with
+    it): its "alive" pipe is kept open until this process exits.
+    """
+    from multiprocessing import forkserver, process
+
+    server = getattr(forkserver, "_forkserver", None)
+    address = getattr(server, "_forkserver_address", None)
+    tempdir = process.current_process()._config.get("tempdir")
+    if tempdir and not os.path.isdir(tempdir):
+        os.makedirs(tempdir, mode=0o700, exist_ok=True)
+    if server is None or not isinstance(address, str) or address.startswith("\0") or os.path.exists(address):
+        return
+    with server._lock:
+        if server._forkserver_alive_fd is not None:
+            _lost_servers.append(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
 
 
 _fork_hooked = False
