@@ -1,5 +1,6 @@
-"""An object store that fails: HTTP 500s, a cut or shortened body, a server that never
-answers, an endpoint nobody listens on, a missing bucket, options the client refuses.
+"""An object store that fails: HTTP 500s, 503 SlowDowns, a cut or shortened body, a server
+that never answers or stalls mid-body, an endpoint nobody listens on, a missing bucket,
+missing credentials, options the client refuses.
 
 The store is a real S3-compatible server (moto) on 127.0.0.1 behind a small HTTP proxy
 that injects each fault into the real responses s3fs receives. What is guaranteed: every
@@ -29,13 +30,16 @@ BUCKET = "faults"
 
 class FaultProxy:
     """Forwards HTTP to ``upstream``; requests whose path contains ``only`` get ``mode``:
-    ``"500"``, ``"cut"`` (Content-Length promised, half the body sent, connection closed),
-    ``"short"`` (a shorter body, consistently framed) or ``"silent"`` (never answers)."""
+    ``"500"``, ``"503"`` (S3's SlowDown, for the first ``times`` requests), ``"cut"``
+    (Content-Length promised, half the body sent, connection closed), ``"stall"`` (half
+    the body sent, then nothing), ``"short"`` (a shorter body, consistently framed) or
+    ``"silent"`` (never answers)."""
 
     def __init__(self, upstream: str) -> None:
         parsed = urlparse(upstream)
         self.upstream = (str(parsed.hostname), int(parsed.port or 80))
         self.mode, self.only = "pass", ""
+        self.hits, self.times = 0, 1 << 30  # "503": the first `times` matching requests fail
         self.release = threading.Event()
         proxy = self
 
@@ -55,6 +59,13 @@ class FaultProxy:
                 if fault == "500":
                     self.reply(500, b"<Error><Code>InternalError</Code><Message>injected</Message></Error>")
                     return
+                if fault == "503":
+                    proxy.hits += 1
+                    if proxy.hits <= proxy.times:
+                        self.reply(503, b"" if self.command == "HEAD" else
+                                   b"<Error><Code>SlowDown</Code><Message>Please reduce your request "
+                                   b"rate.</Message></Error>")
+                        return
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
                 conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
                 res = conn.getresponse()
@@ -63,6 +74,11 @@ class FaultProxy:
                            if k.lower() not in ("content-length", "transfer-encoding", "connection")]
                 if self.command == "HEAD":
                     self.reply(res.status, b"", headers, length=res.getheader("Content-Length") or "0")
+                elif fault == "stall" and len(data) > 1:  # half the body, then nothing
+                    self.reply(res.status, data[: len(data) // 2], headers, length=str(len(data)),
+                               flush=True)
+                    proxy.release.wait(60)
+                    self.close_connection = True
                 elif fault == "cut" and len(data) > 1:
                     self.reply(res.status, data[: len(data) // 2], headers, length=str(len(data)))
                     self.close_connection = True
@@ -72,13 +88,15 @@ class FaultProxy:
                     self.reply(res.status, data, headers)
 
             def reply(self, status: int, data: bytes, headers: list[tuple[str, str]] = (),  # type: ignore[assignment]
-                      length: str | None = None) -> None:
+                      length: str | None = None, flush: bool = False) -> None:
                 self.send_response(status)
                 for k, v in headers:
                     self.send_header(k, v)
                 self.send_header("Content-Length", length if length is not None else str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                if flush:
+                    self.wfile.flush()
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = handle_one
 
@@ -129,6 +147,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultProxy
 def proxy(store: tuple[FaultProxy, dict[str, Any]]) -> Iterator[FaultProxy]:
     yield store[0]
     store[0].mode, store[0].only = "pass", ""
+    store[0].hits, store[0].times = 0, 1 << 30
 
 
 def _open(options: dict[str, Any], prefix: str = "ds") -> feedline.io.PackedDataset:
@@ -189,3 +208,47 @@ def test_a_dead_endpoint_and_options_the_client_refuses() -> None:
         _open({**QUICK, "endpoint_url": "http://127.0.0.1:9", "no_such_option": 3})
     with pytest.raises((ConfigError, ReadError)):
         _open({**QUICK, "endpoint_url": 5})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_slow_down_503s_are_retried_then_a_read_error(store: tuple[FaultProxy, dict[str, Any]],
+                                                      proxy: FaultProxy) -> None:
+    retrying = {**store[1], "config_kwargs": {"read_timeout": 2, "connect_timeout": 2,
+                                              "retries": {"max_attempts": 4}}}
+    ds = _open(retrying)
+    proxy.mode, proxy.only, proxy.times = "503", ".tar", 2  # two SlowDowns, then the store recovers
+    assert len(ds.read_many(range(6))) == 6
+    proxy.hits, proxy.times = 0, 1 << 30  # SlowDown for good
+    with pytest.raises(ReadError, match="Service Unavailable|SlowDown|503") as info:
+        _open(retrying).read_many(range(6))
+    assert ".tar" in str(info.value.place.get("path", "")) + str(info.value.place.get("shard", ""))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("target", [".idx", ".tar"])
+def test_a_server_that_stalls_mid_body_times_out_naming_the_object(
+        store: tuple[FaultProxy, dict[str, Any]], proxy: FaultProxy, target: str) -> None:
+    ds = _open(store[1]) if target == ".tar" else None
+    proxy.mode, proxy.only = "stall", target
+    with pytest.raises(ReadError, match="(?i)timeout") as info:
+        ds.read_many(range(6)) if ds is not None else _open(store[1])
+    assert target in str(info.value.place.get("path", "")) + str(info.value.place.get("shard", ""))
+    assert "read timeout" in str(info.value)  # it says what happened (before: "FSTimeoutError: ", no text)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_missing_credentials_are_a_read_error_naming_the_manifest(
+        store: tuple[FaultProxy, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance metadata on loopback
+    anonymous = {k: v for k, v in store[1].items() if k not in ("key", "secret")}
+    with pytest.raises(ReadError, match="(?i)credentials") as info:
+        _open(anonymous)
+    assert "manifest.json" in str(info.value.place.get("path", ""))
+    assert info.value.fix and "credentials" in info.value.fix

@@ -22,8 +22,12 @@ S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 20}
 
 
 def failure(e: BaseException) -> str:
-    """One line for an exception raised by a remote client: its type and message."""
-    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    """One line for an exception raised by a remote client: its type and message (a
+    timeout often has none: fsspec's ``FSTimeoutError`` after a server stalled mid-body)."""
+    text = str(e).strip()
+    if not text and isinstance(e, TimeoutError):
+        text = "no data from the server within the read timeout (config_kwargs read_timeout)"
+    return (f"{type(e).__name__}: {text}" if text else type(e).__name__).splitlines()[0][:300]
 
 
 def remote_error(e: Exception, what: str, path: str) -> ReadError:
