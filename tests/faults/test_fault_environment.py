@@ -117,3 +117,36 @@ def test_shared_memory_filled_during_the_run_does_not_disturb_the_loader(small_t
     assert res.returncode == 0, res.stderr[-3000:]
     assert "FULL No space left on device" in res.stdout, res.stdout
     assert "SEEN True" in res.stdout and "ARENAS []" in res.stdout, res.stdout + res.stderr[-2000:]
+
+
+AS_LIMIT = r"""
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))   # a memory-capped job
+import numpy as np
+from faults_helpers import Numbers
+import feedline
+from feedline.errors import WorkerError
+
+class Hog(Numbers):
+    def __getitem__(self, i):
+        if i == 9:
+            np.ones(5 << 30, np.uint8)                          # more than the cap
+        return super().__getitem__(i)
+
+try:
+    with feedline.Loader(Hog(32), batch_size=4, workers=2, shuffle=False) as loader:
+        for _ in loader:
+            pass
+except WorkerError as e:
+    print("WORKERERROR", e.key, type(e.__cause__).__name__)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_sample_over_the_address_space_limit_is_a_worker_error_naming_it() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    res = subprocess.run([sys.executable, "-c", AS_LIMIT, str(HELPERS)], env=env, capture_output=True,
+                         text=True, timeout=50)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "WORKERERROR 9 MemoryError" in res.stdout, res.stdout + res.stderr[-2000:]

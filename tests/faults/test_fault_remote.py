@@ -220,7 +220,7 @@ def test_slow_down_503s_are_retried_then_a_read_error(store: tuple[FaultProxy, d
     proxy.mode, proxy.only, proxy.times = "503", ".tar", 2  # two SlowDowns, then the store recovers
     assert len(ds.read_many(range(6))) == 6
     proxy.hits, proxy.times = 0, 1 << 30  # SlowDown for good
-    with pytest.raises(ReadError, match="Service Unavailable|SlowDown|503") as info:
+    with pytest.raises(ReadError, match=r"Service Unavailable|SlowDown|503") as info:
         _open(retrying).read_many(range(6))
     assert ".tar" in str(info.value.place.get("path", "")) + str(info.value.place.get("shard", ""))
 
@@ -232,7 +232,7 @@ def test_a_server_that_stalls_mid_body_times_out_naming_the_object(
         store: tuple[FaultProxy, dict[str, Any]], proxy: FaultProxy, target: str) -> None:
     ds = _open(store[1]) if target == ".tar" else None
     proxy.mode, proxy.only = "stall", target
-    with pytest.raises(ReadError, match="(?i)timeout") as info:
+    with pytest.raises(ReadError, match=r"(?i)timeout") as info:
         ds.read_many(range(6)) if ds is not None else _open(store[1])
     assert target in str(info.value.place.get("path", "")) + str(info.value.place.get("shard", ""))
     assert "read timeout" in str(info.value)  # it says what happened (before: "FSTimeoutError: ", no text)
@@ -248,7 +248,7 @@ def test_missing_credentials_are_a_read_error_naming_the_manifest(
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance metadata on loopback
     anonymous = {k: v for k, v in store[1].items() if k not in ("key", "secret")}
-    with pytest.raises(ReadError, match="(?i)credentials") as info:
+    with pytest.raises(ReadError, match=r"(?i)credentials") as info:
         _open(anonymous)
     assert "manifest.json" in str(info.value.place.get("path", ""))
     assert info.value.fix and "credentials" in info.value.fix

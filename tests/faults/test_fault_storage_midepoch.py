@@ -84,3 +84,40 @@ def test_storage_changed_mid_epoch_is_a_placed_error_with_the_storage_fix(
     assert err.shard and err.shard.startswith("shard-"), text
     assert err.fix and "fix the sample or the function" not in err.fix, text
     assert "Traceback" not in text
+
+
+REPACKER = """
+import random, sys, time
+from feedline.format import pack
+end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    pack(sys.argv[1], sys.argv[2], shard_size=random.choice([4, 8, 16, 32]) << 10)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seconds", [3.0, pytest.param(30.0, marks=pytest.mark.slow)])
+def test_reading_while_another_process_repacks_never_returns_wrong_bytes(
+        source: Path, tmp_path: Path, seconds: float) -> None:
+    """Open and read every sample, again and again, while ``pack`` rewrites the folder
+    with other shard sizes: each attempt reads the right bytes or raises a FeedlineError."""
+    want = {p.stem: p.read_bytes() for p in source.glob("*.bin")}
+    ds_dir = _dataset(source, tmp_path / "ds")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    writer = subprocess.Popen([sys.executable, "-c", REPACKER, str(source), str(ds_dir), str(seconds)],
+                              env=env)
+    whole = failed = 0
+    try:
+        while writer.poll() is None or whole == 0:
+            try:
+                ds = feedline.open_dataset(ds_dir)
+                for i in range(len(ds)):
+                    sample = ds[i]
+                    assert bytes(sample["bin"]) == want[sample["__key__"]], sample["__key__"]
+                whole += 1
+            except FeedlineError:
+                failed += 1
+    finally:
+        writer.kill()
+        writer.wait()
+    assert whole > 0 and writer.returncode in (0, -9)

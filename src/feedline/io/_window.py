@@ -12,8 +12,6 @@ verifies every field.
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import Any
 
 import numpy as np

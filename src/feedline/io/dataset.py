@@ -23,8 +23,8 @@ from feedline.format import FieldSchema
 from feedline.format._files import path_argument
 from feedline.io._catalog import Catalog, load_catalog
 from feedline.io._columns import gather_labels, read_columns
-from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
 from feedline.io._handles import HandleBudget, ShardReadState
+from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
 from feedline.io._window import ShardJob, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
 from feedline.io.planner import DEFAULT_MAX_GAP, DEFAULT_MAX_WINDOW, Window, coalesce

@@ -92,12 +92,12 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     limit: the sample's code is not what to change), else to fix the sample or function;
     either way ``on_error="skip"`` is offered.
     """
-    ours = isinstance(exc, FeedlineError)
-    field = exc.place.get("field") if ours else None
-    fix = exc.fix if ours and exc.fix else "fix the sample or the function"
-    cause_shard = exc.place.get("shard") if ours else None  # the shard at fault, when it says
+    ours = exc if isinstance(exc, FeedlineError) else None
+    field = ours.place.get("field") if ours else None
+    fix = ours.fix if ours and ours.fix else "fix the sample or the function"
+    cause_shard = ours.place.get("shard") if ours else None  # the shard at fault, when it says
     err = WorkerError(
-        f"{type(exc).__name__} in {stage}: {exc.placed() if ours else exc}",
+        f"{type(exc).__name__} in {stage}: {ours.placed() if ours else exc}",
         worker=worker, shard=cause_shard or shard or item.shard, key=item.key, stage=stage, field=field,
         fix=f'{fix}, or pass on_error="skip" to skip bad samples',
     )

@@ -282,7 +282,7 @@ def _revive_forkserver() -> None:
 
     server = getattr(forkserver, "_forkserver", None)
     address = getattr(server, "_forkserver_address", None)
-    tempdir = process.current_process()._config.get("tempdir")
+    tempdir = getattr(process.current_process(), "_config", {}).get("tempdir")
     if tempdir and not os.path.isdir(tempdir):
         os.makedirs(tempdir, mode=0o700, exist_ok=True)
     if server is None or not isinstance(address, str) or address.startswith("\0") or os.path.exists(address):
