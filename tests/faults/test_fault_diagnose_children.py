@@ -1,17 +1,21 @@
 """``feedline diagnose`` running training commands that do not behave: one that moves to
 a session of its own (``setsid``) and so does not get the terminal's Ctrl-C, one whose
-SIGTERM handler never exits, one that closes its stdout, one that writes 64 MiB of output.
+SIGTERM handler never exits, one that closes its stdout, one that writes 64 MiB of output,
+one whose temporary folders a temp cleaner removes mid-run.
 
 What is guaranteed: Ctrl-C at the terminal ends diagnose and the command (before: the
 command was assumed to have got the Ctrl-C too, nothing was forwarded, and diagnose
 waited forever); a second SIGTERM or SIGINT to diagnose ends the command with SIGKILL,
 exit 137 (before: diagnose could only be stopped by kill -9, which left the command
-running, reparented to init); the command's own output, closed or huge, is its own.
+running, reparented to init); the command's own output, closed or huge, is its own;
+diagnose's folders made again when a temp cleaner removed them (before: the command's
+DataLoader workers crashed on the span log, and the report was lost).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import signal
@@ -142,3 +146,31 @@ def test_the_commands_own_output_is_its_own(tmp_path: Path, body: str) -> None:
                          stderr=subprocess.PIPE, env=ENV, timeout=100)
     assert res.returncode == 3, res.stderr[-2000:]
     assert b"Traceback" not in res.stderr
+
+
+CLEANED = """
+import glob, os, shutil
+from torch.utils.data import DataLoader
+
+for step, batch in enumerate(DataLoader(list(range(400)), batch_size=2, num_workers=2)):
+    if step == 10:  # a temp cleaner empties $TMPDIR's feedline folders mid-run
+        for folder in glob.glob(os.path.join(os.environ["TMPDIR"], "feedline-*")):
+            shutil.rmtree(folder)
+print("STEPS", step + 1)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_temp_cleaner_mid_run_breaks_neither_the_training_nor_its_report(tmp_path: Path) -> None:
+    """diagnose's folders under $TMPDIR (the report, the DataLoader workers' span logs)
+    removed mid-run (before: the DataLoader workers raised FileNotFoundError, the training
+    crashed, and the report was lost)."""
+    script, out, tmp = tmp_path / "train.py", tmp_path / "report.json", tmp_path / "tmp"
+    script.write_text(CLEANED)
+    tmp.mkdir()
+    res = subprocess.run([sys.executable, "-m", "feedline", "diagnose", "--quiet", "--json", str(out),
+                          "--", sys.executable, str(script)], capture_output=True, text=True,
+                         env={**ENV, "TMPDIR": str(tmp)}, timeout=110)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "STEPS 200" in res.stdout and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert json.loads(out.read_text())["steps"] >= 150  # the whole run, less the warm-up

@@ -50,6 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from feedline.observe._scratch import open_text
 from feedline.observe._session import Session
 from feedline.observe._snapshot import snapshot
 
@@ -64,7 +65,8 @@ PARTIAL_DUTY = 0.005
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
+    with open_text(tmp, "w") as fh:  # its folder made again if a temp cleaner removed it
+        fh.write(json.dumps(data))
     os.replace(tmp, path)
 
 

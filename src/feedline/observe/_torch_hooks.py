@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from feedline.observe._scratch import open_text
 from feedline.observe._stats import Span
 
 
@@ -256,7 +257,7 @@ class WorkerInit:
 
         def deliver(stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
             line = json.dumps([stage, start, end, os.getpid(), threading.get_ident(), attrs | base])
-            with lock, open(path, "a", encoding="utf-8") as fh:
+            with lock, open_text(path, "a") as fh:  # its folder made again if removed
                 fh.write(line + "\n")
 
         for cls in _fetcher_classes():
