@@ -149,3 +149,50 @@ def test_eight_threads_over_a_small_handle_budget_read_every_byte_right(
     res = _run(THREADS, str(many_shards), str(limit), str(rounds))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "ERRORS 0 []" in res.stdout, res.stdout[-2000:]
+
+
+TOO_MANY_WORKERS = r"""
+import os, resource, sys
+sys.path.insert(0, sys.argv[1])
+from faults_helpers import Numbers, arenas
+import psutil
+import feedline
+from feedline.errors import ResourceError
+
+def main():
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (24, limits[1]))
+    loader = feedline.Loader(Numbers(64), batch_size=4, workers=16, worker_type="process")
+    try:
+        next(iter(loader))
+    except ResourceError as e:
+        print("RESOURCE", e.field, "|", e)
+    loader.close()
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)  # room for psutil to look
+    me = psutil.Process()
+    direct = {p.pid for p in me.children()}  # the forkserver and resource tracker
+    workers = []  # the forkserver's children: process workers
+    for p in me.children(recursive=True):
+        try:
+            if p.pid not in direct and p.status() != psutil.STATUS_ZOMBIE:
+                workers.append(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    print("WORKERS_LEFT", len(workers), "ARENAS", arenas("/dev/shm"), workers)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.slow  # starts a forkserver (imports torch): several seconds
+@pytest.mark.timeout(120)
+def test_more_process_workers_than_descriptors_is_a_resource_error(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"  # a file: workers import it
+    script.write_text(TOO_MANY_WORKERS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    res = subprocess.run([sys.executable, str(script), str(Path(__file__).parent)], env=env,
+                         capture_output=True, text=True, timeout=110)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "RESOURCE workers |" in res.stdout and "ulimit -n" in res.stdout, res.stdout + res.stderr[-2000:]
+    assert "WORKERS_LEFT 0 ARENAS [] []" in res.stdout, res.stdout

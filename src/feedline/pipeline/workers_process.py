@@ -19,6 +19,7 @@ worker and the signal.
 
 from __future__ import annotations
 
+import errno
 import gc
 import itertools
 import multiprocessing as mp
@@ -36,7 +37,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from feedline import spans
-from feedline.errors import ConfigError, WorkerDied, WorkerError
+from feedline.errors import ConfigError, ResourceError, WorkerDied, WorkerError
 from feedline.pipeline import collate, shm
 from feedline.pipeline.jobs import Context, Job, Record, prepare
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
@@ -293,6 +294,20 @@ def _revive_forkserver() -> None:
         server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
 
 
+def _out_of_descriptors(exc: OSError, started: int, count: int) -> BaseException:
+    """The error for an ``OSError`` while starting worker ``started`` (0-based) of ``count``:
+    out of file descriptors (each process worker holds a few in the training process:
+    its pipe, its sentinel) is a ``ResourceError`` with the fix; anything else is raised as is."""
+    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return exc
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return ResourceError(
+        f"cannot start process worker {started + 1} of {count}: {exc.strerror} (ulimit -n is {soft})",
+        field="workers", fix="raise the open-file limit (ulimit -n), or lower workers=")
+
+
 _fork_hooked = False
 
 
@@ -372,14 +387,21 @@ class ProcessWorkers:
         try:
             for i in range(count):
                 name = f"feedline-process_{i}"
-                parent, child = mpctx.Pipe()
+                try:
+                    parent, child = mpctx.Pipe()
+                except OSError as exc:
+                    raise _out_of_descriptors(exc, i, count) from exc
                 proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
                                      args=(child, ctx, name, batch_size, custom_collate, timed,
                                            placement))
                 try:
                     proc.start()
                 except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                    parent.close()
                     raise _start_pickling_error(ctx, custom_collate, exc) from exc
+                except OSError as exc:
+                    parent.close()
+                    raise _out_of_descriptors(exc, i, count) from exc
                 finally:
                     child.close()
                 self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
