@@ -90,3 +90,18 @@ def test_a_reader_that_stops_reading_is_not_an_error(odd_names: tuple[Path, dict
                          stderr=subprocess.PIPE, timeout=100, close_fds=True,
                          preexec_fn=lambda: os.close(1))
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_stdout_on_a_full_device_is_one_line_and_exit_1(odd_names: tuple[Path, dict[bytes, bytes]]) -> None:
+    root, _ = odd_names
+    if not (root / "ds" / "manifest.json").exists():
+        assert _cli("pack", str(root / "src"), "--out", str(root / "ds")).returncode == 0
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "wb") as full:
+        res = _cli("inspect", str(root / "ds"), stdout=full.fileno())
+    assert res.returncode == 1 and b"No space left on device" in res.stderr, res.stderr[-2000:]
+    assert b"Traceback" not in res.stderr and len(res.stderr.splitlines()) == 1
+    res = _cli("verify", str(root / "ds"), "--json", "/dev/full")
+    assert res.returncode == 1 and b"/dev/full" in res.stderr and b"Traceback" not in res.stderr
