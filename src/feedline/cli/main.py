@@ -7,8 +7,9 @@ Each command lives in its own ``feedline.cli._<name>`` module exposing
 :class:`~feedline.errors.ConfigError`, which means a bad argument); an
 ``OSError`` (disk full, permission denied, read-only file system...) prints one
 line naming the path and exits 1. Set ``FEEDLINE_DEBUG=1`` for tracebacks.
-A reader that stops reading stdout (``feedline inspect DS | head -1``) is not an
-error: exit 0, nothing on stderr.
+A reader that stops reading stdout (``feedline inspect DS | head -1``) ends the
+command quietly with 141, as SIGPIPE ends other tools (click and rich made it a
+silent exit 1, the status of a runtime error).
 
 Help output: flags show no ``<bool>`` type, options marked ``hidden`` stay out.
 """
@@ -120,16 +121,22 @@ def _click_kind(e: BaseException) -> str | None:
     return None
 
 
+EXIT_PIPE = 128 + 13  # the status of a process ended by SIGPIPE, as `yes | head -1` gives
+
+
 def _reader_gone() -> None:
-    """``feedline inspect DS | head -1``: the reader stopped reading, which is not an error
-    (exit 0, as when it reads everything). Whatever is still buffered for stdout goes to
-    ``/dev/null``, so the flush at exit cannot fail again (Python would exit 120)."""
+    """``feedline inspect DS | head -1``: the reader stopped reading. Quietly, with the
+    status every Unix tool ends with there (141, killed by SIGPIPE): a shell reports the
+    pipeline's last command unless ``set -o pipefail`` asks to know that the first one did
+    not finish (``feedline verify DS | head`` must not pass a check it never completed).
+    Whatever is still buffered for stdout goes to ``/dev/null``, so the flush at exit
+    cannot fail again (Python would print a traceback and exit 120)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass  # stdout is already closed or replaced: nothing left to flush
-    raise SystemExit(0) from None
+    raise SystemExit(EXIT_PIPE) from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -137,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = command().main(args=argv, standalone_mode=False, prog_name="feedline")
     except SystemExit as e:
-        if isinstance(e.__context__, BrokenPipeError):  # click's and rich's exit 1 on EPIPE
+        if isinstance(e.__context__, BrokenPipeError):  # click's and rich's exit(1) on EPIPE
             _reader_gone()
         raise
     except ConfigError as e:
