@@ -72,11 +72,12 @@ class HandleBudget:
             self._open.discard(state)
 
     def make_room(self, keep: ShardReadState, everything: bool = False) -> int:
-        """Close idle handles, least recently used first, until one more fits the
-        budget (every idle one with ``everything``); returns how many were closed."""
+        """Close idle handles, least recently used first, until an eighth of the budget
+        is free (so the sort is paid once per eighth of the budget's opens, not per
+        open), or every idle one with ``everything``; returns how many were closed."""
         with self._lock:
             others = sorted((s for s in self._open if s is not keep), key=lambda s: s.last_use)
-        excess = len(others) if everything else len(others) + 1 - self.limit
+        excess = len(others) if everything else len(others) + 1 - self.limit + self.limit // 8
         closed = 0
         for victim in others:
             if closed >= excess:
