@@ -64,6 +64,10 @@ class PackedDataset:
     from a small per-dataset pool (at most 8 cached). Returned views point
     into those buffers, which are not reused while any view of them is alive:
     copy or decode the bytes and drop the views to let buffers recycle.
+
+    Open files: a shard's file is opened at its first read and kept open, but at
+    most a quarter of the open-file limit (``ulimit -n``, up to 1,024) at once; past
+    that the least recently used idle one is closed (:mod:`feedline.io._handles`).
     """
 
     def __init__(
