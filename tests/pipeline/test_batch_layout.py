@@ -89,3 +89,18 @@ def test_layout_takes_the_shape_most_of_batch_0_has() -> None:
     assert list(ragged) == [("x",)] and ragged[("x",)][1].shape == (3, 2)
     assert collate.fill(layout, arrays, [{"x": a + 1}, {"x": a + 2}]) == {}
     assert arrays[("x",)][1].max() == 2
+
+
+def test_a_packed_dict_of_arrays_is_walked_a_json_dict_is_not() -> None:
+    """An ``.npz`` (or a ``.pt`` dict of tensors) stacks member by member, as torch's
+    default_collate does; a JSON dict of plain values stays one per sample."""
+    samples = [{"npz": {"image": np.full((2, 2), i, np.uint8), "boxes": np.zeros((i + 1, 4), np.float32)},
+                "json": {"id": i, "tags": ["a"]}} for i in range(3)]
+    layout = collate.infer_layout(samples, 3, 1)
+    dense = {leaf.path: leaf.shape for leaf in layout.leaves}
+    assert dense == {("npz", "image"): (2, 2), ("npz", "boxes"): None, ("json",): None}
+    arrays = {("npz", "image"): np.zeros((3, 2, 2), np.uint8)}
+    ragged = collate.fill(layout, arrays, samples)
+    assert arrays[("npz", "image")][:, 0, 0].tolist() == [0, 1, 2]
+    assert [b.shape[0] for b in ragged[("npz", "boxes")]] == [1, 2, 3]
+    assert ragged[("json",)] == [s["json"] for s in samples]

@@ -1,11 +1,15 @@
-"""Files users keep beside their data that feedline did not write: ``torch.save`` pickles and
-``.npz`` archives. A pickle is never executed (pack says so, the loader hands its bytes);
-an ``.npz`` decodes to its arrays without pickle, within the declared size bound."""
+"""Files users keep beside their data that feedline did not write: ``torch.save`` files,
+other pickles and ``.npz`` archives. A ``.pt`` loads through ``torch.load(weights_only=True)``
+(tensors and containers only: a pickle of anything else is refused, never run); any other
+pickle stays bytes (pack says so); an ``.npz`` decodes to its arrays without pickle, within the
+declared size bound. Dicts of arrays collate like torch's ``default_collate``: one stacked
+tensor per member, a list where the members' shapes vary."""
 
 from __future__ import annotations
 
 import io
 import os
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,22 +45,23 @@ def _write(src: Path, n: int, marker: Path) -> None:
     src.mkdir(parents=True)
     for i in range(n):
         buf = io.BytesIO()
-        torch.save({"weights": torch.arange(4), "trap": _Booby(os.fspath(marker))}, buf)
+        torch.save({"weights": torch.arange(4) + i, "scale": torch.tensor(i / 2)}, buf)
         (src / f"{i:04d}.state.pt").write_bytes(buf.getvalue())
+        (src / f"{i:04d}.meta.pkl").write_bytes(pickle.dumps(_Booby(os.fspath(marker))))
         (src / f"{i:04d}.npz").write_bytes(_npz(i, compressed=i % 2 == 1))
         (src / f"{i:04d}.cls").write_bytes(b"%d" % (i % 3))
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
-def test_pickles_load_as_bytes_and_npz_as_arrays(tmp_path: Path, worker_type: str) -> None:
+def test_torch_files_load_as_tensors_pickles_as_bytes_npz_as_arrays(tmp_path: Path, worker_type: str) -> None:
     marker = tmp_path / "marker"
     _write(tmp_path / "src", 9, marker)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pack([os.fspath(tmp_path / "src")], os.fspath(tmp_path / "ds"))
     notes = " ".join(str(w.message) for w in caught)
-    assert "'state.pt'" in notes and "never unpickles" in notes
+    assert "'meta.pkl'" in notes and "never unpickles" in notes and "state.pt" not in notes
 
     seen = 0
     with feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=4, workers=2, drop_last=False,
@@ -64,14 +69,35 @@ def test_pickles_load_as_bytes_and_npz_as_arrays(tmp_path: Path, worker_type: st
         for epoch in range(2):
             loader.set_epoch(epoch)
             for batch in loader:
-                for key, blob, arrays in zip(batch["__key__"], batch["state.pt"], batch["npz"], strict=True):
-                    i = int(key)
-                    assert blob == (tmp_path / "src" / f"{key}.state.pt").read_bytes()
-                    assert set(arrays) == {"points", "pose"}
-                    assert np.array_equal(arrays["points"], np.load(io.BytesIO(_npz(i)))["points"])
-                    assert np.array_equal(arrays["pose"], np.eye(4) * i)
+                ids = [int(k) for k in batch["__key__"]]
+                state, arrays = batch["state.pt"], batch["npz"]
+                assert state["weights"].tolist() == [[j + i for j in range(4)] for i in ids]
+                assert state["scale"].tolist() == [i / 2 for i in ids]
+                assert torch.equal(arrays["pose"], torch.stack([torch.eye(4, dtype=torch.float64) * i
+                                                                for i in ids]))
+                for i, blob, points in zip(ids, batch["meta.pkl"], arrays["points"], strict=True):
+                    assert blob == (tmp_path / "src" / f"{i:04d}.meta.pkl").read_bytes()
+                    assert np.array_equal(np.asarray(points), np.load(io.BytesIO(_npz(i)))["points"])
                     seen += 1
     assert seen == 18
+    assert not marker.exists()
+
+
+def test_a_torch_file_holding_an_object_is_refused_never_run(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    trap = io.BytesIO()
+    torch.save({"x": torch.ones(2), "trap": _Booby(os.fspath(marker))}, trap)
+    for case, data, words in (("object", trap.getvalue(), "weights_only"),
+                              ("garbage", b"not a torch file", "not a torch.save file"),
+                              ("cut", trap.getvalue()[:200], "unreadable")):
+        src = tmp_path / case
+        src.mkdir()
+        (src / "0000.pt").write_bytes(data)
+        pack([os.fspath(src)], os.fspath(tmp_path / f"ds-{case}"))
+        with (feedline.Loader(os.fspath(tmp_path / f"ds-{case}"), batch_size=1, workers=1) as loader,
+              pytest.raises(WorkerError, match=words) as err):
+            next(iter(loader))
+        assert err.value.field == "pt" and err.value.key == "0000"
     assert not marker.exists()
 
 

@@ -138,6 +138,55 @@ def decode_npz(data: Buffer, limits: Limits) -> dict[str, np.ndarray]:
         raise DecodeError(f".npz unreadable: {exc}", fix="store arrays with numpy.savez") from exc
 
 
+def decode_torch(data: Buffer, limits: Limits) -> Any:
+    """A ``torch.save`` file (``.pt``/``.pth``) through ``torch.load(weights_only=True)``:
+    tensors, numbers, strings and lists/tuples/dicts of them, nothing else.
+
+    ``weights_only`` is torch's restricted unpickler (its default since 2.6): it rebuilds
+    only those types and refuses any other object, so loading a file cannot run code the
+    way a plain pickle can. Tensors come back as numpy arrays (zero-copy, on the CPU,
+    detached), so they stack into batch slots like ``.npy`` fields; a dtype numpy lacks
+    (``bfloat16``) stays a tensor. A pickle of anything else (a model object, a custom
+    class) is a :class:`DecodeError`.
+    """
+    import pickle
+    import re
+
+    import torch
+
+    head = bytes(memoryview(data)[:4])
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or a legacy pickle
+        raise DecodeError("not a torch.save file (neither its zip nor a pickle header)",
+                          fix="re-save it with torch.save, or --exclude it when packing")
+    try:
+        value = torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        why = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\. Please|\n\n|$)", str(exc), re.S)
+        raise DecodeError(
+            "torch.load(weights_only=True) refused it: it holds more than tensors, numbers, "
+            f"strings and containers ({(why.group(1) if why else str(exc))[:200].strip()})",
+            fix="save tensors, numbers and dicts/lists of them (torch.save({'x': t})), or pass "
+            "decode={field: fn} with a module-level function for files you trust") from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError) as exc:
+        raise DecodeError(f"torch.save file unreadable: {type(exc).__name__}: {str(exc)[:300]}",
+                          fix="re-save it with torch.save") from None
+    return _torch_to_numpy(value, torch)
+
+
+def _torch_to_numpy(value: Any, torch: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        try:
+            return t.numpy()
+        except TypeError:  # bfloat16 and other dtypes numpy lacks
+            return t
+    if isinstance(value, dict):
+        return {k: _torch_to_numpy(v, torch) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_torch_to_numpy(v, torch) for v in value)
+    return value
+
+
 def check_pixels(height: int, width: int, limits: Limits) -> None:
     if height * width > limits.max_pixels:
         raise DecodeError(

@@ -37,6 +37,8 @@ _INTO: dict[str, Callable[[Buffer, Limits, np.ndarray], Any]] = {
 _BUILTIN: dict[str, Callable[[Buffer, Limits], Any]] = {
     "npy": codecs.decode_npy,
     "npz": codecs.decode_npz,
+    "pt": codecs.decode_torch,
+    "pth": codecs.decode_torch,
     "jpg": codecs.decode_jpeg,
     "jpeg": codecs.decode_jpeg,
     "png": codecs.decode_png,

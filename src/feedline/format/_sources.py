@@ -84,8 +84,10 @@ OS_METADATA = frozenset({"__macosx", "thumbs.db", "ehthumbs.db", "desktop.ini", 
 tree (macOS zips' ``__MACOSX/`` of AppleDouble copies, Windows' thumbnail caches): never
 data, never a class folder (torchvision's ``ImageFolder`` would count ``__MACOSX`` as a
 class and shift every label after it)."""
-PICKLE_EXTENSIONS = frozenset({"pt", "pth", "pkl", "pickle", "pyd", "ckpt"})
-"""Extensions of files that hold Python pickles: packed as bytes, with a note (never unpickled)."""
+PICKLE_EXTENSIONS = frozenset({"pkl", "pickle", "pyd", "ckpt"})
+"""Extensions of files that hold arbitrary Python pickles: packed as bytes, with a note (never
+unpickled). ``.pt``/``.pth`` are not here: they load through ``torch.load(weights_only=True)``
+(:func:`feedline.decode.codecs.decode_torch`), which rebuilds tensors and containers only."""
 
 
 class SourceFile(NamedTuple):
@@ -228,8 +230,9 @@ class Collection:
             lines.append(
                 f"field(s) {', '.join(map(repr, pickled))} hold Python pickles (torch.save, pickle): "
                 "feedline never unpickles (loading one can run any code), so they load as bytes; "
-                "save tensors with numpy.save (.npy) to read them without pickle, or opt in with "
-                "Loader(decode={'pt': lambda b: torch.load(io.BytesIO(b), weights_only=True)}) for files you trust"
+                "save arrays with numpy.save (.npy) or tensors with torch.save as .pt (loaded with "
+                "torch.load(weights_only=True): tensors and containers only), or pass "
+                "Loader(decode={field: fn}) with a module-level function for files you trust"
             )
         if self.empty_files:
             shown = ", ".join(self.empty_files[:limit])

@@ -3,7 +3,11 @@
 The layout is inferred once, from batch 0 of the epoch's plan (never from
 whichever batch a worker finishes first, so it is the same on every run for a
 seed): every leaf of the sample tree (dicts and tuples are walked; packed
-samples only at the top level) whose values are numbers or arrays, and whose
+samples only at the top level, except a dict whose values are all arrays, as
+an ``.npz`` or a dict of tensors saved with ``torch.save`` decodes, which is walked
+too: ``batch["npz"]["image"]`` is one stacked tensor, as torch's
+``default_collate`` gives it, while a ``.json`` dict stays one per sample)
+whose values are numbers or arrays, and whose
 most common shape and dtype is held by more than half of that batch, becomes
 a *dense* leaf, stacked into a preallocated slot array of shape
 ``(batch_size, *shape)``; every other leaf (strings, bytes, lists, arrays of
@@ -96,8 +100,9 @@ class Layout:
 
 
 def flatten(sample: Any, max_depth: int, path: Path = ()) -> tuple[Any, list[tuple[Path, Any]]]:
-    """(skeleton, [(path, leaf)]) of a sample; ``__dunder__`` dict keys are dropped."""
-    if len(path) < max_depth and isinstance(sample, Mapping):
+    """(skeleton, [(path, leaf)]) of a sample; ``__dunder__`` dict keys are dropped. Below
+    ``max_depth`` only a dict of arrays (:func:`_array_dict`) is walked."""
+    if isinstance(sample, Mapping) and (len(path) < max_depth or _array_dict(sample)):
         skeleton: dict[Any, Any] = {}
         leaves: list[tuple[Path, Any]] = []
         for k, v in sample.items():
@@ -110,6 +115,15 @@ def flatten(sample: Any, max_depth: int, path: Path = ()) -> tuple[Any, list[tup
         parts = [flatten(v, max_depth, (*path, i)) for i, v in enumerate(sample)]
         return tuple(p[0] for p in parts), [leaf for p in parts for leaf in p[1]]
     return Ref(path), [(path, sample)]
+
+
+def _array_dict(value: Mapping[Any, Any]) -> bool:
+    """Whether every value of a non-empty dict is an array (numpy, or torch's, which has
+    ``__array__`` and ``shape``) or such a dict: what ``.npz`` and ``.pt`` fields decode to."""
+    return bool(value) and all(
+        (isinstance(v, Mapping) and _array_dict(v))
+        or (isinstance(v, np.ndarray) or (hasattr(v, "__array__") and hasattr(v, "shape")))
+        for v in value.values())
 
 
 def unflatten(skeleton: Any, values: Mapping[Path, Any]) -> Any:
@@ -125,7 +139,10 @@ def _as_dense(value: Any) -> np.ndarray | None:
     if isinstance(value, (bool, int, float, np.number)):
         return np.asarray(value)
     if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "shape")):
-        arr = np.asarray(value)
+        try:
+            arr = np.asarray(value)
+        except (TypeError, RuntimeError):  # a tensor numpy cannot hold (bfloat16): a list
+            return None
         return None if arr.dtype.hasobject else arr
     return None
 
