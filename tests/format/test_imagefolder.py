@@ -214,3 +214,21 @@ def test_os_metadata_is_never_a_class_or_a_sample(tmp_path: Path) -> None:
     assert all("metadata" in s.reason for s in found.skipped)
     # the WebDataset rule (no labels) skips them too: no sample "Thumbs" with a field "db"
     assert [s.key for s in collect([root]).samples] == ["cats/a", "dogs/2024/b"]
+
+
+def test_a_folder_of_splits_is_refused_with_the_commands_per_split(tmp_path: Path) -> None:
+    """``root/{train,val,test}/<class>/...`` with --labels from-folder would label every image
+    by its split: refused, naming the splits and the pack command of each (train first, the
+    others with its class list). A class folder that happens to be called ``test`` beside
+    others, or split-named folders holding images directly, still pack."""
+    root = _tree(tmp_path / "ds", {f"{s}/{c}/{i}.jpg": b"x" for s in ("val", "Train", "test")
+                                   for c in ("cat", "dog") for i in range(2)})
+    with pytest.raises(ConfigError, match=r"splits \(Train, test, val\)") as err:
+        collect([root], FOLDER)
+    assert f"feedline pack {root}/Train --out OUT/Train --labels from-folder;" in str(err.value)
+    assert f"{root}/val --out OUT/val --labels from-folder --classes OUT/Train" in str(err.value)
+    assert collect([root / "Train"], FOLDER).classes == ("cat", "dog")
+    mixed = _tree(tmp_path / "mixed", {"test/a/1.jpg": b"x", "cat/1.jpg": b"x"})
+    assert collect([mixed], FOLDER).classes == ("cat", "test")
+    flat = _tree(tmp_path / "flat", {"train/1.jpg": b"x", "val/2.jpg": b"x"})
+    assert collect([flat], FOLDER).classes == ("train", "val")

@@ -420,6 +420,7 @@ def collect(
     excluded = 0
     empty_files: list[str] = []
     class_names: set[str] = set()
+    shallow: set[str] = set()  # class folders holding an image directly (not only in sub-folders)
     skip_real = Path(os.path.realpath(skip)) if skip is not None else None
     for source in sources:
         src = Path(source)
@@ -453,6 +454,8 @@ def collect(
                     continue
                 class_names.add(name.split("/", 1)[0])
                 labels[key] = name.split("/", 1)[0]
+                if name.count("/") == 1:
+                    shallow.add(labels[key])
             if table is not None:
                 names[key] = name
             sample = grouped.setdefault(key, {})
@@ -474,6 +477,8 @@ def collect(
         roots = [os.path.basename(os.path.normpath(os.fspath(s))) for s in sources]
         roots += [os.path.basename(os.path.realpath(s)) for s in sources]
         unmatched = _apply_table(table, grouped, names, skipped, roots)
+    if labelled:
+        _refuse_splits(class_names, shallow, sources)
     classes = _class_list(class_names, rules.classes) if labelled else table.classes if table is not None else None
     if classes is not None and labelled:
         number = {c: str(i).encode("ascii") for i, c in enumerate(classes)}
@@ -498,6 +503,28 @@ def collect(
         raise ConfigError(f"no files to pack: none of the files found is named in {table.path if table else 'SRC'}",
                           fix="check that the labels file names files below SRC (paths or bare names)")
     return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched)
+
+
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing",
+                         "eval", "evaluation", "holdout"})
+"""Folder names (case-insensitive) that name a dataset's split, not a class."""
+
+
+def _refuse_splits(folders: set[str], shallow: set[str], sources: list[str | os.PathLike[str]]) -> None:
+    """Refuse ``--labels from-folder`` on a folder of splits (``root/train/<class>/...``,
+    ``root/val/<class>/...``): every top folder has a split's name and holds its images
+    only in sub-folders. Each image would get its split as its class, silently."""
+    if not folders or shallow or not all(f.casefold() in SPLIT_NAMES for f in folders):
+        return
+    splits = sorted(folders, key=lambda f: (f.casefold() not in ("train", "training"), f))
+    root = os.fspath(sources[0]).rstrip("/") if len(sources) == 1 else "SRC"
+    first, rest = splits[0], splits[1:]
+    cmds = [f"feedline pack {root}/{first} --out OUT/{first} --labels from-folder"]
+    cmds += [f"feedline pack {root}/{s} --out OUT/{s} --labels from-folder --classes OUT/{first}" for s in rest]
+    raise ConfigError(
+        f"the class folders of {root!r} are splits ({', '.join(splits)}), each holding class "
+        "folders: --labels from-folder would label every image with its split, not its class",
+        fix="pack each split on its own, the others with the first one's class list: " + "; ".join(cmds))
 
 
 def _class_list(found: set[str], given: tuple[str, ...] | None) -> tuple[str, ...]:
