@@ -232,3 +232,36 @@ def test_a_folder_of_splits_is_refused_with_the_commands_per_split(tmp_path: Pat
     assert collect([mixed], FOLDER).classes == ("cat", "test")
     flat = _tree(tmp_path / "flat", {"train/1.jpg": b"x", "val/2.jpg": b"x"})
     assert collect([flat], FOLDER).classes == ("train", "val")
+
+
+def test_the_folder_rule_makes_each_folder_one_sample(tmp_path: Path, read_all) -> None:  # type: ignore[no-untyped-def]
+    """Video clips stored as frames: ``clip/frame_000.jpg...`` is one sample whose fields are
+    the frames; tar and WebDataset split the members back into the same key and field."""
+    root = _tree(tmp_path / "v", {
+        **{f"clip.v2/frame_{f:03d}.JPG": b"f%d" % f for f in range(3)},
+        **{f"more/clip_7/frame_{f:03d}.jpg": b"g%d" % f for f in range(2)},
+        "more/clip_7/meta.json": b"{}", "README.md": b"x",
+    })
+    found = collect([root], SourceRules(key="folder"))
+    assert [(s.key, [f.field for f in s.files]) for s in found.samples] == [
+        ("clip%2Ev2", ["frame_000.jpg", "frame_001.jpg", "frame_002.jpg"]),
+        ("more/clip_7", ["frame_000.jpg", "frame_001.jpg", "meta.json"]),
+    ]
+    assert [s.name for s in found.skipped] == ["README.md"]
+    with pytest.warns(PackWarning, match="not inside a sample folder"):
+        pack([root], tmp_path / "ds", rules=SourceRules(key="folder"))
+    with tarfile.open(tmp_path / "ds" / "shard-000000.tar") as tf:
+        assert all(split_name(m.name) is not None for m in tf.getmembers())
+    got = {(k, f) for k, fields in read_all(tmp_path / "ds").items() for f in fields}
+    assert ("clip%2Ev2", "frame_002.jpg") in got and ("more/clip_7", "meta.json") in got
+    # with class folders: <class>/<clip>/<frame>; frames directly in a class folder are listed
+    classes = _tree(tmp_path / "c", {"walk/c1/0.jpg": b"a", "walk/c1/1.jpg": b"b", "run/c2/0.jpg": b"c",
+                                     "run/stray.jpg": b"d"})
+    found = collect([classes], SourceRules(key="folder", labels="from-folder"))
+    assert [(s.key, [(f.field, f.data) for f in s.files]) for s in found.samples] == [
+        ("run/c2", [("0.jpg", None), ("cls", b"0")]),
+        ("walk/c1", [("0.jpg", None), ("1.jpg", None), ("cls", b"1")]),
+    ]
+    assert [s.name for s in found.skipped] == ["run/stray.jpg"]
+    with pytest.raises(ConfigError, match="does not combine with a labels file"):
+        SourceRules(key="folder", labels="labels.csv")

@@ -19,6 +19,14 @@ How names become samples (:class:`SourceRules`):
     (and ``%`` as ``%25``) so that tar and WebDataset readers split the member
     name back into the same key: ``cats/IMG_2023%2E01%2E05_1234.jpg``.
 
+``key="folder"``
+    Every folder that holds files is one sample; each file in it is a field named
+    by its file name (image extensions normalised): a video clip stored as frames,
+    ``clip_0001/frame_000.jpg ... frame_015.jpg``, is sample ``clip_0001`` with
+    fields ``frame_000.jpg`` ... ``frame_015.jpg``; files directly in a source are
+    skipped. Dots in the folder's name are stored as ``%2E``, as with ``file``.
+    With ``labels="from-folder"`` the samples are ``<class>/<sample>/`` folders.
+
 ``labels="from-folder"`` reads an ImageFolder tree (``root/<class>/.../<image>``):
 every sample gets an integer field ``cls``, the index of its top-level folder
 in the sorted list of class folders (Python's sort of the folder names,
@@ -69,7 +77,7 @@ from feedline.errors import ConfigError
 from feedline.format._labels import SUFFIXES, LabelTable, nfc, read_table
 from feedline.format._tar import BLOCK, END_OF_ARCHIVE, header_upper_bound, round_up, split_name
 
-KEY_RULES = ("webdataset", "file")
+KEY_RULES = ("webdataset", "file", "folder")
 LABEL_MODES = ("from-folder",)
 LABEL_FIELD = "cls"
 EXTRA_FIELD = "json"
@@ -129,7 +137,7 @@ class SourceRules:
     """How files become samples (see the module docstring).
 
     Args:
-        key: ``"webdataset"`` or ``"file"``; None: ``"file"`` with
+        key: ``"webdataset"``, ``"file"`` or ``"folder"``; None: ``"file"`` with
             ``labels="from-folder"``, else ``"webdataset"``.
         labels: None, ``"from-folder"`` (an integer ``cls`` per sample from its class
             folder), or the path of a labels file (``.csv``, ``.tsv``, ``.jsonl``, ``.json``).
@@ -151,6 +159,11 @@ class SourceRules:
     def __post_init__(self) -> None:
         if self.key is not None and self.key not in KEY_RULES:
             raise ConfigError(f"key: must be one of {', '.join(KEY_RULES)}, got {self.key!r}")
+        if self.key == "folder" and self.labels is not None and self.labels not in LABEL_MODES:
+            raise ConfigError("key: 'folder' (one sample per folder) does not combine with a labels "
+                              "file, which labels files one by one",
+                              fix="label the sample folders by class folders (--labels from-folder), or "
+                              "put a label file (000.cls) into each sample folder")
         if self.labels is not None and self.labels not in LABEL_MODES and not (
                 isinstance(self.labels, (str, os.PathLike))
                 and os.fspath(self.labels).lower().endswith(SUFFIXES)):
@@ -379,6 +392,13 @@ def _listed(list_file: Path) -> Iterable[tuple[str, str, os.stat_result]]:
 
 
 def _split(name: str, rule: str) -> tuple[str, str] | None:
+    if rule == "folder":  # clip_0001/frame_000.jpg -> key clip_0001, field frame_000.jpg
+        slash = name.rfind("/")
+        base = name[slash + 1 :]
+        if slash <= 0 or not base or base[0] == "." or "\n" in name:
+            return None
+        head, sep, last = name[:slash].rpartition("/")
+        return head + sep + escape_key_part(last), normalise_field(base)
     if rule == "webdataset":
         parts = split_name(name)
         if parts is None:
@@ -445,7 +465,12 @@ def collect(
                 continue
             parts = _split(name, rule)
             if parts is None:
-                skipped.append(Skipped(name, "no field extension"))
+                skipped.append(Skipped(name, "not inside a sample folder" if rule == "folder"
+                                       else "no field extension"))
+                continue
+            if labelled and rule == "folder" and name.count("/") < 2:
+                skipped.append(Skipped(name, "directly in its class folder, not in a sample folder "
+                                       "(--key folder: <class>/<sample>/<file>)"))
                 continue
             key, field_name = parts
             if labelled:
