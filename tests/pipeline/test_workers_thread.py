@@ -41,3 +41,14 @@ def test_a_delivered_batch_is_freed_while_the_worker_runs_its_next_job() -> None
     finally:
         go.set()
         workers.close()
+
+
+def test_close_called_on_a_worker_thread_does_not_join_itself() -> None:
+    """A loader dropped without close() is closed by its finalizer, which the garbage
+    collector may run on one of the loader's own worker threads."""
+    workers = ThreadWorkers(2, lambda job, worker: workers.close() or worker)
+    name = workers.submit(Job(0, 0, [0], [])).result(timeout=20)
+    assert name.startswith("feedline-worker_")
+    for thread in workers._threads:
+        thread.join(20)
+        assert not thread.is_alive()

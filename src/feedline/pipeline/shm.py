@@ -209,5 +209,8 @@ class Arena:
         """Drop the views and unmap (views handed out must be gone by now)."""
         self._views = []
         if self._map is not None:
-            self._map.close()
+            try:
+                self._map.close()
+            except BufferError:  # a view still lives (a batch or traceback kept by the caller):
+                pass             # the mapping goes with the last view
             self._map = None

@@ -94,9 +94,12 @@ class ThreadWorkers:
         for _ in self._threads:
             self._jobs.put(None)
         deadline = time.monotonic() + self._join_timeout
-        for thread in self._threads:
+        # a loader dropped without close() is closed by its finalizer, which the garbage
+        # collector may run on one of these very threads: that one ends after it returns
+        others = [t for t in self._threads if t is not threading.current_thread()]
+        for thread in others:
             thread.join(max(0.0, deadline - time.monotonic()))
-        stuck = [t.name for t in self._threads if t.is_alive()]
+        stuck = [t.name for t in others if t.is_alive()]
         if stuck:
             warnings.warn(
                 f"{', '.join(stuck)} still running a batch {self._join_timeout:g}s after close(); "
