@@ -461,7 +461,10 @@ def collect(
                 excluded += 1
                 continue
             if images_only and name.rpartition(".")[2].lower() not in IMAGE_FIELDS:
-                skipped.append(Skipped(name, "not an image; --include patterns choose what to pack"))
+                ext = name.rpartition(".")[2] if "." in name.rpartition("/")[2] else ""
+                skipped.append(Skipped(name, f"not an image type ImageFolder reads; --include replaces that choice: "
+                                       f"--include '*.{ext}' --include '*.jpg' ..."
+                                       if ext else "not an image; --include patterns choose what to pack"))
                 continue
             parts = _split(name, rule)
             if parts is None:
