@@ -149,3 +149,17 @@ def test_pack_classes_from_another_split(tmp_path: Path, capsys: pytest.CaptureF
                      "--classes", str(tmp_path / bad)]) == 2
         err = capsys.readouterr().err
         assert "--classes" in err and "Traceback" not in err and not (tmp_path / "d2").exists()
+
+
+def test_a_tilde_the_shell_left_is_the_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``'~/photos'`` quoted, ``--out=~/data`` and ``--labels=~/labels.csv`` reach feedline with
+    the tilde (the shell expands none of them), as the Python API takes it: the home folder."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _source(tmp_path / "src", 3)
+    (tmp_path / "labels.csv").write_text("filename,label\n00000.json,a\n00001.json,b\n00002.json,a\n")
+    assert _run(["pack", "~/src", "--out=~/ds", "--labels=~/labels.csv", "--include", "*.json", "-q"]) == 0
+    assert "packed 3 samples" in capsys.readouterr().out
+    assert read_manifest(tmp_path / "ds").classes == ("a", "b")
+    assert _run(["index", "~/ds/shard-000000.tar", "--out=~/again"]) == 0
+    assert (tmp_path / "again" / "manifest.json").exists()

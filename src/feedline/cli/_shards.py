@@ -105,8 +105,9 @@ def _shard_size(text: str, warn: Callable[[str], None]) -> int:
 
 
 def _missing(path: Path, what: str, hint: str) -> None:
-    """A bad-argument error when ``path`` does not exist (before any work)."""
-    if not os.path.lexists(path):
+    """A bad-argument error when ``path`` does not exist (before any work); ``~`` is the home
+    folder, as in the Python API, also where the shell left it (quoted, or ``--out=~/x``)."""
+    if not os.path.lexists(os.path.expanduser(path)):
         raise typer.BadParameter(f"{what} {str(path)!r} does not exist", param_hint=hint)
 
 
@@ -189,6 +190,7 @@ def pack_cmd(
     check_json_dest(json_dest)
     if out is None:
         raise click.UsageError(_no_out(src))
+    src, out = [p.expanduser() for p in src], out.expanduser()
     for path in src:
         _missing(path, "source", "SRC")
     size = _shard_size(shard_size, warn)
@@ -236,6 +238,7 @@ def index_cmd(
     from feedline.format._adopt import expand_tars
 
     check_json_dest(json_dest)
+    tars, out = [t.expanduser() for t in tars], None if out is None else out.expanduser()
     for tar in tars:
         _missing(tar, "tar file", "TARS")
     tars = expand_tars(tars)

@@ -262,7 +262,7 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
         ConfigError: a missing, oversized, unreadable or malformed file, an unknown suffix,
             one file named twice, or a class name not in ``classes``.
     """
-    p = Path(path)
+    p = Path(path).expanduser()
     given = classes
     if p.suffix.lower() not in SUFFIXES:
         raise ConfigError(f"--labels {str(p)!r}: must be from-folder or a labels file",
