@@ -33,7 +33,21 @@ the same workers (2) and the same decoders, in interleaved rounds:
 * ``photos``: an ImageFolder as users unzip it: nested folders per class, ``.JPG/.jpeg/.PNG``
   spellings, RGB, grey, CMYK and progressive JPEGs, grey, palette and RGBA PNGs, file names
   with spaces, plus ``__MACOSX/``, ``.DS_Store`` and ``Thumbs.db`` (left out by the pack and by
-  the baseline); both run ``vision.ImageTransform`` to ``float32[3, 64, 64]``, batch 32.
+  the baseline); both run ``vision.ImageTransform`` to ``float32[3, 64, 64]``, batch 32;
+* ``pt``: per-sample ``torch.save`` dicts (``x`` float32 (3, 32, 32), ``y`` a 0-d int64 tensor),
+  loaded with ``torch.load(weights_only=True)`` by both, collated member by member, batch 64;
+* ``npz``: ``numpy.savez`` of ``image`` uint8 (32, 32, 3), ``label`` 0-d int64 and ``boxes``
+  float32 (1-4, 4), batch 64 (the baseline's collate lists the boxes, as feedline does);
+* ``clips``: video clips stored as frames, ``clip_00000/frame_000.jpg ... frame_007.jpg`` (64x64),
+  packed with ``--key folder`` (one sample per clip, a field per frame), batch 8; the baseline
+  stacks each clip's frames;
+* ``coco``: a folder of ``.jpg`` (96x128) and one COCO ``annotations.json``, packed with
+  ``--labels annotations.json``; the boxes arrive as a list of dicts, batch 32;
+* ``phone``: an ImageFolder of 4000x3000 phone photos, both run ``vision.ImageTransform`` to
+  ``float32[3, 224, 224]``, batch 8;
+* ``corrupt``: an ImageFolder of 64x64 JPEGs in which one file is truncated and one empty;
+  ``Loader(on_error="skip")`` against the DataLoader recipe users write (``None`` from
+  ``__getitem__`` for a file that fails, dropped by the collate), batch 32.
 
 The DataLoader baselines read the original small files (map-style Dataset: one ``open``
 per field, simplejpeg / Pillow / ``np.load``, default collate; shuffled). Rates count the
@@ -66,14 +80,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 SHAPES = ("seg", "tokens", "sensor", "mnist", "f16", "wds", "folder", "csv", "audio", "npymix",
-          "depth", "meta", "toktext", "photos")
+          "depth", "meta", "toktext", "photos", "pt", "npz", "clips", "coco", "phone", "corrupt")
 BATCH = {"seg": 16, "tokens": 32, "sensor": 8, "mnist": 64, "f16": 32, "wds": 32, "folder": 32,
-         "csv": 64, "audio": 16, "npymix": 64, "depth": 16, "meta": 64, "toktext": 32, "photos": 32}
+         "csv": 64, "audio": 16, "npymix": 64, "depth": 16, "meta": 64, "toktext": 32, "photos": 32,
+         "pt": 64, "npz": 64, "clips": 8, "coco": 32, "phone": 8, "corrupt": 32}
 FULL = {"seg": 1000, "tokens": 20_000, "sensor": 400, "mnist": 60_000, "f16": 20_000, "wds": 2000,
         "folder": 2000, "csv": 4000, "audio": 2000, "npymix": 20_000, "depth": 2000, "meta": 20_000,
-        "toktext": 10_000, "photos": 2000}
+        "toktext": 10_000, "photos": 2000, "pt": 10_000, "npz": 10_000, "clips": 400, "coco": 2000,
+        "phone": 96, "corrupt": 1000}
 QUICK = {"seg": 48, "tokens": 96, "sensor": 24, "mnist": 256, "f16": 96, "wds": 64, "folder": 48,
-         "csv": 96, "audio": 48, "npymix": 128, "depth": 32, "meta": 128, "toktext": 64, "photos": 64}
+         "csv": 96, "audio": 48, "npymix": 128, "depth": 32, "meta": 128, "toktext": 64, "photos": 64,
+         "pt": 128, "npz": 128, "clips": 16, "coco": 64, "phone": 4, "corrupt": 64}
+BAD = {"corrupt": 2}
+"""Samples of a shape that no contender delivers (damaged files, skipped)."""
 CLASSES = ("golden retriever", "café", "n01.440764", "Zebra")
 IMAGE_FIELDS = ("jpg", "png", "webp")
 
@@ -141,6 +160,26 @@ def _png16(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def _big_photo(rng: np.random.Generator) -> bytes:
+    """A 4000x3000 JPEG about the size a phone writes (2-4 MB; noise would make 8 MB files
+    whose entropy decoding, not the pixels, sets the time): smooth blocks plus grain."""
+    import simplejpeg
+
+    small = rng.integers(0, 256, (60, 80, 3), dtype=np.uint8)
+    big = np.repeat(np.repeat(small, 50, axis=0), 50, axis=1)
+    grain = rng.integers(0, 12, (3000, 4000, 1), dtype=np.uint8)
+    return bytes(simplejpeg.encode_jpeg(np.ascontiguousarray(big // 2 + grain), quality=90))
+
+
+def _pt(rng: np.random.Generator, i: int) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"x": torch.from_numpy(rng.standard_normal((3, 32, 32), dtype=np.float32)),
+                "y": torch.tensor(i % 10)}, buf)
+    return buf.getvalue()
+
+
 def _tokens(rng: np.random.Generator) -> list[int]:
     return [int(t) for t in rng.integers(0, 50_000, int(rng.integers(5, 401)))]
 
@@ -205,6 +244,22 @@ def samples(shape: str, n: int, seed: int = 0) -> Iterator[tuple[str, dict[str, 
             yield f"{CLASSES[i % len(CLASSES)]}/{where}IMG {i:05d}.x", {ext: data}
         elif shape == "f16":
             yield f"{i:07d}", {"npy": _npy(rng.standard_normal((3, 64, 64)).astype(np.float16))}
+        elif shape == "pt":
+            yield f"{i:07d}", {"pt": _pt(rng, i)}
+        elif shape == "npz":
+            buf = io.BytesIO()
+            np.savez(buf, image=rng.integers(0, 255, (32, 32, 3), dtype=np.uint8), label=np.int64(i % 10),
+                     boxes=rng.random((int(rng.integers(1, 5)), 4), dtype=np.float32))
+            yield f"{i:07d}", {"npz": buf.getvalue()}
+        elif shape == "clips":  # key/field as --key folder makes them: clip folder / frame file
+            yield f"clip_{i:05d}", {f"frame_{f:03d}.jpg": _jpg(rng, 64, 64) for f in range(8)}
+        elif shape == "coco":
+            yield f"{i:012d}", {"jpg": _jpg(rng, 96, 128)}
+        elif shape == "phone":
+            yield f"{CLASSES[i % 2]}/IMG_{i:04d}", {"jpg": _big_photo(rng)}
+        elif shape == "corrupt":
+            data = _jpg(rng, 64, 64)
+            yield f"{CLASSES[i % 3]}/{i:05d}", {"jpg": data[: len(data) // 3] if i == 5 else b"" if i == 9 else data}
         else:
             yield f"a/b.c/{i:06d}", {
                 "jpg": _jpg(rng, 96, 128), "json": json.dumps({"i": i, "tags": ["x"] * (i % 3)}).encode(),
@@ -244,7 +299,7 @@ def build(shape: str, n: int, folder: Path) -> Path:
     rows = []
     for i, (key, fields) in enumerate(samples(shape, n)):
         for field, data in fields.items():
-            path = files / f"{key}.{field}"
+            path = files / (f"{key}/{field}" if shape == "clips" else f"{key}.{field}")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             rows.append(f"{path.name},{CLASSES[i % len(CLASSES)]}\n")
@@ -254,13 +309,31 @@ def build(shape: str, n: int, folder: Path) -> Path:
         (files / CLASSES[0] / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(80))
         (files / CLASSES[1] / "Thumbs.db").write_bytes(bytes(512))
     rules = None
-    if shape in ("folder", "photos"):
+    if shape in ("folder", "photos", "phone", "corrupt"):
         rules = SourceRules(labels="from-folder")
+    elif shape == "clips":
+        rules = SourceRules(key="folder")
+    elif shape == "coco":
+        _coco(files, folder / "annotations.json")
+        rules = SourceRules(labels=os.fspath(folder / "annotations.json"))
     elif shape == "csv":
         (folder / "labels.csv").write_text("filename,label\n" + "".join(rows), encoding="utf-8")
         rules = SourceRules(labels=os.fspath(folder / "labels.csv"))
     pack([os.fspath(files)], os.fspath(folder / "ds"), durable=False, warn=lambda line: None, rules=rules)
     return folder
+
+
+def _coco(files: Path, out: Path) -> None:
+    """A COCO ``annotations.json`` for the images in ``files``: 0-3 boxes each."""
+    rng = np.random.default_rng(1)
+    images, anns = [], []
+    for i, p in enumerate(sorted(files.glob("*.jpg"))):
+        images.append({"id": i + 1, "file_name": p.name, "height": 96, "width": 128})
+        for _ in range(int(rng.integers(0, 4))):
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": int(rng.integers(1, 4)),
+                         "bbox": [1.0, 2.0, 30.0, 40.0], "area": 1200.0, "iscrowd": 0})
+    cats = [{"id": c + 1, "name": name} for c, name in enumerate(("person", "bicycle", "car"))]
+    out.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
 
 
 # --- the DataLoader baselines -----------------------------------------------------------------
@@ -284,6 +357,11 @@ def decode(field: str, data: bytes) -> Any:
         return torch.from_numpy(arr)
     if ext == "json":
         return json.loads(data)
+    if ext == "pt":
+        return torch.load(io.BytesIO(data), weights_only=True)
+    if ext == "npz":
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            return {k: torch.from_numpy(z[k]) for k in z.files}
     if ext == "cls":
         return int(data)
     if ext == "bin":
@@ -303,11 +381,11 @@ def wav(data: bytes) -> np.ndarray:
         return np.frombuffer(w.readframes(w.getnframes()), "<i2").copy()
 
 
-def image_transform() -> Any:
-    """The ``folder`` shape's transform, the same for both contenders."""
+def image_transform(size: int = 64) -> Any:
+    """The ``folder`` shape's transform (``phone``: 224), the same for both contenders."""
     from feedline import vision
 
-    return vision.ImageTransform(IMAGE_FIELDS, size=64, out="image")
+    return vision.ImageTransform(IMAGE_FIELDS, size=size, out="image")
 
 
 class ImageFolderFiles:
@@ -315,12 +393,12 @@ class ImageFolderFiles:
     with the same libraries as feedline (simplejpeg for JPEG, Pillow for the others) and
     running the same transform."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, size: int = 64) -> None:
         self.classes = sorted(d.name for d in root.iterdir()
                               if d.is_dir() and not d.name.startswith(".") and d.name != "__MACOSX")
         self.files = [(f, c) for c, name in enumerate(self.classes) for f in sorted((root / name).rglob("*"))
                       if f.suffix[1:].lower() in ("jpg", "jpeg", "png", "webp") and not f.name.startswith(".")]
-        self.transform = image_transform()
+        self.transform = image_transform(size)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -382,6 +460,73 @@ class Files:
             with open(path, "rb") as f:
                 out[field] = decode(field, f.read())
         return out
+
+
+class CocoFiles:
+    """A folder of images and its COCO ``annotations.json``, read once: each image with the
+    record of its boxes (what ``--labels annotations.json`` packs as the ``json`` field)."""
+
+    def __init__(self, folder: Path) -> None:
+        doc = json.loads((folder / "annotations.json").read_text())
+        boxes: dict[int, list[dict[str, Any]]] = {}
+        for a in doc["annotations"]:
+            boxes.setdefault(a["image_id"], []).append(a)
+        self.items = [(folder / "files" / im["file_name"], {**im, "annotations": boxes.get(im["id"], [])})
+                      for im in doc["images"]]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        path, record = self.items[i]
+        return {"jpg": decode("jpg", path.read_bytes()), "json": record}
+
+
+class ClipFiles:
+    """One sample per clip folder: its frames, decoded and stacked (T, H, W, 3)."""
+
+    def __init__(self, root: Path) -> None:
+        self.clips = sorted(p for p in root.iterdir() if p.is_dir())
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import torch
+
+        return {"frames": torch.stack([decode("jpg", f.read_bytes()) for f in sorted(self.clips[i].glob("*.jpg"))])}
+
+
+class SkipBad:
+    """The DataLoader recipe for damaged files: ``None`` for a sample that fails to decode,
+    dropped by :func:`drop_none` (the DataLoader has no skip policy of its own)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int) -> Any:
+        try:
+            return self.inner[i]
+        except (ValueError, OSError):  # simplejpeg and Pillow's errors for a damaged file
+            return None
+
+
+def drop_none(batch: list[Any]) -> Any:
+    from torch.utils.data import default_collate
+
+    return default_collate([s for s in batch if s is not None])
+
+
+def list_boxes(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``npz`` collate: image and label stacked, the boxes (1-4 per image) as a list."""
+    from torch.utils.data import default_collate
+
+    out = default_collate([{k: v for k, v in s["npz"].items() if k != "boxes"} for s in batch])
+    out["boxes"] = [s["npz"]["boxes"] for s in batch]
+    return {"npz": out}
 
 
 def pad_tokens(batch: list[dict[str, Any]]) -> dict[str, Any]:
@@ -469,10 +614,16 @@ def baseline(shape: str, folder: Path, workers: int) -> Callable[[], Any]:
         ds = (webdataset.WebDataset(urls, shardshuffle=len(urls), empty_check=False)
               .shuffle(500).map(_wds_sample).batched(bs, collation_fn=_wds_batch, partial=True))
         return lambda: DataLoader(ds, batch_size=None, num_workers=workers)
-    files: Any = (ImageFolderFiles(folder / "files") if shape in ("folder", "photos") else CsvFiles(folder)
-                  if shape == "csv" else Files(folder / "files"))  # map-style: len + getitem
+    files: Any = {"folder": lambda: ImageFolderFiles(folder / "files"),
+                  "photos": lambda: ImageFolderFiles(folder / "files"),
+                  "phone": lambda: ImageFolderFiles(folder / "files", 224),
+                  "corrupt": lambda: SkipBad(ImageFolderFiles(folder / "files")),
+                  "csv": lambda: CsvFiles(folder), "coco": lambda: CocoFiles(folder),
+                  "clips": lambda: ClipFiles(folder / "files"),
+                  }.get(shape, lambda: Files(folder / "files"))()  # map-style: len + getitem
     collate = {"tokens": pad_tokens_torch, "sensor": list_lidar, "audio": list_audio, "depth": list_json,
-               "meta": list_json, "toktext": pad_json_tokens_torch}.get(shape)
+               "meta": list_json, "toktext": pad_json_tokens_torch, "coco": list_json, "npz": list_boxes,
+               "corrupt": drop_none}.get(shape)
     return lambda: DataLoader(files, batch_size=bs, shuffle=True, num_workers=workers, collate_fn=collate)
 
 
@@ -482,7 +633,9 @@ def loader(shape: str, folder: Path, workers: int, worker_type: str) -> Callable
     per_shape: dict[str, dict[str, Any]] = {
         "tokens": {"collate": pad_tokens}, "sensor": {"decode": {"bin": lidar}},
         "audio": {"decode": {"wav": wav}}, "folder": {"transform": image_transform()},
-        "photos": {"transform": image_transform()}, "toktext": {"collate": pad_json_tokens}}
+        "photos": {"transform": image_transform()}, "toktext": {"collate": pad_json_tokens},
+        "phone": {"transform": image_transform(224)},
+        "corrupt": {"transform": image_transform(), "on_error": "skip"}}
     kw = per_shape.get(shape, {})
 
     def make() -> Any:
@@ -493,8 +646,11 @@ def loader(shape: str, folder: Path, workers: int, worker_type: str) -> Callable
 
 # --- timing -----------------------------------------------------------------------------------
 
-def _len(batch: dict[str, Any]) -> int:
-    return len(next(v for k, v in batch.items() if k != "__key__"))
+def _len(batch: Any) -> int:
+    """Samples in a batch: its first field's length (a dict of fields: its first member's)."""
+    while isinstance(batch, dict):
+        batch = next(v for k, v in batch.items() if k != "__key__")
+    return len(batch)
 
 
 def _cpu_s() -> float:
