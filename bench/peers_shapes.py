@@ -90,7 +90,7 @@ FULL = {"seg": 1000, "tokens": 20_000, "sensor": 400, "mnist": 60_000, "f16": 20
         "phone": 96, "corrupt": 1000}
 QUICK = {"seg": 48, "tokens": 96, "sensor": 24, "mnist": 256, "f16": 96, "wds": 64, "folder": 48,
          "csv": 96, "audio": 48, "npymix": 128, "depth": 32, "meta": 128, "toktext": 64, "photos": 64,
-         "pt": 128, "npz": 128, "clips": 16, "coco": 64, "phone": 4, "corrupt": 64}
+         "pt": 128, "npz": 128, "clips": 16, "coco": 64, "phone": 16, "corrupt": 64}
 BAD = {"corrupt": 2}
 """Samples of a shape that no contender delivers (damaged files, skipped)."""
 CLASSES = ("golden retriever", "café", "n01.440764", "Zebra")
