@@ -92,7 +92,8 @@ QUICK = {"seg": 48, "tokens": 96, "sensor": 24, "mnist": 256, "f16": 96, "wds": 
          "csv": 96, "audio": 48, "npymix": 128, "depth": 32, "meta": 128, "toktext": 64, "photos": 64,
          "pt": 128, "npz": 128, "clips": 16, "coco": 64, "phone": 16, "corrupt": 64}
 BAD = {"corrupt": 2}
-"""Samples of a shape that no contender delivers (damaged files, skipped)."""
+"""Damaged samples of a shape: the DataLoader recipe drops them (its batches come out short);
+``Loader(on_error="skip")`` refills the batch with the samples that follow it in the order."""
 CLASSES = ("golden retriever", "café", "n01.440764", "Zebra")
 IMAGE_FIELDS = ("jpg", "png", "webp")
 

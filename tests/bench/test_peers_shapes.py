@@ -36,7 +36,9 @@ def test_peers_shapes_quick(tmp_path: Path) -> None:
         names = [r["name"] for r in shape["rows"]]
         assert names[:2] == ["Loader (threads)", "Loader (processes)"] and names[2] == shape["baseline"]
         for row in shape["rows"]:
-            assert row["samples"] == mod.QUICK[shape["shape"]] - mod.BAD.get(shape["shape"], 0), (shape["shape"], row)
+            # the DataLoader drops a damaged sample; the Loader refills its batch (on_error="skip")
+            dropped = mod.BAD.get(shape["shape"], 0) if row["name"] == shape["baseline"] else 0
+            assert row["samples"] == mod.QUICK[shape["shape"]] - dropped, (shape["shape"], row)
             assert math.isfinite(row["samples_per_s"]) and row["samples_per_s"] > 0
             assert row["min"] <= row["samples_per_s"] <= row["max"]
         assert shape["rows"][2]["ratio"] == 1.0
