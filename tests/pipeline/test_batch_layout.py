@@ -104,3 +104,6 @@ def test_a_packed_dict_of_arrays_is_walked_a_json_dict_is_not() -> None:
     assert arrays[("npz", "image")][:, 0, 0].tolist() == [0, 1, 2]
     assert [b.shape[0] for b in ragged[("npz", "boxes")]] == [1, 2, 3]
     assert ragged[("json",)] == [s["json"] for s in samples]
+    pairs = [{"pt": (np.full(3, i, np.float32), np.asarray(i))} for i in range(3)]  # torch.save((x, y))
+    tuple_layout = collate.infer_layout(pairs, 3, 1)
+    assert [(leaf.path, leaf.shape) for leaf in tuple_layout.leaves] == [(("pt", 0), (3,)), (("pt", 1), ())]

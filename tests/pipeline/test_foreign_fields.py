@@ -47,6 +47,9 @@ def _write(src: Path, n: int, marker: Path) -> None:
         buf = io.BytesIO()
         torch.save({"weights": torch.arange(4) + i, "scale": torch.tensor(i / 2)}, buf)
         (src / f"{i:04d}.state.pt").write_bytes(buf.getvalue())
+        buf = io.BytesIO()
+        torch.save([torch.full((2,), float(i)), i], buf)  # a list (image, label): saved as users do
+        (src / f"{i:04d}.pair.pt").write_bytes(buf.getvalue())
         (src / f"{i:04d}.meta.pkl").write_bytes(pickle.dumps(_Booby(os.fspath(marker))))
         (src / f"{i:04d}.npz").write_bytes(_npz(i, compressed=i % 2 == 1))
         (src / f"{i:04d}.cls").write_bytes(b"%d" % (i % 3))
@@ -73,6 +76,8 @@ def test_torch_files_load_as_tensors_pickles_as_bytes_npz_as_arrays(tmp_path: Pa
                 state, arrays = batch["state.pt"], batch["npz"]
                 assert state["weights"].tolist() == [[j + i for j in range(4)] for i in ids]
                 assert state["scale"].tolist() == [i / 2 for i in ids]
+                image, label = batch["pair.pt"]
+                assert image.tolist() == [[float(i)] * 2 for i in ids] and label.tolist() == ids
                 assert torch.equal(arrays["pose"], torch.stack([torch.eye(4, dtype=torch.float64) * i
                                                                 for i in ids]))
                 for i, blob, points in zip(ids, batch["meta.pkl"], arrays["points"], strict=True):

@@ -146,7 +146,8 @@ def decode_torch(data: Buffer, limits: Limits) -> Any:
     only those types and refuses any other object, so loading a file cannot run code the
     way a plain pickle can. Tensors come back as numpy arrays (zero-copy, on the CPU,
     detached), so they stack into batch slots like ``.npy`` fields; a dtype numpy lacks
-    (``bfloat16``) stays a tensor. A pickle of anything else (a model object, a custom
+    (``bfloat16``) stays a tensor. Numbers come back as 0-d arrays and lists as tuples,
+    so ``(image, label)`` and ``{"x": t, "y": 3}`` batch member by member. A pickle of anything else (a model object, a custom
     class) is a :class:`DecodeError`.
     """
     import pickle
@@ -174,16 +175,20 @@ def decode_torch(data: Buffer, limits: Limits) -> Any:
 
 
 def _torch_to_numpy(value: Any, torch: Any) -> Any:
+    """Tensors as numpy arrays, numbers as 0-d arrays and lists as tuples, so a saved
+    ``(image, label)`` or ``{"x": t, "y": 3}`` collates as ``default_collate`` does it."""
     if isinstance(value, torch.Tensor):
         t = value.detach()
         try:
             return t.numpy()
         except TypeError:  # bfloat16 and other dtypes numpy lacks
             return t
+    if isinstance(value, (bool, int, float)):
+        return np.asarray(value)
     if isinstance(value, dict):
         return {k: _torch_to_numpy(v, torch) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_torch_to_numpy(v, torch) for v in value)
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return tuple(_torch_to_numpy(v, torch) for v in value)
     return value
 
 

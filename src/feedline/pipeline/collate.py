@@ -3,8 +3,8 @@
 The layout is inferred once, from batch 0 of the epoch's plan (never from
 whichever batch a worker finishes first, so it is the same on every run for a
 seed): every leaf of the sample tree (dicts and tuples are walked; packed
-samples only at the top level, except a dict whose values are all arrays, as
-an ``.npz`` or a dict of tensors saved with ``torch.save`` decodes, which is walked
+samples only at the top level, except a dict or tuple whose values are all
+arrays, as an ``.npz`` or what ``torch.save`` wrote decodes, which is walked
 too: ``batch["npz"]["image"]`` is one stacked tensor, as torch's
 ``default_collate`` gives it, while a ``.json`` dict stays one per sample)
 whose values are numbers or arrays, and whose
@@ -101,8 +101,8 @@ class Layout:
 
 def flatten(sample: Any, max_depth: int, path: Path = ()) -> tuple[Any, list[tuple[Path, Any]]]:
     """(skeleton, [(path, leaf)]) of a sample; ``__dunder__`` dict keys are dropped. Below
-    ``max_depth`` only a dict of arrays (:func:`_array_dict`) is walked."""
-    if isinstance(sample, Mapping) and (len(path) < max_depth or _array_dict(sample)):
+    ``max_depth`` only a dict or tuple of arrays (:func:`_array_tree`) is walked."""
+    if isinstance(sample, Mapping) and (len(path) < max_depth or _array_tree(sample)):
         skeleton: dict[Any, Any] = {}
         leaves: list[tuple[Path, Any]] = []
         for k, v in sample.items():
@@ -111,19 +111,22 @@ def flatten(sample: Any, max_depth: int, path: Path = ()) -> tuple[Any, list[tup
             skeleton[k], sub = flatten(v, max_depth, (*path, k))
             leaves.extend(sub)
         return skeleton, leaves
-    if len(path) < max_depth and isinstance(sample, tuple) and not hasattr(sample, "_fields"):
+    if isinstance(sample, tuple) and not hasattr(sample, "_fields") and (
+            len(path) < max_depth or _array_tree(sample)):
         parts = [flatten(v, max_depth, (*path, i)) for i, v in enumerate(sample)]
         return tuple(p[0] for p in parts), [leaf for p in parts for leaf in p[1]]
     return Ref(path), [(path, sample)]
 
 
-def _array_dict(value: Mapping[Any, Any]) -> bool:
-    """Whether every value of a non-empty dict is an array (numpy, or torch's, which has
-    ``__array__`` and ``shape``) or such a dict: what ``.npz`` and ``.pt`` fields decode to."""
+def _array_tree(value: Mapping[Any, Any] | tuple[Any, ...]) -> bool:
+    """Whether every value of a non-empty dict or (plain) tuple is an array (numpy, or
+    torch's, which has ``__array__`` and ``shape``) or such a dict or tuple: what ``.npz``
+    and ``.pt`` fields decode to. A JSON value never is one (its numbers are Python's)."""
+    values = value.values() if isinstance(value, Mapping) else value
     return bool(value) and all(
-        (isinstance(v, Mapping) and _array_dict(v))
+        ((isinstance(v, Mapping) or (isinstance(v, tuple) and not hasattr(v, "_fields"))) and _array_tree(v))
         or (isinstance(v, np.ndarray) or (hasattr(v, "__array__") and hasattr(v, "shape")))
-        for v in value.values())
+        for v in values)
 
 
 def unflatten(skeleton: Any, values: Mapping[Path, Any]) -> Any:
