@@ -163,3 +163,26 @@ def test_a_tilde_the_shell_left_is_the_home_folder(tmp_path: Path, monkeypatch: 
     assert read_manifest(tmp_path / "ds").classes == ("a", "b")
     assert _run(["index", "~/ds/shard-000000.tar", "--out=~/again"]) == 0
     assert (tmp_path / "again" / "manifest.json").exists()
+
+
+def test_verify_decode_lists_the_samples_the_loader_would_skip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Checksums pass for a truncated or empty JPEG (they were packed so): ``--decode``
+    finds them, naming shard, key and field, exit 1; the JSON lists them."""
+    import numpy as np
+    import simplejpeg
+
+    src = tmp_path / "src"
+    src.mkdir()
+    good = simplejpeg.encode_jpeg(np.full((16, 16, 3), 90, np.uint8))
+    for i in range(300):  # more than one chunk of samples
+        (src / f"{i:04d}.jpg").write_bytes(good[: len(good) // 2] if i == 7 else b"" if i == 290 else good)
+    assert _run(["pack", str(src), "--out", str(tmp_path / "ds"), "-q"]) == 0
+    assert _run(["verify", str(tmp_path / "ds")]) == 0
+    capsys.readouterr()
+    assert _run(["verify", str(tmp_path / "ds"), "--decode"]) == 1
+    out = capsys.readouterr().out
+    assert "UNDECODABLE shard=shard-000000.tar key=0007 field=jpg" in out
+    assert "key=0290 field=jpg: field is empty" in out and "2 problem(s)" in out
+    assert _run(["verify", str(tmp_path / "ds"), "--decode", "--json", str(tmp_path / "v.json")]) == 1
+    doc = json.loads((tmp_path / "v.json").read_text())
+    assert doc["ok"] is False and [u["key"] for u in doc["undecodable"]] == ["0007", "0290"]

@@ -312,11 +312,46 @@ def inspect_cmd(
         print("\n".join(_inspect_lines(info)))
 
 
+def _decode_problems(root: Path, on_chunk: Callable[[int], None]) -> list[dict[str, str]]:
+    """Decode every sample of the dataset at ``root`` with the loader's default codecs, on
+    one thread per usable core: one ``{shard, key, field, error}`` per sample that fails
+    (a truncated or empty image, a non-UTF-8 text...). ``on_chunk(n)`` after each n samples."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from feedline.cores import usable_cores
+    from feedline.decode import Decoders
+    from feedline.errors import DecodeError
+    from feedline.io import open_dataset
+
+    ds = open_dataset(os.fspath(root))
+    decoders = Decoders().with_labels(f for f, fs in ds.schema.items() if fs.kind == "label")
+    chunk = 256
+
+    def check(lo: int) -> list[dict[str, str]]:
+        found = []
+        for i, sample in enumerate(ds.read_many(range(lo, min(lo + chunk, len(ds)))), lo):
+            for field, data in sample.items():
+                if field.startswith("__"):
+                    continue
+                try:
+                    decoders.decode_field(field, data, key=sample["__key__"])
+                except DecodeError as e:
+                    found.append({"shard": ds.locate(i)[0], "key": str(sample["__key__"]), "field": field,
+                                  "error": e.message})
+        on_chunk(min(chunk, len(ds) - lo))
+        return found
+
+    with ThreadPoolExecutor(max(1, min(usable_cores(), 8))) as pool:
+        return [p for found in pool.map(check, range(0, len(ds), chunk)) for p in found]
+
+
 def verify_cmd(
     root: Annotated[Path, typer.Argument(metavar="DIR", help="dataset folder (holds manifest.json)")],
+    decode: Annotated[bool, typer.Option("--decode", help="also decode every field with the loader's codecs and list each that fails (a truncated or empty image...): what Loader(on_error='skip') would skip")] = False,
     json_dest: Annotated[str | None, json_option(JSON_HELP + ": ok and each problem")] = None,
 ) -> None:
-    """Check every checksum (shard files, index files, each member); exit 1 on any mismatch."""
+    """Check every checksum (shard files, index files, each member); exit 1 on any mismatch.
+    With --decode, also decode every sample and list the ones that fail."""
     from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
     from feedline.format import read_manifest, verify_shard
@@ -334,16 +369,27 @@ def verify_cmd(
             bar.update(task, shard=info.name)
             problems.extend(verify_shard(root, info, manifest.checksum_algo))
             bar.advance(task, info.size)
-    write_json({"ok": not problems, "problems": [p.to_json() for p in problems]}, json_dest)
+        undecodable: list[dict[str, str]] = []
+        if decode and not problems:  # decoding bytes that fail their checksum says nothing more
+            task = bar.add_task("decode", total=manifest.num_samples, shard="decoding samples")
+            undecodable = _decode_problems(root, lambda n: bar.advance(task, n))
+    doc: dict[str, Any] = {"ok": not problems and not undecodable, "problems": [p.to_json() for p in problems]}
+    if decode:
+        doc["undecodable"] = undecodable
+    write_json(doc, json_dest)
     if as_json:
         pass
-    elif problems:
+    elif problems or undecodable:
         for p in problems:
             print(f"MISMATCH {p}")
-        print(f"{len(problems)} problem(s) in {root}")
+        for u in undecodable:
+            print(f"UNDECODABLE shard={u['shard']} key={u['key']} field={u['field']}: {u['error']}")
+        print(f"{len(problems) + len(undecodable)} problem(s) in {root}"
+              + (f" ({len(undecodable)} sample(s) that Loader(on_error='skip') would skip)" if undecodable else ""))
     else:
-        print(f"ok: {manifest.num_samples} samples in {len(manifest.shards)} shard(s) verified")
-    if problems:
+        print(f"ok: {manifest.num_samples} samples in {len(manifest.shards)} shard(s) verified"
+              + (", every field decoded" if decode else ""))
+    if problems or undecodable:
         raise typer.Exit(1)
 
 
