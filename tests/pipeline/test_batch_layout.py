@@ -107,3 +107,25 @@ def test_a_packed_dict_of_arrays_is_walked_a_json_dict_is_not() -> None:
     pairs = [{"pt": (np.full(3, i, np.float32), np.asarray(i))} for i in range(3)]  # torch.save((x, y))
     tuple_layout = collate.infer_layout(pairs, 3, 1)
     assert [(leaf.path, leaf.shape) for leaf in tuple_layout.leaves] == [(("pt", 0), (3,)), (("pt", 1), ())]
+
+
+def test_a_dict_member_some_samples_lack_is_none_in_its_list_not_an_error() -> None:
+    """``.npz`` files (or a transform's dicts) whose members vary between samples: a member
+    a sample lacks is ``None`` in that member's list, as a missing top-level field is; a
+    member batch 0 never had is still refused, naming the structure."""
+    def npz(i: int) -> dict[str, Any]:
+        members = {"image": np.full((2, 2), i, np.uint8)}
+        if i % 3 == 0:
+            members["boxes"] = np.zeros((i + 1, 4), np.float32)
+        return {"npz": members}
+
+    samples = [npz(i) for i in range(4)]  # batch 0: boxes in samples 0 and 3 only
+    layout = collate.infer_layout(samples, 4, 1)
+    assert [leaf.path for leaf in layout.leaves] == [("npz", "image"), ("npz", "boxes")]
+    later = [npz(i) for i in range(4, 8)]  # sample 6 has boxes, the others none
+    arrays = {("npz", "image"): np.zeros((4, 2, 2), np.uint8)}
+    ragged = collate.fill(layout, arrays, later)
+    assert arrays[("npz", "image")][:, 0, 0].tolist() == [4, 5, 6, 7]
+    assert [None if b is None else b.shape for b in ragged[("npz", "boxes")]] == [None, None, (7, 4), None]
+    with pytest.raises(feedline.errors.DecodeError, match="structure differs"):
+        collate.fill(layout, arrays, [{"npz": {"image": np.zeros((2, 2), np.uint8), "mask": np.zeros(2)}}])

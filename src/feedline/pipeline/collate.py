@@ -157,12 +157,31 @@ def _union(flat: Sequence[tuple[Any, list[tuple[Path, Any]]]], fields: Sequence[
         return flat[0][0]
     union: dict[Any, Any] = {}
     for sk, _ in flat:
-        for k, v in sk.items():
-            union.setdefault(k, v)
+        _merge(union, sk)
     for name in fields:
         if not (isinstance(name, str) and name.startswith("__")):
             union.setdefault(name, Ref((name,)))
     return union
+
+
+def _merge(into: dict[Any, Any], skeleton: dict[Any, Any]) -> None:
+    """Add ``skeleton``'s keys to ``into``, first-seen order, nested dicts merged alike (an
+    ``.npz`` or a transform's dict whose members vary between samples)."""
+    for k, v in skeleton.items():
+        have = into.get(k)
+        if have is None:
+            into[k] = dict(v) if isinstance(v, dict) else v
+        elif isinstance(have, dict) and isinstance(v, dict):
+            _merge(have, v)
+
+
+def _fits(want: Any, got: Any) -> bool:
+    """Whether a sample's skeleton ``got`` fits the layout's ``want``: equal, or, for dicts
+    at any depth, each key known with a fitting value (a member the sample lacks is a
+    ``None`` in that leaf's list, as for a missing top-level field)."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        return all(k in want and _fits(want[k], v) for k, v in got.items())
+    return bool(want == got)
 
 
 def _paths(skeleton: Any) -> list[Path]:
@@ -207,15 +226,14 @@ def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int,
 
 def _leaves(layout: Layout, sample: Any) -> list[Any]:
     """The sample's leaf values in layout order (structure checked; ``None`` for each
-    leaf under a top-level field the sample lacks)."""
+    leaf under a field or dict member the sample lacks)."""
     if layout.flat and isinstance(sample, Mapping) and sample.keys() <= layout.allowed:
         return [sample.get(name) for name in layout.names]  # one set test: every sample asks
     skeleton, leaves = flatten(sample, layout.max_depth)
     want = layout.skeleton
     # by path, not position: dict equality ignores key order, and samples built by
     # different code paths list their keys in different orders
-    if skeleton == want or (isinstance(want, dict) and isinstance(skeleton, dict) and all(
-            k in want and want[k] == v for k, v in skeleton.items())):
+    if skeleton == want or _fits(want, skeleton):
         got = dict(leaves)
         return [got.get(leaf.path) for leaf in layout.leaves]
     raise DecodeError(
@@ -241,7 +259,7 @@ def _field_difference(want: Any, got: Any) -> str:
 def check(layout: Layout, sample: Any) -> None:
     """Check the structure of one sample against the layout (no unknown field, same nesting).
 
-    A dense leaf of another shape or dtype, or a top-level field the sample lacks, is
+    A dense leaf of another shape or dtype, or a field or dict member the sample lacks, is
     *not* an error: :func:`fill` delivers that leaf as a list for the batch.
 
     Raises:
