@@ -3,9 +3,19 @@
 A state (any nested dict/list/tuple of tensors, numpy arrays and plain values)
 is split once into a JSON *skeleton* and a list of *leaves* (the tensors and
 arrays). Each leaf gets a :class:`TensorEntry`: its path name, kind (``torch``
-or ``numpy``), dtype, shape, byte offset (a multiple of 4096) and size in the
-data file, and, once written, its xxh3-64 checksum. Nothing is pickled:
-loading parses JSON and views raw bytes.
+or ``numpy``), dtype, shape, byte offset and size in the data file, and, once
+written, its xxh3-64 checksum. Nothing is pickled: loading parses JSON and
+views raw bytes.
+
+Placement (:func:`place`): a tensor of :data:`PAGE` bytes or more starts on a
+4096-byte boundary; a smaller one is packed at the next multiple of
+:data:`SMALL_ALIGN` (64 bytes: aligned for every dtype, one cache line) after
+the previous payload, so small tensors share pages (the gap after a large
+tensor's unaligned end included) and cost about their size: 10^5 tensors of
+1-64 floats took 392 MiB when each had its own page, 14 MiB packed. The data
+file is written from one aligned buffer (O_DIRECT in whole pages, the tail
+buffered) and read whole, so payload placement inside it does not affect
+direct I/O. Version 1 files (every payload page-aligned) still load.
 
 Skeleton encoding (plain JSON where it can be): a leaf is ``{"__tensor__": i}``;
 a dict whose keys are all strings not starting with ``__`` is a JSON object,
@@ -38,7 +48,9 @@ from feedline.errors import ConfigError, FormatError
 from feedline.io._buffers import PAGE
 
 FORMAT = "feedline-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: tensors below PAGE bytes packed at SMALL_ALIGN (1: every tensor page-aligned)
+READ_VERSIONS = (1, 2)
+SMALL_ALIGN = 64  # >= the largest itemsize (complex128: 16), so every dtype view of a payload is aligned
 _MARKERS = ("__tensor__", "__dict__", "__tuple__", "__bytes__", "__scalar__")
 MAX_DEPTH = 200  # nested containers in a state; Python's own recursion limit is 1000
 
@@ -78,6 +90,11 @@ class Layout:
 def align_up(n: int, align: int = PAGE) -> int:
     """``n`` rounded up to a multiple of ``align``."""
     return -(-n // align) * align
+
+
+def place(offset: int, nbytes: int) -> int:
+    """Where a payload of ``nbytes`` goes when the previous one ends at ``offset``."""
+    return align_up(offset, PAGE if nbytes >= PAGE else SMALL_ALIGN)
 
 
 def _torch() -> Any:
@@ -124,7 +141,7 @@ def _not_dense(t: Any) -> str:
 
 
 def make_layout(state: Any) -> Layout:
-    """Split ``state`` into skeleton and leaves and place each leaf on a 4096 boundary.
+    """Split ``state`` into skeleton and leaves and place each leaf (:func:`place`).
 
     Raises:
         ConfigError: a value is neither a tensor, an array nor a plain value,
@@ -138,7 +155,7 @@ def make_layout(state: Any) -> Layout:
     def leaf(value: Any, name: str) -> dict[str, int]:
         nonlocal offset
         kind, dtype, shape, nbytes = _leaf_meta(value, name)
-        start = align_up(offset)
+        start = place(offset, nbytes)
         entries.append(TensorEntry(name, kind, dtype, shape, start, nbytes))
         leaves.append(value)
         offset = start + nbytes
@@ -266,8 +283,8 @@ def parse_header(doc: Any, *, path: str) -> Header:
     fix = "this checkpoint is damaged; load an older step"
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise FormatError("not a feedline checkpoint header", path=path, fix=fix)
-    if doc.get("version") != VERSION:
-        raise FormatError(f"checkpoint format version {doc.get('version')!r} is not {VERSION}", path=path,
+    if doc.get("version") not in READ_VERSIONS:
+        raise FormatError(f"checkpoint format version {doc.get('version')!r} is not one of {READ_VERSIONS}", path=path,
                           fix="load it with the feedline version that wrote it")
     try:
         entries = tuple(
@@ -280,7 +297,7 @@ def parse_header(doc: Any, *, path: str) -> Header:
     if not 0 <= header.data_bytes < 2**62:
         raise FormatError(f"data_bytes {header.data_bytes:.3g} is not a file size", path=path, fix=fix)
     for t in entries:
-        if t.kind not in ("torch", "numpy") or t.offset < 0 or t.offset % PAGE or t.nbytes < 0 \
+        if t.kind not in ("torch", "numpy") or t.offset < 0 or t.offset % SMALL_ALIGN or t.nbytes < 0 \
                 or t.offset + t.nbytes > header.data_bytes or min(t.shape, default=0) < 0:
             raise FormatError(f"tensor {t.name!r} has an impossible place in the header", path=path,
                               tensor=t.name, fix=fix)

@@ -1,7 +1,8 @@
 """Load a committed checkpoint: read the data file once, verify every tensor, rebuild.
 
 No pickle is involved: the header is JSON, tensors are views of the bytes read
-(4096-aligned, so every dtype view is aligned). A tensor whose bytes are
+(into a 4096-aligned buffer; every payload starts on a multiple of 64, so every
+dtype view is aligned). A tensor whose bytes are
 missing (truncated file) or differ from the recorded xxh3 is named in the
 error. With ``into=``, tensors are copied in place into the matching tensors
 of an existing state (a model's ``state_dict()`` shares its parameters, so the
