@@ -169,7 +169,11 @@ def test_a_numpy_step_is_a_step(tmp_path: Path) -> None:
 def test_load_into_another_structure(tmp_path: Path) -> None:
     _save(tmp_path, {"p": torch.zeros(3), "a": np.zeros(2, dtype=np.float32), "m": {"w": torch.ones(2)}})
     param = torch.nn.Parameter(torch.full((3,), 9.0))
-    out = load(tmp_path, into={"p": param, "extra": torch.ones(1), "m": [torch.zeros(2)]})
+    other = {"p": param, "extra": torch.ones(1), "m": [torch.zeros(2)]}
+    with pytest.raises(StateError, match="2 tensor\\(s\\) of the state loaded into are not in the checkpoint"):
+        load(tmp_path, into=other)  # strict by default, as load_state_dict
+    assert float(param.detach().sum()) == 27  # nothing was loaded
+    out = load(tmp_path, into=other, strict=False)
     assert out["p"] is param and float(param.detach().sum()) == 0  # a Parameter (requires_grad): was a RuntimeError
     assert "extra" not in out and torch.equal(out["m"]["w"], torch.ones(2))  # unmatched paths: from the file
     with pytest.raises(StateError, match="numpy array in the checkpoint but a torch tensor") as e:
