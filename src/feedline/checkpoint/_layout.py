@@ -114,9 +114,13 @@ def _leaf_meta(value: Any, name: str) -> tuple[str, str, tuple[int, ...], int]:
             raise ConfigError(f"array {name!r} has dtype {value.dtype}, which cannot be stored without pickle",
                               fix="store a plain numeric array", tensor=name)
         return "numpy", value.dtype.str, tuple(int(d) for d in value.shape), int(value.nbytes)
-    if type(value).__name__ in ("DTensor", "ShardedTensor"):
-        raise ConfigError(f"{name!r} is a {type(value).__name__}; Checkpointer stores local tensors",
-                          fix="use dcp.save with feedline's CheckpointStager for sharded state", tensor=name)
+    if type(value).__name__ == "DTensor":
+        raise ConfigError(f"{name!r} is a DTensor; Checkpointer stores local tensors", tensor=name,
+                          fix="save sharded state with dcp.save/dcp.async_save (DCPWriter, CheckpointStager), "
+                              "or save t.to_local() per rank into the rank's own folder")
+    if type(value).__name__ == "ShardedTensor":
+        raise ConfigError(f"{name!r} is a ShardedTensor (deprecated by torch); feedline stores local tensors "
+                          "and DTensors", tensor=name, fix="shard with DTensor, or use DCP's default stager")
     odd = _not_dense(value)
     if odd:
         raise ConfigError(f"tensor {name!r} is {odd}; Checkpointer stores dense tensors with their bytes",
