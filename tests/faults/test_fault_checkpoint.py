@@ -245,7 +245,7 @@ HEADER_EDITS: dict[str, tuple[Callable[[dict[str, Any]], Any], type[FeedlineErro
     "scalar out of range": (lambda h: h.update(state={"__scalar__": "<i1", "value": 1000}), FormatError),
     "scalar of objects": (lambda h: h.update(state={"__scalar__": "O", "value": "x"}), FormatError),
     "dict pairs not pairs": (lambda h: h.update(state={"__dict__": [[1]]}), FormatError),
-    "version 2": (lambda h: h.update(version=2), FormatError),
+    "version 3": (lambda h: h.update(version=3), FormatError),
     "step of another file": (lambda h: h.update(step=2), FormatError),
 }
 RAW_HEADERS: dict[str, Callable[[str], bytes]] = {
