@@ -104,8 +104,10 @@ def _torch() -> Any:
 
 
 def _is_torch_tensor(value: Any) -> bool:
-    mod = type(value).__module__
-    return mod.startswith("torch") and hasattr(value, "untyped_storage") and hasattr(value, "dtype")
+    cls = type(value)
+    if cls in _PLAIN:
+        return True
+    return cls.__module__.startswith("torch") and hasattr(value, "untyped_storage") and hasattr(value, "dtype")
 
 
 def _leaf_meta(value: Any, name: str) -> tuple[str, str, tuple[int, ...], int]:
@@ -113,7 +115,7 @@ def _leaf_meta(value: Any, name: str) -> tuple[str, str, tuple[int, ...], int]:
         if value.dtype.hasobject or value.dtype.fields is not None:
             raise ConfigError(f"array {name!r} has dtype {value.dtype}, which cannot be stored without pickle",
                               fix="store a plain numeric array", tensor=name)
-        return "numpy", value.dtype.str, tuple(int(d) for d in value.shape), int(value.nbytes)
+        return "numpy", value.dtype.str, tuple(map(int, value.shape)), int(value.nbytes)
     if type(value).__name__ == "DTensor":
         raise ConfigError(f"{name!r} is a DTensor; Checkpointer stores local tensors", tensor=name,
                           fix="save sharded state with dcp.save/dcp.async_save (DCPWriter, CheckpointStager), "
@@ -126,12 +128,29 @@ def _leaf_meta(value: Any, name: str) -> tuple[str, str, tuple[int, ...], int]:
         raise ConfigError(f"tensor {name!r} is {odd}; Checkpointer stores dense tensors with their bytes",
                           fix="save t.to_dense() (sparse), t.dequantize() (quantized), t.unbind() (nested), "
                               "or leave meta tensors out of the state", tensor=name)
-    return "torch", str(value.dtype).removeprefix("torch."), tuple(int(d) for d in value.shape), \
-        int(value.numel()) * int(value.element_size())
+    dtype = value.dtype
+    dname = _DTYPE_NAMES.get(dtype)
+    if dname is None:
+        dname = _DTYPE_NAMES.setdefault(dtype, str(dtype).removeprefix("torch."))
+    return "torch", dname, tuple(value.shape), value.numel() * value.element_size()  # torch.Size holds ints
+
+
+_DTYPE_NAMES: dict[Any, str] = {}  # torch.dtype -> its name in the header ("float32"): one str() per dtype
+_PLAIN: dict[type, Any] = {}  # tensor class -> torch.strided, for classes seen with plain dense tensors
 
 
 def _not_dense(t: Any) -> str:
     """Why torch tensor ``t`` has no plain strided bytes to store ("" when it has)."""
+    strided = _PLAIN.get(type(t))  # the common case in four attribute reads (10**5 tensors per save)
+    if strided is not None and t.layout is strided and not (t.is_meta or t.is_quantized or t.is_nested):
+        return ""
+    why = _why_not_dense(t)
+    if not why:
+        _PLAIN[type(t)] = t.layout
+    return why
+
+
+def _why_not_dense(t: Any) -> str:
     if getattr(t, "is_nested", False):
         return "a nested tensor"
     if getattr(t, "is_quantized", False):
