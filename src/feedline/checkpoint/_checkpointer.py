@@ -233,7 +233,8 @@ class Checkpointer:
         """Every committed step, oldest first."""
         return committed_steps(self.directory)
 
-    def load(self, step: int | None = None, *, into: Any = None, verify: bool = True, strict: bool = True) -> Any:
+    def load(self, step: int | None = None, *, into: Any = None, verify: bool = True, strict: bool = True,
+             copy: bool = False) -> Any:
         """Load a committed checkpoint (default: the latest); see :func:`feedline.checkpoint.load`.
 
         Waits for a save in flight first, so ``save(); load()`` sees that save
@@ -241,7 +242,7 @@ class Checkpointer:
         """
         if os.getpid() == self._pid:
             self._drain()
-        return _load(self.directory, step, into=into, verify=verify, strict=strict)
+        return _load(self.directory, step, into=into, verify=verify, strict=strict, copy=copy)
 
     def close(self) -> None:
         """Finish the save in flight, stop the writer thread and free the staging memory.

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import numbers
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xxhash
 
-from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, rebuild
+from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, place, rebuild
 from feedline.checkpoint._staging import bytes_view
 from feedline.checkpoint._store import committed_steps, header_path, read_header
 from feedline.errors import ArgumentError, ChecksumError, FormatError, ReadError, StateError
@@ -73,7 +74,7 @@ def _verify(buf: np.ndarray, e: TensorEntry, path: str) -> None:
 
 
 def load(directory: str | os.PathLike[str], step: int | None = None, *, into: Any = None,
-         verify: bool = True, strict: bool = True) -> Any:
+         verify: bool = True, strict: bool = True, copy: bool = False) -> Any:
     """Load step ``step`` (default: the latest committed) from ``directory``.
 
     Args:
@@ -86,6 +87,14 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
         strict: with ``into=``, every tensor of ``into`` must have a tensor at
             the same path in the checkpoint (as ``load_state_dict(strict=True)``
             asks of a model); ``False`` leaves those that have none as they are.
+        copy: the tensors returned (those not copied into ``into``) share one
+            buffer, the whole data file as read, which stays in memory while
+            any of them lives: an optimizer's state after
+            ``opt.load_state_dict()`` on CPU (it keeps tensors already of the
+            right device and dtype) holds the bytes of the model loaded
+            ``into=`` too. ``copy=True`` moves them into a buffer of their own
+            size before returning (one more memcpy of them; for a moment both
+            buffers exist), so the read buffer is freed.
 
     With ``step=None`` a checkpoint rotated away by a writer in another
     process (``keep=``) while it was being read is passed over for the new
@@ -129,8 +138,12 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
                               fix=_DAMAGED) from e
     try:
         state = rebuild(header.skeleton, leaves)  # first: every tensor index checked before into= uses one
+        views = list(leaves)
         if into is not None:
             _copy_into(header, leaves, into, strict=strict)
+            state = rebuild(header.skeleton, leaves)
+        if copy:
+            _own(header, buf, leaves, [i for i, leaf in enumerate(leaves) if leaf is views[i]])
             state = rebuild(header.skeleton, leaves)
         return state
     except (IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as e:
@@ -143,6 +156,21 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
 def _read(d: Path, step: int, verify: bool) -> tuple[Header, np.ndarray]:
     header = read_header(d, step)
     return header, read_data(d, header, verify=verify)
+
+
+def _own(header: Header, buf: np.ndarray, leaves: list[Any], keep: list[int]) -> None:
+    """Move ``leaves[i]`` for ``i`` in ``keep`` (views of ``buf``) into one new buffer of their size."""
+    places, end = [], 0
+    for i in keep:
+        entry = header.entries[i]
+        start = place(end, entry.nbytes)
+        places.append(start)
+        end = start + entry.nbytes
+    own = aligned_empty(end)
+    for i, start in zip(keep, places, strict=True):
+        entry = header.entries[i]
+        own[start : start + entry.nbytes] = buf[entry.offset : entry.offset + entry.nbytes]
+        leaves[i] = bytes_view(own, replace(entry, offset=start))
 
 
 def _copy_into(header: Header, leaves: list[Any], into: Any, *, strict: bool) -> None:
