@@ -157,6 +157,22 @@ def test_unstorable_values_name_their_path(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_an_object_instead_of_its_state_says_what_to_save(tmp_path: Path) -> None:
+    # the common slip: the model, optimizer or generator itself in the state (before: "convert it to a tensor...")
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cases = {"model": (model, "state_dict() instead of the Linear"),
+             "optim": (opt, "state_dict() instead of the SGD"),
+             "sched": (torch.optim.lr_scheduler.StepLR(opt, 2), "state_dict() instead of the StepLR"),
+             "gen": (torch.Generator(), "get_state()"), "np_rng": (np.random.default_rng(0), "bit_generator.state"),
+             "dtype": (torch.float16, "'torch.float16'"), "tags": ({"a", "b"}, "sorted(")}
+    with Checkpointer(tmp_path) as ck:
+        for key, (value, hint) in cases.items():
+            with pytest.raises(ConfigError, match=f"at '{key}'") as e:
+                ck.save(1, {key: value})
+            assert hint in e.value.fix, (key, e.value.fix)
+
+
 def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
     for kwargs in ({"io": "fast"}, {"if_busy": "drop"}, {"keep": 0}, {"pinned_budget": "lots"}):
         with pytest.raises(ConfigError):

@@ -163,6 +163,22 @@ def _why_not_dense(t: Any) -> str:
     return ""
 
 
+def _store_instead(value: Any) -> str:
+    """What to save in place of ``value``, which cannot be stored (the ``fix`` of the ConfigError)."""
+    name = type(value).__name__
+    if callable(getattr(value, "state_dict", None)):  # a module, optimizer, scheduler, GradScaler, Loader
+        return f"save its state_dict() instead of the {name} (restore it with load_state_dict())"
+    if callable(getattr(value, "get_state", None)):  # torch.Generator
+        return f"save {name}.get_state() (and restore it with set_state())"
+    if hasattr(value, "bit_generator"):  # numpy.random.Generator
+        return "save rng.bit_generator.state (a dict; restore with rng.bit_generator.state = saved)"
+    if isinstance(value, (set, frozenset)):
+        return "save sorted(the_set) (a list)"
+    if type(value).__module__.startswith("torch") and name in ("dtype", "device", "layout", "memory_format"):
+        return f"save str(value) ({str(value)!r}) and parse it back"
+    return "convert it to a tensor, a numpy array or plain values (numbers, strings, lists, dicts)"
+
+
 def make_layout(state: Any) -> Layout:
     """Split ``state`` into skeleton and leaves and place each leaf (:func:`place`).
 
@@ -199,8 +215,7 @@ def make_layout(state: Any) -> Layout:
             return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
         if not isinstance(value, (dict, list, tuple)):
             raise ConfigError(f"cannot store {type(value).__name__} at {path or '<root>'!r} without pickle",
-                              fix="convert it to a tensor, a numpy array or plain values "
-                                  "(numbers, strings, lists, dicts)", tensor=path or "<root>")
+                              fix=_store_instead(value), tensor=path or "<root>")
         if id(value) in open_:
             raise ConfigError(f"the state contains itself at {path or '<root>'!r}", tensor=path or "<root>",
                               fix="save a state without cycles (a checkpoint stores a tree)")
