@@ -90,3 +90,34 @@ def test_a_version_1_checkpoint_with_page_aligned_payloads_still_loads(tmp_path:
     header["version"], header["data_bytes"] = 1, len(old)
     (tmp_path / "step-0000000001.json").write_text(json.dumps(header))
     assert_same(state, load(tmp_path))
+
+
+def test_a_tensor_reached_twice_is_stored_once_and_loads_shared(tmp_path: Path) -> None:
+    # tied weights: state_dict() lists the embedding and the head that shares it (before: stored twice,
+    # loaded as two tensors)
+    emb = torch.nn.Embedding(300, 16)
+    head = torch.nn.Linear(16, 300, bias=False)
+    head.weight = emb.weight
+    arr = np.arange(2000, dtype=np.float32)
+    base = torch.arange(64.0)
+    state = {"emb": emb.state_dict(), "head": head.state_dict(), "a": arr, "a_again": arr,
+             "view": base[8:40], "same_view": base[8:40], "other_view": base[8:41], "base": base}
+    layout = make_layout(state)
+    names = {e.name: e for e in layout.entries}
+    assert names["head/weight"].offset == names["emb/weight"].offset and names["a_again"].offset == names["a"].offset
+    assert names["same_view"].offset == names["view"].offset
+    assert len({names[k].offset for k in ("view", "other_view", "base")}) == 3  # overlapping, not equal: each
+    assert layout.data_bytes < 300 * 16 * 4 + 2000 * 4 + 3 * PAGE  # the embedding and the array once
+    with Checkpointer(tmp_path, io="buffered", durable=False) as ck:
+        ck.save(1, state)
+        back = ck.load()
+        assert_same(state, back)
+        assert back["head"]["weight"] is back["emb"]["weight"] and back["a_again"] is back["a"]
+        assert back["other_view"].data_ptr() != back["view"].data_ptr()
+        kept = ck.load(into={"emb": torch.nn.Embedding(300, 16).state_dict()}, copy=True)
+        assert kept["a_again"] is kept["a"] and torch.equal(kept["head"]["weight"], emb.weight)
+        fresh_emb = torch.nn.Embedding(300, 16)
+        fresh_head = torch.nn.Linear(16, 300, bias=False)
+        fresh_head.weight = fresh_emb.weight
+        ck.load(into={"emb": fresh_emb.state_dict(), "head": fresh_head.state_dict()})
+        assert torch.equal(fresh_head.weight, emb.weight) and fresh_head.weight is fresh_emb.weight

@@ -376,7 +376,10 @@ class Checkpointer:
         committed = False
         try:
             host = not hasattr(buf, "is_cuda")
-            checksums = [_checksum(buf, e.offset, e.nbytes, host) for e in layout.entries]
+            checksums: list[int] = []
+            for i, e in enumerate(layout.entries):  # a tensor stored once for two entries is hashed once
+                checksums.append(_checksum(buf, e.offset, e.nbytes, host) if layout.owns(i)
+                                 else checksums[layout.first[i]])
             self._writer.write(str(path), buf, layout.data_bytes)
             commit(self.directory, step, header_json(layout, checksums, step=step, data_name=name),
                    durable=self.durable)

@@ -2,7 +2,9 @@
 
 A state (any nested dict/list/tuple of tensors, numpy arrays and plain values)
 is split once into a JSON *skeleton* and a list of *leaves* (the tensors and
-arrays). Each leaf gets a :class:`TensorEntry`: its path name, kind (``torch``
+arrays). A tensor reached twice (tied weights: ``state_dict()`` lists the
+embedding and the head that shares it) is stored once: both entries name the
+same bytes, and they load as one tensor, shared again as they were saved. Each leaf gets a :class:`TensorEntry`: its path name, kind (``torch``
 or ``numpy``), dtype, shape, byte offset and size in the data file, and, once
 written, its xxh3-64 checksum. Nothing is pickled: loading parses JSON and
 views raw bytes.
@@ -81,6 +83,11 @@ class Layout:
     leaves: tuple[Any, ...]
     entries: tuple[TensorEntry, ...]
     data_bytes: int  # end of the last payload (not padded: the tail may be unaligned)
+    first: tuple[int, ...] = ()  # first[i]: the leaf whose payload leaf i shares (i when its own); () = all own
+
+    def owns(self, i: int) -> bool:
+        """Whether leaf ``i`` has its own payload (False: the same tensor as an earlier leaf, stored once)."""
+        return not self.first or self.first[i] == i
 
     def devices(self) -> set[str]:
         """Device types of the torch leaves (``{"cpu"}``, ``{"cuda"}``...)."""
@@ -189,15 +196,22 @@ def make_layout(state: Any) -> Layout:
     """
     leaves: list[Any] = []
     entries: list[TensorEntry] = []
+    first: list[int] = []
+    seen: dict[tuple[Any, ...], int] = {}  # the bytes a leaf shows -> the first leaf showing them
     offset = 0
 
     def leaf(value: Any, name: str) -> dict[str, int]:
         nonlocal offset
         kind, dtype, shape, nbytes = _leaf_meta(value, name)
-        start = place(offset, nbytes)
-        entries.append(TensorEntry(name, kind, dtype, shape, start, nbytes))
+        same = seen.setdefault(_showing(value, kind, dtype, shape), len(leaves)) if nbytes else len(leaves)
+        if same != len(leaves):  # tied weights, a module shared by two models: one payload
+            entries.append(replace(entries[same], name=name))
+        else:
+            start = place(offset, nbytes)
+            entries.append(TensorEntry(name, kind, dtype, shape, start, nbytes))
+            offset = start + nbytes
+        first.append(same)
         leaves.append(value)
-        offset = start + nbytes
         return {"__tensor__": len(leaves) - 1}
 
     open_: set[int] = set()  # ids of the containers being encoded (a cycle comes back to one)
@@ -238,7 +252,18 @@ def make_layout(state: Any) -> Layout:
         return [enc(v, f"{path}/{i}") for i, v in enumerate(value)]
 
     skeleton = enc(state, "")
-    return Layout(skeleton, tuple(leaves), tuple(entries), offset)
+    return Layout(skeleton, tuple(leaves), tuple(entries), offset, tuple(first))
+
+
+def _showing(value: Any, kind: str, dtype: str, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """What identifies the bytes a leaf shows: its first element's address, strides, dtype, shape, device.
+
+    Equal for the same tensor reached twice (``lm_head.weight`` tied to the embedding: ``state_dict()``
+    lists both) and for two identical views; overlapping but different views differ, and each is stored.
+    """
+    if kind == "numpy":
+        return ("numpy", value.__array_interface__["data"][0], value.strides, dtype, shape)
+    return (str(value.device), value.data_ptr(), value.stride(), dtype, shape)
 
 
 def leaf_index(skeleton: dict[str, Any], count: int) -> int:

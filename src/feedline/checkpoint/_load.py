@@ -129,9 +129,11 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
                 if attempt == LATEST_RETRIES or header_path(d, steps[-1]).exists():
                     raise
     leaves = []
+    made: dict[tuple[Any, ...], Any] = {}  # a tensor saved once for two entries (tied weights) loads as one
     for entry in header.entries:
         try:
-            leaves.append(bytes_view(buf, entry))
+            key = (entry.offset, entry.nbytes, entry.kind, entry.dtype, entry.shape)
+            leaves.append(made[key] if key in made and entry.nbytes else made.setdefault(key, bytes_view(buf, entry)))
         except (ValueError, TypeError, RuntimeError) as e:
             raise FormatError(f"tensor {entry.name!r}: dtype {entry.dtype!r}, shape {list(entry.shape)} and "
                               f"{entry.nbytes} bytes do not fit ({e})", path=str(d), tensor=entry.name,
@@ -160,17 +162,21 @@ def _read(d: Path, step: int, verify: bool) -> tuple[Header, np.ndarray]:
 
 def _own(header: Header, buf: np.ndarray, leaves: list[Any], keep: list[int]) -> None:
     """Move ``leaves[i]`` for ``i`` in ``keep`` (views of ``buf``) into one new buffer of their size."""
-    places, end = [], 0
+    places: dict[int, int] = {}  # id of a leaf -> its place in the new buffer (a shared leaf moves once)
+    end = 0
     for i in keep:
-        entry = header.entries[i]
-        start = place(end, entry.nbytes)
-        places.append(start)
-        end = start + entry.nbytes
+        if id(leaves[i]) not in places:
+            places[id(leaves[i])] = start = place(end, header.entries[i].nbytes)
+            end = start + header.entries[i].nbytes
     own = aligned_empty(end)
-    for i, start in zip(keep, places, strict=True):
-        entry = header.entries[i]
-        own[start : start + entry.nbytes] = buf[entry.offset : entry.offset + entry.nbytes]
-        leaves[i] = bytes_view(own, replace(entry, offset=start))
+    moved: dict[int, Any] = {}
+    for i in keep:
+        old, entry = leaves[i], header.entries[i]
+        if id(old) not in moved:
+            start = places[id(old)]
+            own[start : start + entry.nbytes] = buf[entry.offset : entry.offset + entry.nbytes]
+            moved[id(old)] = bytes_view(own, replace(entry, offset=start))
+        leaves[i] = moved[id(old)]
 
 
 def _copy_into(header: Header, leaves: list[Any], into: Any, *, strict: bool) -> None:

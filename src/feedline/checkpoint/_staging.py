@@ -157,8 +157,8 @@ def stage_into(layout: Layout, buf: Any, *, stream: Any = None) -> None:
     change the tensors as soon as it returns.
     """
     cuda = False
-    for leaf, entry in zip(layout.leaves, layout.entries, strict=True):
-        if entry.nbytes == 0:
+    for i, (leaf, entry) in enumerate(zip(layout.leaves, layout.entries, strict=True)):
+        if entry.nbytes == 0 or not layout.owns(i):  # a tensor reached twice is staged once
             continue
         if isinstance(leaf, np.ndarray):
             if isinstance(buf, np.ndarray):
