@@ -116,7 +116,7 @@ def test_load_into_checks_every_tensor_before_copying_any(tmp_path: Path) -> Non
         ck.save(1, {"model": saved.state_dict(), "step": 1})
         wider = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3), torch.nn.Linear(3, 5))
         before = {k: v.clone() for k, v in wider.state_dict().items()}
-        with pytest.raises(StateError, match="model/2.weight"):
+        with pytest.raises(StateError, match=r"model/2\.weight"):
             ck.load(into={"model": wider.state_dict()})
         assert all(torch.equal(before[k], v) for k, v in wider.state_dict().items())
 
@@ -148,7 +148,7 @@ def test_load_into_is_strict_about_tensors_the_checkpoint_lacks(tmp_path: Path) 
     with Checkpointer(tmp_path) as ck:
         ck.save(1, {"model": torch.nn.Linear(4, 3).state_dict()})
         grown = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
-        with pytest.raises(StateError, match="not in the checkpoint: 'model/0.weight'") as e:
+        with pytest.raises(StateError, match=r"not in the checkpoint: 'model/0\.weight'") as e:
             ck.load(into={"model": grown.state_dict()})  # another model structure: every key differs
         assert e.value.tensor == "model/0.weight" and "strict=False" in e.value.fix
         typo = torch.nn.Linear(4, 3)
