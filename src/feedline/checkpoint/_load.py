@@ -133,7 +133,9 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
     for entry in header.entries:
         try:
             key = (entry.offset, entry.nbytes, entry.kind, entry.dtype, entry.shape)
-            leaves.append(made[key] if key in made and entry.nbytes else made.setdefault(key, bytes_view(buf, entry)))
+            if key not in made or not entry.nbytes:  # zero-size tensors are never shared (as on save)
+                made[key] = bytes_view(buf, entry)
+            leaves.append(made[key])
         except (ValueError, TypeError, RuntimeError) as e:
             raise FormatError(f"tensor {entry.name!r}: dtype {entry.dtype!r}, shape {list(entry.shape)} and "
                               f"{entry.nbytes} bytes do not fit ({e})", path=str(d), tensor=entry.name,
