@@ -137,6 +137,17 @@ def test_repeated_leaves_round_trip_shared(pool: list, picks: list[int]) -> None
             assert (back[j] is back[i]) == same_leaf, (i, j)
 
 
+def test_lazy_conjugate_and_negative_views_of_one_tensor_are_stored_apart(tmp_path: Path) -> None:
+    # x.conj() shares x's memory, address, strides, dtype and shape but shows other values
+    x = torch.randn(4, dtype=torch.complex64)
+    state = {"x": x, "conj": x.conj(), "neg": torch._neg_view(x), "x_again": x}
+    with Checkpointer(tmp_path, io="buffered", durable=False) as ck:
+        ck.save(1, state)
+        back = ck.load()
+    assert torch.equal(back["conj"], x.conj().resolve_conj()) and torch.equal(back["neg"], -x)
+    assert torch.equal(back["x"], x) and back["x_again"] is back["x"]
+
+
 def test_a_zero_size_leaf_twice_loads_as_two(tmp_path: Path) -> None:
     # found by the explore profile: zero-size leaves have no bytes to share, on save or on load
     empty = np.zeros(0, dtype=np.uint8)

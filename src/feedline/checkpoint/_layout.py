@@ -260,10 +260,12 @@ def _showing(value: Any, kind: str, dtype: str, shape: tuple[int, ...]) -> tuple
 
     Equal for the same tensor reached twice (``lm_head.weight`` tied to the embedding: ``state_dict()``
     lists both) and for two identical views; overlapping but different views differ, and each is stored.
+    A lazy conjugate or negative view (``x.conj()``) shows other values from the same memory: its bits
+    are part of the key (without them ``x.conj()`` beside ``x`` loaded as ``x``).
     """
     if kind == "numpy":
         return ("numpy", value.__array_interface__["data"][0], value.strides, dtype, shape)
-    return (str(value.device), value.data_ptr(), value.stride(), dtype, shape)
+    return (str(value.device), value.data_ptr(), value.stride(), dtype, shape, value.is_conj(), value.is_neg())
 
 
 def leaf_index(skeleton: dict[str, Any], count: int) -> int:
