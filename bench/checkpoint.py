@@ -11,7 +11,10 @@ Also: write throughput of feedline's O_DIRECT writer vs
 ``dd if=/dev/zero oflag=direct bs=8M conv=fsync`` to the same folder
 (interleaved), and a training loop on the same model that saves every 50 steps
 vs the same loop without saves (stall %, from ABBA-interleaved 50-step segments,
-with the floor: state bytes / memcpy bandwidth vs 50 steps). Torch runs with one thread (the writer thread needs the other
+with the floor: state bytes / memcpy bandwidth vs 50 steps), and a state of 10^5 tiny tensors
+(scalars and vectors of 1-64 floats): data file size against the payload and
+against one 4 KiB page per tensor (format version 1's layout), blocked,
+durable and load time. Torch runs with one thread (the writer thread needs the other
 core of a 2-core host). Goals: blocked <= 0.1x torch.save and <= 0.5x
 dcp.async_save; direct write >= 0.9x dd; loop within 3 %.
 
@@ -39,7 +42,7 @@ from typing import Any
 
 import torch
 
-from feedline.checkpoint import Checkpointer
+from feedline.checkpoint import Checkpointer, load
 from feedline.checkpoint._writers import DirectWriter
 from feedline.io._buffers import aligned_empty
 
@@ -292,6 +295,36 @@ def bench_loop(root: Path, every: int, pairs: int, d_model: int, layers: int, to
             "first_save_s": {"without_reserve": cold_first, "after_reserve": reserved_first}}
 
 
+def bench_small(root: Path, n: int, repeat: int) -> dict[str, Any]:
+    """``n`` tiny tensors (half scalars, half 1-64 floats): file size vs payload and vs a page each; times."""
+    gen = torch.Generator().manual_seed(0)
+    sizes = torch.randint(1, 65, (n - n // 2,), generator=gen).tolist()
+    state = {"scalars": [torch.tensor(float(i)) for i in range(n // 2)],
+             "vectors": [torch.randn(k, generator=gen) for k in sizes]}
+    payload = 4 * (n // 2 + sum(sizes))
+    blocked, durable, loads, data = [], [], [], 0
+    for r in range(repeat):
+        where = root / f"small-{r}"
+        with Checkpointer(where, io="auto") as ck:
+            t0 = time.perf_counter()
+            ck.save(1, state)
+            t1 = time.perf_counter()
+            ck.wait()
+            t2 = time.perf_counter()
+        data = sum(p.stat().st_size for p in where.glob("step-*.bin"))
+        t3 = time.perf_counter()
+        back = load(where)
+        loads.append(time.perf_counter() - t3)
+        assert len(back["vectors"]) == len(sizes)
+        blocked.append(t1 - t0)
+        durable.append(t2 - t0)
+        shutil.rmtree(where, ignore_errors=True)
+    return {"tensors": n, "payload_bytes": payload, "data_bytes": data, "page_each_bytes": n * 4096,
+            "vs_payload": data / payload, "vs_page_each": data / (n * 4096),
+            "blocked_s": statistics.median(blocked), "durable_s": statistics.median(durable),
+            "load_s": statistics.median(loads), "blocked_runs": blocked}
+
+
 def bench_gpu(device: str, d_model: int, layers: int, root: Path, repeat: int) -> dict[str, Any]:
     """CUDA state: blocked time vs state size / D2H bandwidth; GDS writes vs the pinned bounce buffer."""
     model, opt = make_state(d_model, layers)
@@ -372,6 +405,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         write = bench_write(size, root, repeat)
         loop = bench_loop(root, 10 if args.quick else 50, args.loop_pairs or (2 if args.quick else 6),
                           d_model, layers, 16, repeat)
+        small = bench_small(root, 2000 if args.quick else 100_000, repeat)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ours = saves["Checkpointer.save"]["blocked_s"]
@@ -393,7 +427,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     result = {"question": "time the loop is blocked per checkpoint, time to durable, write throughput, loop stall",
               "quick": args.quick, "repeat": repeat, "state_bytes": size, "dir": str(base),
-              "saves": saves, "write": write, "loop": loop, "comparisons": comparisons,
+              "saves": saves, "write": write, "loop": loop, "small": small, "comparisons": comparisons,
               "note": "measured on a host shared with other work; medians of interleaved rounds"}
     print(f"state: {size / 2**30:.3f} GiB (TransformerEncoder d={d_model} x{layers} + AdamW), "
           f"{repeat} interleaved rounds, folder {base}")
@@ -416,6 +450,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"{loop['floor_s'] * 1e3:.0f} ms = {loop['floor_pct']:.2f} % of {every} steps; first save "
           f"{loop['first_save_s']['without_reserve']:.2f} s without reserve(), "
           f"{loop['first_save_s']['after_reserve']:.2f} s after it")
+    print(f"  {small['tensors']} tiny tensors: data file {small['data_bytes'] / 2**20:.1f} MiB = "
+          f"{small['vs_payload']:.2f}x the payload, {small['vs_page_each']:.3f}x a 4 KiB page each "
+          f"({small['page_each_bytes'] / 2**20:.0f} MiB); blocked {small['blocked_s']:.2f} s, durable "
+          f"{small['durable_s']:.2f} s, load {small['load_s']:.2f} s")
     for c in comparisons:
         print(f"  {c['what']}: {c['ours']} / {c['baseline']} = {c['ratio']:.3f} (goal {c['goal']})")
     if args.json:

@@ -36,5 +36,8 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert loop["memcpy_GBps"] > 0 and loop["first_save_s"]["without_reserve"] > 0
     assert len(doc["comparisons"]) == 6 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
                                                  for c in doc["comparisons"])
-    assert "blocked per save" in proc.stdout
+    small = doc["small"]
+    assert small["tensors"] == 2000 and small["payload_bytes"] <= small["data_bytes"] < small["page_each_bytes"] / 10
+    assert 0 < small["blocked_s"] <= small["durable_s"] and small["load_s"] > 0
+    assert "blocked per save" in proc.stdout and "tiny tensors" in proc.stdout
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("bench-checkpoint-")]  # cleaned up

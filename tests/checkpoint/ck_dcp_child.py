@@ -4,17 +4,24 @@ Saves with ``dcp.async_save(..., async_stager=CheckpointStager())`` twice (the
 second save must reuse the staging buffer; it also writes through feedline's
 ``DCPWriter``, O_DIRECT, where the first uses DCP's own writer), changes the live state right
 after each call returns, then loads into zeroed tensors and checks the values
-are the ones at save time. Prints one JSON line.
+are the ones at save time. Then resharding: loads ``DIR/one`` (saved by the
+test in one process, plain tensors) into DTensors sharded over the ranks and
+checks them, and saves its own sharded state to ``DIR/many`` with
+``dcp.async_save`` through the stager and ``DCPWriter``, for the test to load
+in one process. Prints one JSON line.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 from feedline.checkpoint import CheckpointStager, DCPWriter
 
@@ -24,6 +31,33 @@ def make(rank: int, step: int) -> dict:
     model = torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.LayerNorm(17))
     return {"model": model.state_dict(), "step": step,
             "local": {f"rank{rank}": torch.arange(1000, dtype=torch.float64) * (rank + 1) + step}}
+
+
+def full(seed: int) -> dict[str, torch.Tensor]:
+    """A sharded model's tensors, whole: an embedding, 37 rows (uneven shards over 2 ranks), a bias."""
+    g = torch.Generator().manual_seed(seed)
+    return {"emb": torch.randn(1000, 64, generator=g), "w": torch.randn(37, 5, generator=g),
+            "b": torch.randn(5, generator=g)}
+
+
+def reshard(directory: str, world: int, stager: CheckpointStager) -> bool:
+    """Load the one-process checkpoint into shards, then save sharded state (see the module docstring)."""
+    warnings.simplefilter("ignore")
+    mesh = init_device_mesh("cpu", (world,))
+    one = full(1)
+    target = {"model": {k: distribute_tensor(torch.zeros_like(v), mesh, [Shard(0)]) for k, v in one.items()},
+              "step": 0}
+    dcp.load(target, checkpoint_id=f"{directory}/one")  # 1 -> world ranks
+    ok = target["step"] == 9 and all(torch.equal(target["model"][k].full_tensor(), one[k]) for k in one)
+    many = full(2)
+    state = {"model": {"emb": distribute_tensor(many["emb"], mesh, [Shard(0)]),
+                       "w": distribute_tensor(many["w"], mesh, [Shard(0)]),
+                       "b": distribute_tensor(many["b"], mesh, [Replicate()])}, "step": 7}
+    fut = dcp.async_save(state, storage_writer=DCPWriter(f"{directory}/many"), async_stager=stager)
+    for v in state["model"].values():
+        v.to_local().add_(100.0)  # training goes on while DCP writes the staged shards
+    fut.result()
+    return ok
 
 
 def main(directory: str, rank: int, world: int, port: int) -> None:
@@ -48,6 +82,7 @@ def main(directory: str, rank: int, world: int, port: int) -> None:
         if writer:
             out["writer"] = writer["storage_writer"].choice.name
     out["allocations"] = stager.allocations
+    out["one_to_many"] = reshard(directory, world, stager)
     stager.close()
     dist.destroy_process_group()
     print(json.dumps(out), flush=True)

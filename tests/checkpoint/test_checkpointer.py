@@ -157,6 +157,22 @@ def test_unstorable_values_name_their_path(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_an_object_instead_of_its_state_says_what_to_save(tmp_path: Path) -> None:
+    # the common slip: the model, optimizer or generator itself in the state (before: "convert it to a tensor...")
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cases = {"model": (model, "state_dict() instead of the Linear"),
+             "optim": (opt, "state_dict() instead of the SGD"),
+             "sched": (torch.optim.lr_scheduler.StepLR(opt, 2), "state_dict() instead of the StepLR"),
+             "gen": (torch.Generator(), "get_state()"), "np_rng": (np.random.default_rng(0), "bit_generator.state"),
+             "dtype": (torch.float16, "'torch.float16'"), "tags": ({"a", "b"}, "sorted(")}
+    with Checkpointer(tmp_path) as ck:
+        for key, (value, hint) in cases.items():
+            with pytest.raises(ConfigError, match=f"at '{key}'") as e:
+                ck.save(1, {key: value})
+            assert hint in e.value.fix, (key, e.value.fix)
+
+
 def test_bad_arguments_are_config_errors(tmp_path: Path) -> None:
     for kwargs in ({"io": "fast"}, {"if_busy": "drop"}, {"keep": 0}, {"pinned_budget": "lots"}):
         with pytest.raises(ConfigError):
@@ -213,6 +229,40 @@ def test_resume_a_real_training_loop(tmp_path: Path) -> None:
     full = run(False, 20)
     os.unlink(tmp_path / "ck" / "step-0000000019.json")  # pretend the run died after step 14's save
     assert run(True, 20) == full[15:]
+
+
+@pytest.mark.timeout(120)
+def test_resume_in_a_new_process_after_kill_9_gives_bit_identical_losses(tmp_path: Path) -> None:
+    """A child trains (tied weights, BatchNorm, SGD/AdamW-amsgrad/Adam, schedulers, GradScaler, three RNGs,
+    a feedline.Loader mid-epoch), saves at step 4 and is killed with SIGKILL at step 6; this process
+    resumes into fresh objects: every later loss equals the uninterrupted run's, bit for bit."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(here.parents[1] / "src"), str(here),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.run([sys.executable, str(here / "ck_train.py"), str(tmp_path / "ck"), "8", "4"],
+                           capture_output=True, text=True, env=env, timeout=100)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    assert child.stdout.split() == ["1", "2", "3", "4", "5", "6"]
+    sys.path.insert(0, str(here))
+    saved = (torch.get_rng_state(), np.random.get_state(), random.getstate(), torch.get_num_threads())
+    try:
+        from ck_train import run
+
+        torch.set_num_threads(1)  # as the child
+        full = run(str(tmp_path / "full"), 8, None)
+        resumed = run(str(tmp_path / "ck"), 8, None, resume=True)
+    finally:
+        sys.path.remove(str(here))
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
+        torch.set_num_threads(saved[3])
+    assert len(full) == 8 and resumed == full[4:]
 
 
 def test_feedline_watch_reports_checkpoint_as_its_own_stage(tmp_path: Path) -> None:

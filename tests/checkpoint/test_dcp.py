@@ -1,4 +1,5 @@
-"""DCP interop: two real ranks on gloo (127.0.0.1) save with feedline's stager (and DCPWriter) and load back."""
+"""DCP interop: two real ranks on gloo (127.0.0.1) save with feedline's stager (and DCPWriter) and load back;
+sharded (DTensor) state saved by two ranks loads in one process, and the reverse."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 
-from feedline.checkpoint import CheckpointStager
+from feedline.checkpoint import CheckpointStager, DCPWriter
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -26,7 +28,17 @@ def _free_port() -> int:
 
 
 @pytest.mark.timeout(180)
-def test_two_ranks_async_save_with_the_feedline_stager(tmp_path: Path) -> None:
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_two_ranks_async_save_with_the_feedline_stager_and_resharding(tmp_path: Path) -> None:
+    # resharding: one process saves whole tensors, the two ranks load them as DTensor shards, save their
+    # own shards (async, the stager + DCPWriter; before: the stager refused DTensors with a ConfigError
+    # telling the user to use the stager), and one process loads those whole
+    sys.path.insert(0, str(HERE))
+    try:
+        from ck_dcp_child import full
+    finally:
+        sys.path.remove(str(HERE))
+    dcp.save({"model": full(1), "step": 9}, storage_writer=DCPWriter(tmp_path / "one"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, str(HERE / "ck_dcp_child.py"), str(tmp_path), str(r), "2", str(port)],
@@ -40,8 +52,14 @@ def test_two_ranks_async_save_with_the_feedline_stager(tmp_path: Path) -> None:
         for step in (1, 2):
             assert doc[f"step{step}"] == {"model_ok": True, "local_ok": True, "step": step}, doc
         assert doc["allocations"] == 1 and doc["writer"] in ("direct", "buffered"), doc
+        assert doc["one_to_many"] is True, doc
     assert (tmp_path / "s1" / ".metadata").exists() and (tmp_path / "s2" / ".metadata").exists()
-    assert sorted(p.name for p in (tmp_path / "s2").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    for d in ("s2", "many"):
+        assert sorted(p.name for p in (tmp_path / d).iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    many = full(2)
+    target = {"model": {k: torch.zeros_like(v) for k, v in many.items()}, "step": 0}
+    dcp.load(target, checkpoint_id=tmp_path / "many")  # 2 ranks -> one process, whole tensors
+    assert target["step"] == 7 and all(torch.equal(target["model"][k], many[k]) for k in many)
 
 
 def test_stage_copies_into_a_reused_buffer_and_keeps_plain_values() -> None:

@@ -96,6 +96,29 @@ def test_direct_stream_keeps_every_byte_and_the_logical_position(tmp_path: Path,
     assert path.read_bytes() == bytes(expect)
 
 
+@pytest.mark.parametrize("io", ["auto", "buffered"])
+def test_durable_false_skips_every_fsync_and_still_loads(tmp_path: Path, io: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # a spy on the real os.fsync (DCP's, DirectStream's and the folder's all go through it)
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    state = _state()
+    dcp.save(state, storage_writer=DCPWriter(tmp_path / "durable", io=io))
+    synced = len(calls)
+    assert synced >= 3  # data file(s), .metadata, folder
+    calls.clear()
+    fast = DCPWriter(tmp_path / "fast", io=io, durable=False)
+    dcp.save(state, storage_writer=fast)
+    assert calls == [] and fast.sync_files is False
+    assert DCPWriter(tmp_path / "x", sync_files=False).durable is False  # DCP's spelling, same meaning
+    target = _zeros_like(state)
+    dcp.load(target, checkpoint_id=tmp_path / "fast")
+    assert _equal(target, state)
+    with pytest.raises(ConfigError, match="disagree"):
+        DCPWriter(tmp_path / "y", durable=False, sync_files=True)
+
+
 def test_io_choices_are_checked() -> None:
     with pytest.raises(ConfigError, match="host memory"):
         DCPWriter("x", io="gds")

@@ -233,7 +233,8 @@ class Checkpointer:
         """Every committed step, oldest first."""
         return committed_steps(self.directory)
 
-    def load(self, step: int | None = None, *, into: Any = None, verify: bool = True) -> Any:
+    def load(self, step: int | None = None, *, into: Any = None, verify: bool = True, strict: bool = True,
+             copy: bool = False) -> Any:
         """Load a committed checkpoint (default: the latest); see :func:`feedline.checkpoint.load`.
 
         Waits for a save in flight first, so ``save(); load()`` sees that save
@@ -241,7 +242,7 @@ class Checkpointer:
         """
         if os.getpid() == self._pid:
             self._drain()
-        return _load(self.directory, step, into=into, verify=verify)
+        return _load(self.directory, step, into=into, verify=verify, strict=strict, copy=copy)
 
     def close(self) -> None:
         """Finish the save in flight, stop the writer thread and free the staging memory.
@@ -375,7 +376,10 @@ class Checkpointer:
         committed = False
         try:
             host = not hasattr(buf, "is_cuda")
-            checksums = [_checksum(buf, e.offset, e.nbytes, host) for e in layout.entries]
+            checksums: list[int] = []
+            for i, e in enumerate(layout.entries):  # a tensor stored once for two entries is hashed once
+                checksums.append(_checksum(buf, e.offset, e.nbytes, host) if layout.owns(i)
+                                 else checksums[layout.first[i]])
             self._writer.write(str(path), buf, layout.data_bytes)
             commit(self.directory, step, header_json(layout, checksums, step=step, data_name=name),
                    durable=self.durable)

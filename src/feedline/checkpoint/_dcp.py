@@ -10,6 +10,11 @@ de-duplicates replicated tensors and resharding on load keeps working); use
 :class:`~feedline.checkpoint.Checkpointer` for single-process or per-rank local
 states, where feedline also does the writing (O_DIRECT/GDS, atomic commit, keep=K).
 
+Sharded state works: a ``DTensor``'s local shard is staged and wrapped again
+with the same mesh and placements (as DCP's own stager does, the staged shard
+stays in host memory), so each rank writes its shards and ``dcp.load``
+reshards (2 ranks saved, 1 loads, and the reverse: tests/checkpoint/test_dcp.py).
+
 The staged tensors are views of the reused buffer: wait for one
 ``async_save`` to finish (``future.result()``) before starting the next, as the
 DCP documentation asks anyway.
@@ -32,8 +37,10 @@ class CheckpointStager:
         pinned_budget: most bytes of staging memory (``None``: sized by the first save).
         pinned: page-lock the staging memory; ``None`` pins when the state has CUDA tensors.
 
-    Non-tensor values are deep-copied; DTensor/ShardedTensor values are refused
-    (:class:`~feedline.errors.ConfigError`): they are not local tensors.
+    Non-tensor values are deep-copied. A ``DTensor`` is staged as its local
+    shard and comes back a ``DTensor`` of the same mesh, placements and global
+    shape; the deprecated ``ShardedTensor`` is refused
+    (:class:`~feedline.errors.ConfigError`).
     """
 
     _synchronize_after_execute = False  # stage() returns only when the copies are done
@@ -81,13 +88,17 @@ class CheckpointStager:
 
 
 class _Slot:
-    __slots__ = ("index",)
+    __slots__ = ("index", "spec")
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, spec: Any = None) -> None:
         self.index = index
+        self.spec = spec  # a DTensor's spec (mesh, placements, global shape): the staged shard is wrapped again
 
 
 def _detach(value: Any, tensors: list[Any]) -> Any:
+    if type(value).__name__ == "DTensor" and hasattr(value, "to_local"):
+        tensors.append(value._local_tensor)  # the shard itself (to_local() is an autograd view of it)
+        return _Slot(len(tensors) - 1, value._spec)
     if hasattr(value, "untyped_storage") and hasattr(value, "dtype"):
         tensors.append(value)
         return _Slot(len(tensors) - 1)
@@ -102,6 +113,12 @@ def _detach(value: Any, tensors: list[Any]) -> Any:
 
 def _attach(value: Any, staged: list[Any]) -> Any:
     if isinstance(value, _Slot):
+        if value.spec is not None:
+            from torch.distributed.tensor import DTensor
+
+            # as DCP's own stager makes its host copy (DTensor.to("cpu")): the shard in host memory, the
+            # spec unchanged; DTensor.from_local would move a host shard back to a CUDA mesh's device
+            return DTensor(staged[value.index], value.spec, requires_grad=False)
         return staged[value.index]
     if isinstance(value, dict):
         return {k: _attach(v, staged) for k, v in value.items()}

@@ -7,7 +7,9 @@ gathered into one 4096-aligned buffer per file and written with O_DIRECT in
 Checkpointer` writes), the unaligned tail through a second, buffered
 descriptor, and both fsynced before the file is closed. Its ``.metadata`` is
 renamed into place and the directory fsynced, so a committed checkpoint
-survives a power cut. The files are DCP's own: ``dcp.load`` (its stock
+survives a power cut. ``durable=False`` skips every fsync (DCP's
+``sync_files=False`` too) and keeps the rename: a crash of the process still
+leaves the previous checkpoint whole, a power cut may lose the newest one. The files are DCP's own: ``dcp.load`` (its stock
 ``FileSystemReader``) reads them, and a checkpoint written by the stock writer
 loads the same way.
 
@@ -40,7 +42,7 @@ from feedline.checkpoint._writers import (
     _write_error,
     choose_writer,
 )
-from feedline.errors import ConfigError
+from feedline.errors import ArgumentError, ConfigError
 from feedline.format._atomic import fsync_dir
 from feedline.io._buffers import PAGE, aligned_empty
 
@@ -52,16 +54,17 @@ class DirectStream(_io.RawIOBase):
 
     ``write`` copies into an aligned buffer of ``piece`` bytes and writes each full
     buffer at once; ``close`` writes what is left (the aligned part direct, the last
-    ``size % 4096`` bytes buffered), fsyncs and closes. ``tell`` is the logical
+    ``size % 4096`` bytes buffered), fsyncs (unless ``durable=False``) and closes. ``tell`` is the logical
     position (bytes written so far), as DCP records offsets with it.
 
     Raises:
         WriteError: at open or on any write/fsync failure (full disk, ...), naming the file.
     """
 
-    def __init__(self, path: str, *, piece: int = _DIRECT_PIECE) -> None:
+    def __init__(self, path: str, *, piece: int = _DIRECT_PIECE, durable: bool = True) -> None:
         super().__init__()
         self._path = path
+        self._durable = durable
         try:
             self._fd = os.open(path, _CREATE | _O_DIRECT, 0o644)
         except OSError as e:
@@ -111,7 +114,8 @@ class DirectStream(_io.RawIOBase):
             if self._fill:
                 tail = self._buf[body : body + self._fill]
                 self._write_tail(tail)
-            os.fsync(self._fd)
+            if self._durable:
+                os.fsync(self._fd)
         except OSError as e:
             raise _write_error(self._path, e) from e
         finally:
@@ -122,7 +126,8 @@ class DirectStream(_io.RawIOBase):
         fd = os.open(self._path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             _pwrite_all(fd, tail, self._flushed)
-            os.fsync(fd)
+            if self._durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         self._flushed += len(tail)
@@ -130,16 +135,17 @@ class DirectStream(_io.RawIOBase):
 
 
 class FeedlineFileSystem(FileSystem):
-    """DCP's local file system with direct data files (``direct``) and a durable rename."""
+    """DCP's local file system with direct data files (``direct``) and a durable rename (``durable``)."""
 
-    def __init__(self, direct: bool) -> None:
+    def __init__(self, direct: bool, durable: bool = True) -> None:
         super().__init__()
         self.direct = direct
+        self.durable = durable
 
     @contextmanager
     def create_stream(self, path: str | os.PathLike[str], mode: str) -> Generator[Any, None, None]:
         if self.direct and mode == "wb" and os.fspath(path).endswith(DEFAULT_SUFFIX):
-            direct = DirectStream(os.fspath(path))
+            direct = DirectStream(os.fspath(path), durable=self.durable)
             try:
                 yield direct
             finally:
@@ -150,7 +156,8 @@ class FeedlineFileSystem(FileSystem):
 
     def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
         os.replace(path, new_path)
-        fsync_dir(os.path.dirname(os.fspath(new_path)) or ".")
+        if self.durable:
+            fsync_dir(os.path.dirname(os.fspath(new_path)) or ".")
 
 
 class DCPWriter(FileSystemWriter):
@@ -160,7 +167,16 @@ class DCPWriter(FileSystemWriter):
         path: the checkpoint directory (as DCP's ``checkpoint_id``).
         io: ``"auto"`` (direct where the directory accepts O_DIRECT, else buffered, with the
             reason in :attr:`choice`), ``"direct"`` or ``"buffered"``.
-        **kwargs: passed on to ``FileSystemWriter`` (``thread_count``, ``sync_files``...).
+        durable: fsync every data file, the ``.metadata`` and the folder (default). ``False``
+            skips them all (it sets DCP's ``sync_files=False``; passing that is the same):
+            the ``.metadata`` rename still makes a checkpoint appear whole or not at all to
+            a crash of the process, but a power cut or kernel crash may lose the newest
+            checkpoint. Use it for frequent checkpoints that a later one supersedes (a
+            rolling checkpoint every few minutes, where losing the last one to a power cut
+            costs minutes) or on storage whose fsync is slow and not needed (tmpfs, a local
+            scratch disk copied elsewhere afterwards); keep it for the checkpoints you
+            resume from after a machine failure.
+        **kwargs: passed on to ``FileSystemWriter`` (``thread_count``...).
 
     Use it as ``dcp.save(state, storage_writer=DCPWriter(path))``; with
     ``dcp.async_save(..., async_stager=CheckpointStager())`` the loop waits only for the
@@ -168,21 +184,33 @@ class DCPWriter(FileSystemWriter):
     reads the result with its own reader.
 
     Raises:
-        ConfigError: ``io`` is not one of :data:`DCP_IO_CHOICES`.
+        ConfigError: ``io`` is not one of :data:`DCP_IO_CHOICES`; ``durable`` and
+            ``sync_files`` disagree.
+        ArgumentError: ``durable`` is not a bool.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, io: str = "auto", **kwargs: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, io: str = "auto", durable: bool = True,
+                 **kwargs: Any) -> None:
         if io not in DCP_IO_CHOICES:
             fix = "DCP serialises from host memory: use io='direct'" if io == "gds" else "pass io='auto'"
             raise ConfigError(f"io must be one of {DCP_IO_CHOICES}, got {io!r}", fix=fix)
+        if not isinstance(durable, bool):
+            raise ArgumentError(f"durable must be True or False, got {durable!r}", field="durable")
+        if "sync_files" in kwargs and bool(kwargs["sync_files"]) != durable:
+            if durable is False:
+                raise ConfigError("durable=False and sync_files=True disagree", field="durable",
+                                  fix="pass only durable= (it sets sync_files)")
+            durable = bool(kwargs["sync_files"])  # sync_files=False alone: DCP's spelling of durable=False
+        kwargs["sync_files"] = durable
         super().__init__(path, **kwargs)
         self.io = io
+        self.durable = durable
         self._use(os.fspath(path))
 
     def _use(self, path: str) -> None:
         self.choice: WriterChoice = _choose(self.io, path)
         """The writes this checkpoint gets (``name``: direct or buffered) and why."""
-        self.fs = FeedlineFileSystem(self.choice.name == "direct")
+        self.fs = FeedlineFileSystem(self.choice.name == "direct", self.durable)
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         super().reset(checkpoint_id)

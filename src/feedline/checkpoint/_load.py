@@ -1,7 +1,8 @@
 """Load a committed checkpoint: read the data file once, verify every tensor, rebuild.
 
 No pickle is involved: the header is JSON, tensors are views of the bytes read
-(4096-aligned, so every dtype view is aligned). A tensor whose bytes are
+(into a 4096-aligned buffer; every payload starts on a multiple of 64, so every
+dtype view is aligned). A tensor whose bytes are
 missing (truncated file) or differ from the recorded xxh3 is named in the
 error. With ``into=``, tensors are copied in place into the matching tensors
 of an existing state (a model's ``state_dict()`` shares its parameters, so the
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 import numbers
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xxhash
 
-from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, rebuild
+from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, place, rebuild
 from feedline.checkpoint._staging import bytes_view
 from feedline.checkpoint._store import committed_steps, header_path, read_header
 from feedline.errors import ArgumentError, ChecksumError, FormatError, ReadError, StateError
@@ -72,14 +74,27 @@ def _verify(buf: np.ndarray, e: TensorEntry, path: str) -> None:
 
 
 def load(directory: str | os.PathLike[str], step: int | None = None, *, into: Any = None,
-         verify: bool = True) -> Any:
+         verify: bool = True, strict: bool = True, copy: bool = False) -> Any:
     """Load step ``step`` (default: the latest committed) from ``directory``.
 
     Args:
         into: an existing state (e.g. ``{"model": model.state_dict(), ...}``);
             tensors and arrays found at the same path are overwritten in place
-            and returned; everything else comes from the checkpoint.
+            and returned; everything else comes from the checkpoint. Every
+            pair is checked before the first copy: on any error ``into`` is
+            left as it was.
         verify: check every tensor's checksum (on by default).
+        strict: with ``into=``, every tensor of ``into`` must have a tensor at
+            the same path in the checkpoint (as ``load_state_dict(strict=True)``
+            asks of a model); ``False`` leaves those that have none as they are.
+        copy: the tensors returned (those not copied into ``into``) share one
+            buffer, the whole data file as read, which stays in memory while
+            any of them lives: an optimizer's state after
+            ``opt.load_state_dict()`` on CPU (it keeps tensors already of the
+            right device and dtype) holds the bytes of the model loaded
+            ``into=`` too. ``copy=True`` moves them into a buffer of their own
+            size before returning (one more memcpy of them; for a moment both
+            buffers exist), so the read buffer is freed.
 
     With ``step=None`` a checkpoint rotated away by a writer in another
     process (``keep=``) while it was being read is passed over for the new
@@ -89,7 +104,9 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
         ArgumentError: ``directory`` is not a path, ``step`` not an int (also ``TypeError``s).
         ReadError: no checkpoint (or no such step).
         FormatError, ChecksumError: the checkpoint is damaged (names the tensor).
-        StateError: a tensor's shape or dtype differs from ``into``'s (names it).
+        StateError: a tensor's kind, shape or dtype differs from ``into``'s, a
+            tensor of ``into`` is on the ``meta`` device, or (``strict``) has no
+            counterpart in the checkpoint (names it).
     """
     d = Path(path_argument(directory, "directory"))
     if step is not None and (not isinstance(step, numbers.Integral) or isinstance(step, (bool, np.bool_))):
@@ -112,17 +129,25 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
                 if attempt == LATEST_RETRIES or header_path(d, steps[-1]).exists():
                     raise
     leaves = []
+    made: dict[tuple[Any, ...], Any] = {}  # a tensor saved once for two entries (tied weights) loads as one
     for entry in header.entries:
         try:
-            leaves.append(bytes_view(buf, entry))
+            key = (entry.offset, entry.nbytes, entry.kind, entry.dtype, entry.shape)
+            if key not in made or not entry.nbytes:  # zero-size tensors are never shared (as on save)
+                made[key] = bytes_view(buf, entry)
+            leaves.append(made[key])
         except (ValueError, TypeError, RuntimeError) as e:
             raise FormatError(f"tensor {entry.name!r}: dtype {entry.dtype!r}, shape {list(entry.shape)} and "
                               f"{entry.nbytes} bytes do not fit ({e})", path=str(d), tensor=entry.name,
                               fix=_DAMAGED) from e
     try:
         state = rebuild(header.skeleton, leaves)  # first: every tensor index checked before into= uses one
+        views = list(leaves)
         if into is not None:
-            _copy_into(header, leaves, into)
+            _copy_into(header, leaves, into, strict=strict)
+            state = rebuild(header.skeleton, leaves)
+        if copy:
+            _own(header, buf, leaves, [i for i, leaf in enumerate(leaves) if leaf is views[i]])
             state = rebuild(header.skeleton, leaves)
         return state
     except (IndexError, KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as e:
@@ -137,25 +162,50 @@ def _read(d: Path, step: int, verify: bool) -> tuple[Header, np.ndarray]:
     return header, read_data(d, header, verify=verify)
 
 
-def _copy_into(header: Header, leaves: list[Any], into: Any) -> None:
+def _own(header: Header, buf: np.ndarray, leaves: list[Any], keep: list[int]) -> None:
+    """Move ``leaves[i]`` for ``i`` in ``keep`` (views of ``buf``) into one new buffer of their size."""
+    places: dict[int, int] = {}  # id of a leaf -> its place in the new buffer (a shared leaf moves once)
+    end = 0
+    for i in keep:
+        if id(leaves[i]) not in places:
+            places[id(leaves[i])] = start = place(end, header.entries[i].nbytes)
+            end = start + header.entries[i].nbytes
+    own = aligned_empty(end)
+    moved: dict[int, Any] = {}
+    for i in keep:
+        old, entry = leaves[i], header.entries[i]
+        if id(old) not in moved:
+            start = places[id(old)]
+            own[start : start + entry.nbytes] = buf[entry.offset : entry.offset + entry.nbytes]
+            moved[id(old)] = bytes_view(own, replace(entry, offset=start))
+        leaves[i] = moved[id(old)]
+
+
+def _copy_into(header: Header, leaves: list[Any], into: Any, *, strict: bool) -> None:
+    """Copy the checkpoint's tensors into ``into``'s, in place; every pair is checked before the
+    first copy, so a mismatch leaves ``into`` untouched (before: the tensors ahead of it were
+    already overwritten, a half-loaded model)."""
+    pairs = []
+    found: set[tuple[Any, ...]] = set()
     for path, i in iter_leaf_paths(header.skeleton):
         target = _lookup(into, path)
         if target is None:
             continue
-        entry, src = header.entries[i], leaves[i]
-        if isinstance(target, np.ndarray) != (entry.kind == "numpy"):
-            have = "a numpy array" if isinstance(target, np.ndarray) else "a torch tensor"
-            was = "a numpy array" if entry.kind == "numpy" else "a torch tensor"
-            raise StateError(f"tensor {entry.name!r} is {was} in the checkpoint but {have} in the state loaded into",
-                             tensor=entry.name, fix="load without into= and convert, or pass a state of the same kinds")
-        if tuple(target.shape) != entry.shape:
-            raise StateError(f"tensor {entry.name!r} has shape {list(entry.shape)} in the checkpoint but "
-                             f"{list(target.shape)} in the state loaded into", tensor=entry.name,
-                             fix="build the model with the configuration it was saved with")
-        have_dtype = str(np.dtype(target.dtype).str if isinstance(target, np.ndarray) else target.dtype)
-        if have_dtype.removeprefix("torch.") != entry.dtype:
-            raise StateError(f"tensor {entry.name!r} is {entry.dtype} in the checkpoint but {have_dtype} here",
-                             tensor=entry.name, fix="cast after loading, or load without into=")
+        found.add(path)
+        _check_target(header.entries[i], target)
+        pairs.append((i, target))
+    if strict:
+        missing = [p for p in _tensor_paths(into) if p not in found]
+        if missing:
+            names = ", ".join(repr("/".join(map(str, p))) for p in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise StateError(f"{len(missing)} tensor(s) of the state loaded into are not in the checkpoint: "
+                             f"{names}{more}; nothing was loaded", tensor="/".join(map(str, missing[0])),
+                             fix="load(..., strict=False) loads the tensors both have and leaves these as "
+                                 "they are; or compare with load() without into= (another model "
+                                 "configuration, or a key under another name)")
+    for i, target in pairs:
+        src, entry = leaves[i], header.entries[i]
         try:
             if isinstance(target, np.ndarray):
                 np.copyto(target, src)
@@ -169,10 +219,51 @@ def _copy_into(header: Header, leaves: list[Any], into: Any) -> None:
         leaves[i] = target
 
 
-def _no_grad() -> Any:
+def _check_target(entry: TensorEntry, target: Any) -> None:
+    """A :class:`StateError` naming ``entry`` unless ``target`` can take its bytes as they are."""
+    if isinstance(target, np.ndarray) != (entry.kind == "numpy"):
+        have = "a numpy array" if isinstance(target, np.ndarray) else "a torch tensor"
+        was = "a numpy array" if entry.kind == "numpy" else "a torch tensor"
+        raise StateError(f"tensor {entry.name!r} is {was} in the checkpoint but {have} in the state loaded into",
+                         tensor=entry.name, fix="load without into= and convert, or pass a state of the same kinds")
+    if not isinstance(target, np.ndarray) and target.device.type == "meta":
+        raise StateError(f"tensor {entry.name!r} is on the meta device in the state loaded into: it has no "
+                         "memory to load into",
+                         tensor=entry.name, fix="materialise the model first (model.to_empty(device='cpu')), "
+                         "or load without into= and call model.load_state_dict(state[...], assign=True)")
+    if tuple(target.shape) != entry.shape:
+        raise StateError(f"tensor {entry.name!r} has shape {list(entry.shape)} in the checkpoint but "
+                         f"{list(target.shape)} in the state loaded into", tensor=entry.name,
+                         fix="build the model with the configuration it was saved with")
+    have_dtype = (np.dtype(target.dtype).str if isinstance(target, np.ndarray)
+                  else str(target.dtype).removeprefix("torch."))
+    if have_dtype != entry.dtype:
+        fix = "load without into= and pass the tensors to model.load_state_dict(), which casts; or build the model in the saved dtype"
+        if not isinstance(target, np.ndarray) and target.dtype == _torch().get_default_dtype():
+            fix += f" (torch.get_default_dtype() is {have_dtype} here: was the checkpoint saved under another default?)"
+        raise StateError(f"tensor {entry.name!r} is {entry.dtype} in the checkpoint but {have_dtype} in the state "
+                         "loaded into", tensor=entry.name, fix=fix)
+
+
+def _tensor_paths(state: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Key paths of every tensor and array in ``state`` (as :func:`_lookup` takes them)."""
+    if isinstance(state, np.ndarray) or hasattr(state, "copy_"):
+        return [path]
+    if isinstance(state, dict):
+        return [p for k, v in state.items() for p in _tensor_paths(v, (*path, k))]
+    if isinstance(state, (list, tuple)):
+        return [p for i, v in enumerate(state) for p in _tensor_paths(v, (*path, i))]
+    return []
+
+
+def _torch() -> Any:
     import torch
 
-    return torch.no_grad()
+    return torch
+
+
+def _no_grad() -> Any:
+    return _torch().no_grad()
 
 
 def _lookup(state: Any, path: tuple[Any, ...]) -> Any:

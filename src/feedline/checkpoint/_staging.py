@@ -49,6 +49,10 @@ def bytes_view(buf: Any, entry: TensorEntry) -> Any:
         return raw.view(np_dtype).reshape(entry.shape)
     import torch
 
+    same = _NUMPY_TWIN.get(entry.dtype)
+    if same is not None and isinstance(raw, np.ndarray):  # numpy's view and reshape: ~3x faster than torch's
+        _check_size(entry, same.itemsize)
+        return torch.from_numpy(raw.view(same).reshape(entry.shape))
     t = torch.from_numpy(raw) if isinstance(raw, np.ndarray) else raw
     dtype = getattr(torch, entry.dtype, None)
     if not isinstance(dtype, torch.dtype) or entry.dtype.startswith(("qint", "quint")):
@@ -57,6 +61,11 @@ def bytes_view(buf: Any, entry: TensorEntry) -> Any:
     if entry.nbytes == 0:
         return torch.empty(entry.shape, dtype=dtype, device=t.device)
     return t.view(dtype).view(entry.shape)
+
+
+_NUMPY_TWIN = {name: np.dtype(name) for name in (  # torch dtypes numpy has under the same name and layout
+    "float16", "float32", "float64", "complex64", "complex128", "bool",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}
 
 
 def _check_size(entry: TensorEntry, itemsize: int) -> None:
@@ -148,8 +157,8 @@ def stage_into(layout: Layout, buf: Any, *, stream: Any = None) -> None:
     change the tensors as soon as it returns.
     """
     cuda = False
-    for leaf, entry in zip(layout.leaves, layout.entries, strict=True):
-        if entry.nbytes == 0:
+    for i, (leaf, entry) in enumerate(zip(layout.leaves, layout.entries, strict=True)):
+        if entry.nbytes == 0 or not layout.owns(i):  # a tensor reached twice is staged once
             continue
         if isinstance(leaf, np.ndarray):
             if isinstance(buf, np.ndarray):
