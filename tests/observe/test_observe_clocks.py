@@ -8,6 +8,7 @@ validation before training, a long first validation pass.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -216,3 +217,24 @@ def test_a_loader_rebuilt_at_one_place_each_epoch_is_one_data_path() -> None:
     for _ in run(sc, other, 5):
         pass
     assert sc.clock(other) is not first and sc.training() is first
+
+
+def test_a_pass_left_before_its_end_ends_at_its_last_batch() -> None:
+    # an engine's evaluator takes epoch_length=len(val) batches and never sees
+    # StopIteration: each validation pass ends at its last batch, not at the loader's
+    # last batch of the run (which would take later training steps out of their bodies)
+    sc, train, val = clocks(), object(), object()
+    for _epoch in range(3):
+        for _ in run(sc, train, 6):
+            time.sleep(0.002)  # the training step's work
+        now = time.perf_counter()
+        sc.on_iter(val, now, now)
+        for _ in range(2):
+            sc.on_next(val, lambda: 0)
+    end = time.perf_counter()
+    cv, ct = sc.clock(val), sc.clock(train)
+    passes = cv.steps_view(end, []).passes
+    assert len(passes) == 3 and len(cv.pass_ends) == 2
+    assert all(b0 <= a1 for (_, b0), (a1, _) in itertools.pairwise(passes))  # no overlap
+    bodies = ct.steps_view(end, [(tid, a, b) for tid in cv.tids for a, b in passes]).bodies
+    assert sum(bodies) >= 0.7 * 18 * 0.002

@@ -283,3 +283,73 @@ def test_a_thread_that_only_hands_batches_on_is_said_and_predicts_no_gain() -> N
     main = build_report(Measurements(**{**vars(m), "loader": m.loader | {"consumer": "main"}}))
     assert "handoff-consumer" not in {f.code for f in main.findings}
     assert main.predicted_gain is not None
+
+
+def test_advice_keeps_how_the_loader_draws_and_batches() -> None:
+    import functools
+
+    import torch
+    from torch.utils.data import (
+        BatchSampler,
+        DataLoader,
+        SequentialSampler,
+        TensorDataset,
+        WeightedRandomSampler,
+    )
+
+    from feedline.observe._clock import loader_config
+    from feedline.observe.findings import loader_call
+
+    ds = TensorDataset(torch.zeros(12, 2))
+
+    def pad(rows: list) -> list:
+        return rows
+
+    buckets = DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(ds), 4, False),
+                         collate_fn=pad)
+    call = loader_call(loader_config(buckets), 2, False)
+    # batch_sampler= excludes batch_size= (DataLoader raises on both); the collate is kept
+    assert call.startswith("DataLoader(dataset, batch_sampler=BatchSampler(...), collate_fn=pad,")
+    assert "batch_size" not in call
+    weighted = DataLoader(ds, batch_size=4, sampler=WeightedRandomSampler([1.0] * 12, 12),
+                          collate_fn=functools.partial(pad))
+    call = loader_call(loader_config(weighted), 2, False)
+    assert "sampler=WeightedRandomSampler(...)" in call and "functools.partial(pad" in call
+    shuffled = loader_call(loader_config(DataLoader(ds, batch_size=4, shuffle=True,
+                                                    drop_last=True)), 2, False)
+    assert shuffled == ("DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True, "
+                        "num_workers=2, persistent_workers=True)")
+    plain = loader_call(loader_config(DataLoader(ds, batch_size=4)), 2, False)
+    assert plain == "DataLoader(dataset, batch_size=4, num_workers=2, persistent_workers=True)"
+
+
+def test_advice_at_the_core_count_cuts_the_binding_stage() -> None:
+    # CPU decode in as many workers as cores: more workers cannot help; what to cut is the
+    # decode, not the reads (no "pack small files" for data that is one mapped file)
+    dec = build_report(Measurements(**{**vars(meas(wait=0.030, body=0.003, fetch=0.064,
+                                                        cpu=0.063, workers=2)), "cores": 2}))
+    assert dec.binding == "decode" and "cheaper decode" in dec.recommendation
+    assert "pack small files" not in dec.recommendation
+    # a collate that binds in DataLoader workers already runs there: not "move it to them"
+    n = 20
+    spans = [Span(stage, i, i + d, 1, 1, {"cpu": d, "runq": 0.0}) for i in range(n)
+             for stage, d in (("fetch", 0.001), ("collate", 0.060))]
+    col = build_report(Measurements(name="c", device_type="cpu", wait=[0.025] * n,
+                                    body=[0.004] * n, gpu=[0.004] * n, spans=spans, cores=2,
+                                    loader={"num_workers": 2, "batch_size": 32}))
+    assert col.binding == "collate", col.recommendation
+    assert "already runs in the 2 worker(s)" in col.recommendation
+    assert "which workers share" not in col.recommendation
+
+
+def test_a_loader_in_lockstep_with_the_training_one_is_training_data() -> None:
+    from feedline.observe.report import other_loader
+
+    kw = {"config": {"type": "DataLoader", "num_workers": 0}, "waits": [0.0002] * 20,
+          "bodies": [0.012] * 20, "passes": [(0.0, 0.25)], "spans": [], "wall": 0.3,
+          "cores": 2, "cuda": False}
+    task = other_loader("loader-1", **kw, lockstep_with="loader-3")  # type: ignore[arg-type]
+    assert task["role"] == "lockstep" and "evaluation" not in task["advice"]
+    assert "lockstep with loader-3" in task["advice"]
+    val = other_loader("loader-2", **kw)  # type: ignore[arg-type]
+    assert val["role"] == "other" and "evaluation compute" in val["advice"]

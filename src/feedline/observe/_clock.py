@@ -60,6 +60,33 @@ def loader_config(obj: Any) -> dict[str, Any]:
         iterable = getattr(torch.utils.data, "IterableDataset", None) if torch is not None else None
         if iterable is not None and isinstance(getattr(obj, "dataset", None), iterable):
             out["iterable"] = True  # more workers each replay the stream unless it is sharded
+        out |= batching(obj)
+    return out
+
+
+def batching(obj: Any) -> dict[str, Any]:
+    """How a DataLoader draws and batches its samples, where a copied call must keep it
+    (advice that drops them would change the training): its own sampler or batch sampler
+    (by type), ``shuffle``, ``drop_last``, its own ``collate_fn`` (by name)."""
+    out: dict[str, Any] = {}
+    bsampler, sampler = getattr(obj, "batch_sampler", None), getattr(obj, "sampler", None)
+    if getattr(obj, "batch_size", 0) is None and bsampler is not None:
+        out["batch_sampler"] = f"{type(bsampler).__name__}(...)"
+    elif type(sampler).__name__ == "RandomSampler":
+        out["shuffle"] = True
+    elif sampler is not None and type(sampler).__name__ not in ("SequentialSampler",
+                                                                 "_InfiniteConstantSampler"):
+        out["sampler"] = f"{type(sampler).__name__}(...)"
+    if getattr(obj, "drop_last", False) is True and "batch_sampler" not in out:
+        out["drop_last"] = True
+    fn = getattr(obj, "collate_fn", None)
+    if fn is not None and getattr(fn, "__module__", "").startswith("torch.utils.data"):
+        fn = None  # default_collate / default_convert
+    if fn is not None:
+        inner = getattr(fn, "func", None)  # functools.partial
+        out["collate_fn"] = (f"functools.partial({getattr(inner, '__name__', '...')}, ...)"
+                             if inner is not None else getattr(fn, "__name__", None)
+                             or f"{type(fn).__name__}(...)")
     return out
 
 
@@ -166,6 +193,14 @@ class LoaderClock:
         return not self.inner and self.inside is None
 
     def begin_pass(self, t: float) -> None:
+        """A new pass starts at ``t``. A pass still open was left before its
+        StopIteration (a ``break``, a fixed number of ``next()`` calls, an engine's
+        ``epoch_length``): it ends at its last batch, so that ``pass_ends`` stays one per
+        ended pass and that pass cannot span the steps of other loaders after it."""
+        if len(self.pass_starts) > len(self.pass_ends):
+            p0 = self.pass_starts[-1]
+            last = self.starts[-1] + self.waits[-1] if self.steps > self.pass_step0 else p0
+            self.pass_ends.append(min(t, max(p0, last)))
         self.pass_starts.append(t)
         self.pass_step0 = self.steps
         self.hosted.clear()

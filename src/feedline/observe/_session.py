@@ -246,7 +246,8 @@ class Session:
         cuda = self.device_type == "cuda"
         others_out = [other_loader(c.label, c.config, views[c.label].waits,
                                    views[c.label].bodies, views[c.label].passes,
-                                   _of(all_spans, c.label), wall, cores, cuda)
+                                   _of(all_spans, c.label), wall, cores, cuda,
+                                   train.label if train is not None and any(c is z for z in zipped) else None)
                       for c in clocks if c is not train]
         if train is None:
             return None, others_out

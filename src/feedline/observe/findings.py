@@ -108,7 +108,9 @@ def shm_free_bytes(path: str = "/dev/shm") -> int | None:
 
 def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) -> str:
     """The loader construction the advice asks for, in the user's own loader's terms
-    (its batch size, ``batch_size=None`` included, its worker type or start method)."""
+    (its batch size, ``batch_size=None`` included, its sampler or batch sampler, shuffle,
+    drop_last and collate_fn as :func:`~feedline.observe._clock.batching` found them, its
+    worker type or start method)."""
     bs = loader.get("batch_size")
     if loader.get("feedline"):
         args = [f"workers={workers}"]
@@ -116,9 +118,14 @@ def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) 
             args.append("worker_type='process'")
         args += [f"{k}={v!r}" for k, v in extra.items()]
         return "Loader(dataset" + (f", batch_size={bs}" if bs else "") + ", " + ", ".join(args) + ")"
-    if "batch_size" in loader and bs is None:
+    if loader.get("batch_sampler"):
+        bs = None  # batch_sampler= excludes batch_size=
+    elif "batch_size" in loader and bs is None:
         bs = "None"  # the dataset returns whole batches: a copied call must keep that
-    args = [f"num_workers={workers}"]
+    # how it draws and batches (a copied call must keep them), then the advice
+    args = [f"{k}=True" if v is True else f"{k}={v}" for k, v in loader.items()
+            if k in ("batch_sampler", "sampler", "shuffle", "drop_last", "collate_fn")]
+    args.append(f"num_workers={workers}")
     if loader.get("start_method") and workers > 0:
         args.append(f"multiprocessing_context={loader['start_method']!r}")
     if cuda:

@@ -50,6 +50,15 @@ BALANCED_RATIO = 0.7
 DATA_STAGES = ("read", "decode", "transform", "collate")
 AFTER_STAGES = ("device_decode",)
 """Stages a loader runs on each batch as it delivers it (on the consumer's thread)."""
+CUT = {
+    "read": "fewer, larger reads (pack small files into shards), a closer or faster store, a cache",
+    "decode": "cheaper decode (smaller inputs, a faster codec, decode on the GPU, or decode once "
+              "ahead and store the arrays)",
+    "transform": "a cheaper transform (fewer or fused augmentations, or on the GPU)",
+    "collate": "a cheaper collate (preallocate, no per-sample Python loop)",
+    "": "pack small files into shards, cheaper decode",
+}
+"""What cuts the cost of each binding stage, when more workers cannot help."""
 MAX_IO_WORKERS = 64
 HEADROOM = 1.25
 GIL_BOUND_WAIT = 0.002
@@ -446,6 +455,11 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
                 f"workers instead, ahead of the loop, Loader(..., decode_on=\"cpu\")"), gain(
             max((pb.data + pb.after) / w, (pb.cpu + pb.after) / max(cores, 1)))
     if binding == "collate":
+        if workers and not feedline:  # a DataLoader worker collates the batches it fetches
+            return (f"collate takes {pb.collate * 1e3:.1f} ms per batch and already runs in the "
+                    f"{workers} worker(s), {cores} cores' worth at most: make the collate function "
+                    "cheaper (preallocate, no per-sample Python loop), or do its per-sample part "
+                    "once, ahead of training (tokenise or pad the dataset and store it)"), None
         return (f"collate takes {pb.collate * 1e3:.1f} ms per batch: make the collate function "
                 "cheaper (preallocate, no per-sample Python loop), or move that work into the "
                 "dataset's item code, which workers share"), None
@@ -466,8 +480,9 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
             max(pb.data / workers, pb.gpu))
     need = max(1, math.ceil(pb.data / max(pb.gpu, 1e-6) - 1e-9))
     tail = "" if feedline else " or use feedline.Loader"
-    return (f"the data path needs {need} workers' worth of read+decode on {cores} cores; cut "
-            f"per-sample cost (pack small files into shards, cheaper decode){tail}"), None
+    what = binding if binding in DATA_STAGES else "read+decode"
+    return (f"the data path needs {need} workers' worth of {what} on {cores} cores; cut "
+            f"per-sample cost: {CUT.get(binding, CUT[''])}{tail}"), None
 
 
 def _binding(verdict: str, pb: PerBatch, data_time: float) -> str:
@@ -676,13 +691,17 @@ def _pass_stalls(waits: list[float], iters: list[float], opens: list[int]) -> li
 
 def other_loader(label: str, config: dict[str, Any], waits: list[float], bodies: list[float],
                  passes: list[tuple[float, float]], spans: list[Span], wall: float,
-                 cores: int, cuda: bool) -> dict[str, Any]:
+                 cores: int, cuda: bool, lockstep_with: str | None = None) -> dict[str, Any]:
     """One line for a loader that is not the training one (validation, say).
 
     Its share of the run's wall time, its own wait for data and stages, and its
     own advice, from its own stages as for the training loader (the binding
     stage and what it calls for) when it mostly waits for data, else "this time
     is the loop body run on its batches" (evaluation compute).
+
+    ``lockstep_with``: the training loader's label when this one is stepped in
+    lockstep with it (``zip``, tasks taken in turn): training data too (role
+    ``"lockstep"``), whose waits the verdict already counts, not evaluation.
     """
     active = sum(b - a for a, b in passes)
     wait_s = sum(waits)
@@ -695,11 +714,17 @@ def other_loader(label: str, config: dict[str, Any], waits: list[float], bodies:
     if stall >= DATA_BOUND_STALL:
         binding, advice, gain = _other_advice(config, waits, bodies, spans, cores, cuda)
         advice = f"it waits for data {stall:.0%} of its time: {advice}"
+    elif lockstep_with:
+        advice = "it keeps up: nothing to change in it"
     else:
         advice = ("its time is the loop body on its batches (evaluation compute): run it less "
                   "often or on fewer batches if its share is too high")
+    if lockstep_with:
+        advice = (f"training data stepped in lockstep with {lockstep_with} (the same steps, "
+                  f"whose waits for it the verdict counts); {advice}")
     return {
-        "label": label, "role": "other", "config": config, "steps": len(waits),
+        "label": label, "role": "lockstep" if lockstep_with else "other", "config": config,
+        "steps": len(waits),
         "passes": len(passes), "active_s": active, "share_of_wall": active / wall if wall else 0.0,
         "wait": summarize(steady).to_dict(), "body": summarize(bodies).to_dict(),
         "stall_fraction": stall, "binding": binding, "predicted_gain": gain,
