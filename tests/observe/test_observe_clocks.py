@@ -238,3 +238,23 @@ def test_a_pass_left_before_its_end_ends_at_its_last_batch() -> None:
     assert all(b0 <= a1 for (_, b0), (a1, _) in itertools.pairwise(passes))  # no overlap
     bodies = ct.steps_view(end, [(tid, a, b) for tid in cv.tids for a, b in passes]).bodies
     assert sum(bodies) >= 0.7 * 18 * 0.002
+
+
+def test_a_loader_iterated_only_under_no_grad_is_evaluation_even_with_more_steps() -> None:
+    import torch
+
+    # validation with batch_size=1 after each epoch: 20 steps against training's 5
+    sc, train, val = clocks(steps=30), object(), object()
+    for _epoch in range(3):
+        for _ in run(sc, train, 5):
+            pass
+        with torch.no_grad():
+            for _ in run(sc, val, 20):  # 60 steps in all: --steps 30 must not end here
+                pass
+    assert sc.training() is sc.clock(train) and sc.clock(val).steps == 60
+    # an inference run: its only loader is the one judged, and --steps counts it
+    sc, only = clocks(steps=3), object()
+    with torch.inference_mode(), pytest.raises(Limit):
+        for _ in run(sc, only, 10):
+            pass
+    assert sc.training() is sc.clock(only)

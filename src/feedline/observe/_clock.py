@@ -64,6 +64,13 @@ def loader_config(obj: Any) -> dict[str, Any]:
     return out
 
 
+def _grad_enabled() -> bool:
+    """Whether autograd records on this thread (True where torch is not loaded)."""
+    torch = sys.modules.get("torch")
+    enabled = getattr(torch, "is_grad_enabled", None)
+    return bool(enabled()) if enabled is not None else True
+
+
 def batching(obj: Any) -> dict[str, Any]:
     """How a DataLoader draws and batches its samples, where a copied call must keep it
     (advice that drops them would change the training): its own sampler or batch sampler
@@ -172,6 +179,10 @@ class LoaderClock:
     inner: bool = False
     """A pass of this loader ran inside another loader's pass, which then went on (a
     validation loader run every N training steps): it is not the training loader."""
+    grad: bool = False
+    """A pass of this loader began with autograd enabled. Passes begun under
+    ``torch.no_grad()`` / ``inference_mode()`` only are evaluation (a validation loader
+    with ``batch_size=1`` may take more steps than the training one)."""
     site: tuple[tuple[str, int], ...] = ()
     """Where in the user's code the loader was first iterated (its stack)."""
     last: Any = field(default=None, repr=False)
@@ -192,7 +203,7 @@ class LoaderClock:
         """Whether this loader may be the training one (not run inside another's pass)."""
         return not self.inner and self.inside is None
 
-    def begin_pass(self, t: float) -> None:
+    def begin_pass(self, t: float, grad: bool = True) -> None:
         """A new pass starts at ``t``. A pass still open was left before its
         StopIteration (a ``break``, a fixed number of ``next()`` calls, an engine's
         ``epoch_length``): it ends at its last batch, so that ``pass_ends`` stays one per
@@ -202,6 +213,7 @@ class LoaderClock:
             last = self.starts[-1] + self.waits[-1] if self.steps > self.pass_step0 else p0
             self.pass_ends.append(min(t, max(p0, last)))
         self.pass_starts.append(t)
+        self.grad = self.grad or grad
         self.pass_step0 = self.steps
         self.hosted.clear()
 
@@ -396,7 +408,7 @@ class StepClocks:
         """``iter(owner)`` ran from ``t0`` to ``t1``: a new pass starts."""
         c = self.clock(owner)
         c.gaps.append((t0, t1))
-        c.begin_pass(t0)
+        c.begin_pass(t0, _grad_enabled())
 
     def on_next(self, owner: Any, fetch: Callable[[], Any]) -> Any:
         """Run one ``next()`` of ``owner`` (``fetch()``), timed on its clock."""
@@ -407,7 +419,7 @@ class StepClocks:
         now = time.perf_counter()
         self._close_body(c)
         if len(c.pass_starts) == len(c.pass_ends):  # a Loader (no iter hook): pass starts now
-            c.begin_pass(now)
+            c.begin_pass(now, _grad_enabled())
         prev = getattr(tls, "prev", None)
         if prev is not c:
             self._switch(prev, c)
@@ -415,7 +427,7 @@ class StepClocks:
         elif c.inside is not None and c.steps == c.pass_step0:
             c.inside = None  # a new pass straight after its own: it runs on its own
         if (self.steps is not None and c.steps >= self.steps and c.counts
-                and self.on_limit is not None):
+                and self.on_limit is not None and self._may_train(c)):
             return self.on_limit(c)
         workers = bool(c.config.get("num_workers"))
         q0 = self._runq() if workers else 0.0
@@ -487,12 +499,19 @@ class StepClocks:
         for c in list(self.clocks.values()):
             self._close_body(c)
 
+    def _may_train(self, c: LoaderClock) -> bool:
+        """Whether ``c`` may be the training loader as far as autograd tells: it began a
+        pass with autograd enabled, or no loader did (an inference run)."""
+        return c.grad or not any(o.grad for o in list(self.clocks.values()))
+
     def training(self) -> LoaderClock | None:
         """The training loader: the one named by the caller, else the one with most steps
-        among those not run inside another loader's pass (ties: the one stepped first).
-        None before any step."""
+        among those not run inside another loader's pass (ties: the one stepped first),
+        preferring loaders with a pass begun with autograd enabled (see
+        :attr:`LoaderClock.grad`). None before any step."""
         if self.primary is not None and self.find(self.primary) is not None:
             return self.find(self.primary)
         stepped = [c for c in self.clocks.values() if c.steps]
         stepped = [c for c in stepped if not c.inner] or stepped
+        stepped = [c for c in stepped if c.grad] or stepped  # no_grad passes only: evaluation
         return min(stepped, key=lambda c: (-c.steps, c.starts[0])) if stepped else None

@@ -95,7 +95,8 @@ def render_text(rep: Report, width: int = 100) -> str:
         zipped = rep.loader.get("zipped_with")
         how = (f"stepped in lockstep with {', '.join(zipped)}, whose waits each step also "
                "pays; the one that waits most" if zipped else
-               "not run inside another loader's pass, with the most steps")
+               "not run inside another loader's pass nor only under no_grad, with the most "
+               "steps")
         built = int(rep.loader.get("instances") or 1)
         if built > 1:
             how += f"; built {built} times at the same place in the code, one data path"

@@ -151,7 +151,8 @@ def _section(rep: Report) -> str:
            f"{e(rep.fix)}</p>") if rep.reason else ""
     label = rep.loader.get("label")
     train = (f"<p>Training loader: <b>{e(str(label))}</b> ({e(str(rep.loader.get('type', '?')))}, "
-             "not run inside another loader's pass, with the most steps).</p>") if label else ""
+             "not run inside another loader's pass nor only under no_grad, with the most "
+             "steps).</p>") if label else ""
     finds = "".join(f"<li><b>[{e(f.severity)}] {e(f.code)}</b>: {e(f.message)}<br><i>Fix:</i> "
                     f"<code>{e(f.fix)}</code></li>" for f in rep.findings)
     return (
