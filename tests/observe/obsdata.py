@@ -36,3 +36,14 @@ def spin_collate(batch: list[torch.Tensor], spin: float = 0.02) -> torch.Tensor:
 def worker_flag(worker_id: int) -> None:
     """A user worker_init_fn: leaves a mark the dataset can see."""
     torch.utils.data.get_worker_info().dataset.flag = worker_id  # type: ignore[union-attr]
+
+
+class Pooled(Slow):
+    """``Slow`` whose items spin on a thread pool of the process that fetches them (a
+    dataset that decodes on its own threads): the fetching thread only waits."""
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(Slow.__getitem__, self, i).result()

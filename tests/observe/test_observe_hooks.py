@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from obsdata import Slow, worker_flag
+from obsdata import Pooled, Slow, worker_flag
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import fetch as fetch_mod
 from torch.utils.data._utils import pin_memory as pin_mod
@@ -110,6 +110,18 @@ def test_worker_fetches_are_timed_under_every_start_method(tmp_path, method: str
     assert {s.attrs["loader"] for s in fetches} == {"train"}
     assert all(s.duration >= 0.004 and s.attrs["cpu"] < s.duration for s in fetches)
     assert all(s.pid != os.getpid() for s in fetches)
+
+
+def test_a_worker_charges_its_fetches_with_the_cpu_of_all_its_threads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # the dataset decodes on its own thread pool: the fetching thread only waits for it,
+    # yet the fetch is CPU work (decode), not time blocked (read)
+    h, _, _ = hooks(tmp_path, label="train")
+    with h.installed():
+        batches = list(DataLoader(Pooled(spin=0.004, n=16), batch_size=4, num_workers=1))
+    assert len(batches) == 4
+    fetches = [s for s in read_worker_spans(tmp_path) if s.stage == "fetch"]
+    assert len(fetches) == 4
+    assert all(s.attrs["cpu"] >= 0.8 * 4 * 0.004 for s in fetches), [s.attrs for s in fetches]
 
 
 def test_worker_init_is_picklable_and_calls_the_users_function(tmp_path) -> None:  # type: ignore[no-untyped-def]

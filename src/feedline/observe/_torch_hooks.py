@@ -173,23 +173,27 @@ class _TimedCollate:
 
     _feedline_timed = True
 
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
+    def __init__(self, fn: Any, cpu_clock: Callable[[], float] = time.thread_time) -> None:
+        self.fn, self.cpu_clock = fn, cpu_clock
         self.last = (0.0, 0.0)
         self.cpu = (0.0, 0.0)
 
     def __call__(self, data: Any) -> Any:
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0 = time.perf_counter(), self.cpu_clock()
         out = self.fn(data)
-        self.last, self.cpu = (t0, time.perf_counter()), (c0, time.thread_time())
+        self.last, self.cpu = (t0, time.perf_counter()), (c0, self.cpu_clock())
         return out
 
 
 def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
-               live: Callable[[], bool]) -> Any:
+               live: Callable[[], bool],
+               cpu_clock: Callable[[], float] = time.thread_time) -> Any:
     """A fetcher ``fetch`` that times items and collate and hands both spans to ``deliver``.
 
     ``live()`` false makes it a pass-through (a hook removed out of order).
+    ``cpu_clock``: the CPU seconds a fetch is charged with; a worker process passes
+    ``time.process_time`` (every thread of the worker: a dataset that decodes on its own
+    thread pool is CPU work, not time blocked), the training process its thread's.
     """
     counter = itertools.count()
 
@@ -198,10 +202,10 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
             return orig(self, index)
         col = self.collate_fn
         if not getattr(col, "_feedline_timed", False):
-            col = self.collate_fn = _TimedCollate(col)
+            col = self.collate_fn = _TimedCollate(col, cpu_clock)
         sampled = always_sample or next(counter) % RUNQ_EVERY == 0
         clock = sched_times
-        t0, cpu0 = time.perf_counter(), time.thread_time()
+        t0, cpu0 = time.perf_counter(), cpu_clock()
         _, q0 = clock() if sampled else (0.0, 0.0)
         out = orig(self, index)
         _, q1 = clock() if sampled else (0.0, 0.0)
@@ -209,7 +213,7 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
         k_start, k_end = col.cpu
         if c_start < t0:  # collate did not run: the whole fetch is items
             c_start = c_end = time.perf_counter()
-            k_start = k_end = time.thread_time()
+            k_start = k_end = cpu_clock()
         attrs: dict[str, Any] = {"cpu": max(0.0, k_start - cpu0)}
         if sampled:  # an unsampled fetch carries no runq: the report estimates it
             # the run-queue delay of the whole fetch, split by wall time (collate is its own stage)
@@ -261,7 +265,7 @@ class WorkerInit:
                 fh.write(line + "\n")
 
         for cls in _fetcher_classes():
-            cls.fetch = make_fetch(_root(cls.fetch), deliver, True, lambda: True)
+            cls.fetch = make_fetch(_root(cls.fetch), deliver, True, lambda: True, time.process_time)
         if self.inner is not None:
             self.inner(worker_id)
 
