@@ -258,3 +258,39 @@ def test_a_loader_iterated_only_under_no_grad_is_evaluation_even_with_more_steps
         for _ in run(sc, only, 10):
             pass
     assert sc.training() is sc.clock(only)
+
+
+def test_the_loader_whose_steps_feed_an_optimizer_is_the_training_one() -> None:
+    import torch
+
+    # the tutorial's phases: `for phase in ("train", "val")`, autograd switched inside
+    # the loop, so both loaders' passes begin with it on; validation has more steps
+    sc, train, val = clocks(), object(), object()
+    for _epoch in range(2):
+        for _ in run(sc, train, 4):
+            sc.on_optimizer_step()
+        for _ in run(sc, val, 10):
+            pass
+    assert sc.training() is sc.clock(train) and not sc.clock(val).trained
+    # validation run inside a step before its update: the update is the open pass's
+    sc, train, val = clocks(), object(), object()
+    for k in run(sc, train, 6):
+        if k % 3 == 0:
+            for _ in run(sc, val, 8):
+                pass
+        sc.on_optimizer_step()
+    assert sc.clock(train).trained and not sc.clock(val).trained
+    # with hooks installed, a real optimizer step reaches the clocks
+    from feedline.observe._torch_hooks import CopyLog, HookTargets, TorchHooks
+
+    seen: list[int] = []
+    hooks = TorchHooks(HookTargets(Recorder(), CopyLog(), lambda o, f: f(), lambda *a: None,
+                                   lambda o: "L", lambda: None,
+                                   optimizer_step=lambda: seen.append(1)))
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([p], lr=0.1)
+    with hooks.installed():
+        p.grad = torch.ones(2)
+        opt.step()
+    opt.step()  # uninstalled: no longer seen
+    assert seen == [1]

@@ -13,6 +13,13 @@ spawned ranks, a loader rebuilt every epoch, a RAM cache, a lying ``__len__``...
 (``x_*.py``) adds launchers and consumers none of those use (torchrun, a subprocess
 launcher, thread-pool and asyncio consumers, the profiler, Ctrl-C, ``sys.exit`` and
 ``os._exit`` mid-run, a curriculum of loaders, GIL-bound item code in thread workers...).
+Round 5 (``y_*.py``) adds loop styles none of those use (Keras ``steps_per_epoch`` and an
+ignite-like engine whose iterators outlive epochs, two draws per step, tasks taken in
+turn, a trainer thread, a weighted sampler, a bucketing batch sampler with a
+length-dependent step, ``np.memmap`` and ``mmap`` datasets, tokenising collate in workers,
+``prefetch_factor=1``, process-worker stragglers, the README's pack-then-Loader and
+``feedline.wrap`` paths, a validation loader with more steps than training, under no_grad
+or in the tutorial's train/val phases, a dataset decoding on its own thread pool...).
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -199,13 +206,73 @@ TRUTH = {
     # itertools.chain(clean, noisy) each epoch: an in-memory loader, then a slow one
     "x_chain_loaders": Truth("data-bound", "read", DATA,
                              "epoch 0: 20 steps\nepoch 1: 20 steps\n"),
+    # -- round 5 (y_*.py)
+    # Keras model.fit(steps_per_epoch=15): the iterator carries across epochs, re-made at its end
+    "y_keras_fit": Truth("data-bound", "read", DATA, "".join(
+        f"Epoch {e + 1}/3 - 15 steps - passes {e + 1}\n" for e in range(3))),
+    # episodic training: two draws (support, query) from one iterator per step
+    "y_two_batches_per_step": Truth("data-bound", "read", DATA, "steps 25 batches 50 passes 3\n"),
+    # np.memmap dataset, for x, y in map(partial(to_device), loader), 2 persistent workers
+    "y_memmap_map": Truth("compute-bound", "gpu", COMPUTE,
+                          "epoch 0: 16 batches\nepoch 1: 16 batches\n"),
+    # WeightedRandomSampler draws the rare class, whose records are the slow ones
+    "y_weighted_sampler": Truth("data-bound", "read", DATA,
+                                "epoch 0: 20 batches\nepoch 1: 20 batches\n"),
+    # a length-bucketing batch_sampler; the step's time grows with the padded length
+    "y_bucket_variable_step": Truth("compute-bound", "gpu", COMPUTE,
+                                    "steps 30 padded positions 42400\n"),
+    # DataLoader(num_workers=4, prefetch_factor=1, persistent_workers=True), far ahead
+    "y_prefetch_one": Truth("compute-bound", "gpu", COMPUTE, "steps 40\n"),
+    # feedline.Loader, 2 process workers, 1 sample in 50 waits 100 ms
+    "y_feedline_straggler": Truth("data-bound", "read", DATA, "steps 60\n"),
+    # for x, y in feedline.wrap(DataLoader(...)), as the README shows
+    "y_wrap_dataloader": Truth("data-bound", "read", DATA,
+                               "epoch 0: 15 batches\nepoch 1: 15 batches\n"),
+    # the README's path: feedline pack (a subprocess), then feedline.Loader over the shards
+    "y_readme_shards": Truth("compute-bound", "gpu", COMPUTE,
+                             "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # an ignite-like Engine: epoch_length=8 over a 12-batch loader, an evaluator per epoch
+    "y_engine_events": Truth("data-bound", "decode", DATA, "".join(
+        f"epoch {e}: iteration {8 * e}, val batches 2\n" for e in range(1, 4))
+        + "logged at [5, 10, 15, 20]\n"),
+    # the whole loop in a threading.Thread; the main thread polls it
+    "y_trainer_thread": Truth("data-bound", "read", DATA,
+                              "trainer done: 30 steps, epochs [15, 15], polled True\n"),
+    # three task loaders taken in turn; one reads slowly
+    "y_round_robin_tasks": Truth("data-bound", "read", DATA,
+                                 "steps 60 tagging=20 parsing=20 ocr=20\n"),
+    # early stopping with patience; a no_grad validation loader with its own worker
+    "y_early_stopping": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: val {v}\n" for e, v in enumerate(("0.90", "0.72", "0.61", "0.63")))
+        + "early stop after epoch 4 (best 0.61)\n"),
+    # tokenisation and padding in collate_fn=functools.partial(...), 2 workers
+    "y_collate_tokenize": Truth("data-bound", "collate", DATA,
+                                "epoch 0: 15 batches\nepoch 1: 15 batches\n"),
+    # a generator function that builds its DataLoader on first next(), each epoch
+    "y_generator_factory": Truth("data-bound", "decode", DATA,
+                                 "".join(f"epoch {e}: 10 batches\n" for e in range(3))),
+    # HF-like max_steps with gradient accumulation 4, OneCycleLR(total_steps=max_steps)
+    "y_hf_max_steps": Truth("compute-bound", "gpu", COMPUTE,
+                            "global_step 12 epochs 3 micro-batches 48\n"),
+    # mmap.mmap over one packed file of zlib records, opened in worker_init_fn
+    "y_mmap_zlib": Truth("data-bound", "decode", DATA,
+                         "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # a no_grad validation loader with batch_size=1: more steps than training
+    "y_val_batch1": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 12 steps, validated 40 images\n" for e in range(3))),
+    # a batch-level dataset decoding on its own thread pool in the worker
+    "y_pool_decode": Truth("data-bound", "decode", DATA, "steps 30\n"),
+    # the tutorial's `for phase in ("train", "val")` with set_grad_enabled inside the loop
+    "y_tutorial_phases": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e} train: 8 batches\nepoch {e} val: 12 batches\n" for e in range(3))),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
-        "x_torchrun", "x_feedline_threads_gil")
+        "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode")
 """The default suite's share (40-50 s on two busy cores): one of each fix (start-up
 binding, run-queue wait of process workers, zipped loaders, ranks in processes the
 command starts, a loader rebuilt every epoch, torchrun's ranks judged by the one waiting
-for data, thread workers whose Python holds the GIL or the cores)."""
+for data, thread workers whose Python holds the GIL or the cores, a no_grad validation loader with
+more steps than training, a dataset decoding on its own thread pool)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
@@ -280,6 +347,7 @@ def test_zipped_loaders_are_one_data_path_and_the_slow_one_binds(fast_runs: dict
     data = fast_runs["u_zip_loaders"][1]
     (other,) = data["loaders"]
     assert data["loader"]["zipped_with"] == [other["label"]]
+    assert other["role"] == "lockstep" and "evaluation" not in other["advice"]  # training data
     assert other["stall_fraction"] < 0.25  # the in-memory loader is always ready
     assert "num_workers=" in data["recommendation"]
 
@@ -311,6 +379,42 @@ def test_torchrun_ranks_and_gil_bound_item_code(fast_runs: dict) -> None:
     assert gil["analysis"]["per_batch"]["decode"] > gil["analysis"]["per_batch"]["read"]
     assert ('worker_type="process"' in gil["recommendation"]) == gil["analysis"]["gil_bound"]
     assert "feedline.Loader" not in gil["recommendation"]
+
+
+@pytest.mark.timeout(400)
+def test_no_grad_validation_and_a_thread_pool_decode(fast_runs: dict) -> None:
+    val = fast_runs["y_val_batch1"][1]
+    (other,) = val["loaders"]  # 120 validation steps under no_grad against 36 training steps
+    assert val["steps"] == 35 and other["steps"] == 120 and other["role"] == "other"
+    pool = fast_runs["y_pool_decode"][1]
+    # CPU on the dataset's pool threads: decode, one worker per core, not 11 I/O workers
+    assert pool["analysis"]["blocked_fraction"] < 0.5
+    assert "num_workers=2" in pool["recommendation"]
+    assert "sampler=BatchSampler(...)" in pool["recommendation"]  # batch_size=None kept too
+
+
+def round5_checks(results: dict) -> None:
+    """Round 5's advice and per-loader lines, beyond the verdict."""
+    # advice keeps how the loader draws and batches: a copied call trains the same way
+    bucket = results["y_bucket_variable_step"][1]
+    fixes = " ".join(f["fix"] for f in bucket["findings"]) + bucket["recommendation"]
+    assert "batch_size=None" not in fixes
+    assert "sampler=WeightedRandomSampler(...)" in results["y_weighted_sampler"][1]["recommendation"]
+    # three tasks taken in turn: the other two are training data in lockstep, not evaluation
+    rr = results["y_round_robin_tasks"][1]
+    assert sorted(o["role"] for o in rr["loaders"]) == ["lockstep", "lockstep"]
+    # an evaluator that never reaches StopIteration: its passes end at their last batch
+    (ev,) = results["y_engine_events"][1]["loaders"]
+    assert ev["passes"] == 3 and ev["share_of_wall"] < 0.5
+    # collate already in the workers is not told to move there; decode is not told to pack
+    assert "already runs in the 2 worker(s)" in results["y_collate_tokenize"][1]["recommendation"]
+    assert "pack small files" not in results["y_mmap_zlib"][1]["recommendation"]
+    # a no_grad validation loader run each epoch: its own line
+    (stop,) = results["y_early_stopping"][1]["loaders"]
+    assert stop["steps"] == 15 and stop["role"] == "other"
+    # validation with autograd on and more steps: the optimizer's loader is training
+    (val,) = results["y_tutorial_phases"][1]["loaders"]
+    assert val["steps"] == 36 and val["role"] == "other"
 
 
 @pytest.mark.slow
@@ -347,3 +451,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         # I/O-bound over HTTP with 6 workers on 2 cores: more workers still, not fewer
         rec = results["x_http_workers"][1]["recommendation"]
         assert int(rec.split("num_workers=")[1].split(",")[0]) > 6, rec
+        round5_checks(results)

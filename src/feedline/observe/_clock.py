@@ -183,6 +183,10 @@ class LoaderClock:
     """A pass of this loader began with autograd enabled. Passes begun under
     ``torch.no_grad()`` / ``inference_mode()`` only are evaluation (a validation loader
     with ``batch_size=1`` may take more steps than the training one)."""
+    trained: bool = False
+    """An optimizer stepped in one of this loader's step bodies (on its thread): it
+    feeds training, whatever autograd mode its passes began in (``with
+    torch.set_grad_enabled(phase == "train")`` inside the loop)."""
     site: tuple[tuple[str, int], ...] = ()
     """Where in the user's code the loader was first iterated (its stack)."""
     last: Any = field(default=None, repr=False)
@@ -482,6 +486,21 @@ class StepClocks:
             if c.steps == c.pass_step0:
                 c.inside = prev
 
+    def on_optimizer_step(self) -> None:
+        """An optimizer stepped on this thread: the loader this thread stepped last feeds
+        training, unless its pass has ended (a validation pass run before the update in
+        the same step body): then the one whose open pass stepped last on this thread."""
+        c = getattr(self._tls, "prev", None)
+        if c is None or (c.trained and len(c.pass_starts) > len(c.pass_ends)):
+            return
+        if len(c.pass_starts) == len(c.pass_ends):
+            tid = threading.get_ident()
+            open_ = [o for o in list(self.clocks.values()) if o.starts and tid in o.tids
+                     and len(o.pass_starts) > len(o.pass_ends)]
+            c = max(open_, key=lambda o: o.starts[-1], default=None)
+        if c is not None:
+            c.trained = True
+
     def step_done(self, owner: Any) -> None:
         """End the current body of ``owner``'s clock now (an explicit step boundary)."""
         c = self.find(owner)
@@ -500,18 +519,25 @@ class StepClocks:
             self._close_body(c)
 
     def _may_train(self, c: LoaderClock) -> bool:
-        """Whether ``c`` may be the training loader as far as autograd tells: it began a
-        pass with autograd enabled, or no loader did (an inference run)."""
-        return c.grad or not any(o.grad for o in list(self.clocks.values()))
+        """Whether ``c`` may be the training loader as far as the optimizer and autograd
+        tell: an optimizer stepped in its bodies, or in no loader's and it began a pass with
+        autograd enabled, or no loader did (an inference run)."""
+        clocks = list(self.clocks.values())
+        if any(o.trained for o in clocks):
+            return c.trained
+        return c.grad or not any(o.grad for o in clocks)
 
     def training(self) -> LoaderClock | None:
         """The training loader: the one named by the caller, else the one with most steps
         among those not run inside another loader's pass (ties: the one stepped first),
-        preferring loaders with a pass begun with autograd enabled (see
-        :attr:`LoaderClock.grad`). None before any step."""
+        preferring loaders that fed an optimizer step (:attr:`LoaderClock.trained`), else
+        those with a pass begun with autograd enabled (:attr:`LoaderClock.grad`). None
+        before any step."""
         if self.primary is not None and self.find(self.primary) is not None:
             return self.find(self.primary)
         stepped = [c for c in self.clocks.values() if c.steps]
         stepped = [c for c in stepped if not c.inner] or stepped
-        stepped = [c for c in stepped if c.grad] or stepped  # no_grad passes only: evaluation
+        # an optimizer stepped in its bodies: training; else passes under no_grad only: evaluation
+        stepped = ([c for c in stepped if c.trained] or [c for c in stepped if c.grad]
+                   or stepped)
         return min(stepped, key=lambda c: (-c.steps, c.starts[0])) if stepped else None

@@ -41,7 +41,7 @@ def snapshot(session: Session) -> dict[str, Any]:
         gpu = c.timer.snapshot() if c.timer is not None else None
         row.update(key=key, label=c.label, config=c.config, order=c.order, gaps=list(c.gaps),
                    pass_starts=list(c.pass_starts), pass_ends=list(c.pass_ends),
-                   tids=sorted(c.tids), done=sorted(c.done.items()), inner=c.inner, grad=c.grad,
+                   tids=sorted(c.tids), done=sorted(c.done.items()), inner=c.inner, grad=c.grad, trained=c.trained,
                    batch_samples=c.batch_samples, batch_bytes=c.batch_bytes, gpu=gpu)
         clocks.append(row)
     spans = [(stage, t0, t1, pid, tid, {k: v for k, v in attrs.items() if isinstance(v, _PLAIN)})
@@ -105,7 +105,7 @@ def restore(data: dict[str, Any]) -> Session:
         c.tids = set(row["tids"])
         c.done = {int(k): v for k, v in row["done"]}
         c.inner, c.batch_samples, c.batch_bytes = row["inner"], row["batch_samples"], row["batch_bytes"]
-        c.grad = bool(row.get("grad", True))
+        c.grad, c.trained = bool(row.get("grad", True)), bool(row.get("trained", False))
         c.timer = _Recorded(row["gpu"]) if row["gpu"] is not None else None
         s.clocks.clocks[row["key"]] = c
     s.clocks.aliases = {int(a): int(k) for a, k in data.get("aliases", [])}

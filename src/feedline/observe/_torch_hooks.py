@@ -297,7 +297,9 @@ class HookTargets:
     worker-process spans (None: workers are not timed); ``forked()``, when given,
     is called once in a process forked from the measured one (a
     ``multiprocessing.Process`` trainer; loader workers never iterate a
-    DataLoader) at its first ``iter(DataLoader)``, to start measuring it.
+    DataLoader) at its first ``iter(DataLoader)``, to start measuring it;
+    ``optimizer_step()``, when given, is called after every ``torch.optim``
+    optimizer step in the measured process (on the thread that stepped).
     """
 
     sink: Sink
@@ -308,6 +310,7 @@ class HookTargets:
     current: Callable[[], str | None]
     worker_dir: str | None = None
     forked: Callable[[], None] | None = None
+    optimizer_step: Callable[[], None] | None = None
 
 
 class TorchHooks:
@@ -322,6 +325,7 @@ class TorchHooks:
         self.t = targets
         self.replay: dict[int, tuple[Any, Any]] | None = None
         self._saved: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, patch)
+        self._handles: list[Any] = []  # torch hook handles, removed on uninstall
         self._live = False
         self._pid = os.getpid()
         self._forked_pid: int | None = None
@@ -352,10 +356,19 @@ class TorchHooks:
         self._patch(pin_mod, "pin_memory", self._make_pin(pin_mod.pin_memory))
         self._patch(dl.DataLoader, "__iter__", self._make_iter(dl.DataLoader.__iter__))
         self._patch(dl._BaseDataLoaderIter, "__next__", self._make_next(dl._BaseDataLoaderIter.__next__))
+        if self.t.optimizer_step is not None:
+            from torch.optim import optimizer as optim_mod
+
+            register = getattr(optim_mod, "register_optimizer_step_post_hook", None)
+            if register is not None:
+                self._handles.append(register(self._optimizer_stepped))
 
     def uninstall(self) -> None:
         """Restore every patched attribute that still holds this object's patch."""
         self._live = False
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
         for owner, name, orig, patch in reversed(self._saved):
             if vars(owner).get(name) is not patch:
                 continue  # another session patched on top of ours: ours now passes through
@@ -371,6 +384,10 @@ class TorchHooks:
 
     def _here(self) -> bool:
         return self._live and os.getpid() == self._pid
+
+    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.t.optimizer_step is not None and self._here():
+            self.t.optimizer_step()
 
     # -- delivery
     def _deliver(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
