@@ -120,7 +120,7 @@ def render_text(rep: Report, width: int = 100) -> str:
                   f"{_ms(rep.ab['without_data_path'])} ms without ({rep.ab['steps']} replayed steps)")
     for other in rep.loaders:
         w = other["wait"]
-        kind = "training loader in lockstep" if other.get("role") == "lockstep" else "other loader"
+        kind = "lockstep training loader" if other.get("role") == "lockstep" else "other loader"
         con.print(f"{kind} {other['label']} ({other['config'].get('type', '?')}): "
                   f"{other['share_of_wall']:.0%} of the run's wall time, {other['steps']} steps "
                   f"in {other['passes']} pass(es), waits for data {other['stall_fraction']:.0%} "
