@@ -280,6 +280,26 @@ def test_the_loader_whose_steps_feed_an_optimizer_is_the_training_one() -> None:
                 pass
         sc.on_optimizer_step()
     assert sc.clock(train).trained and not sc.clock(val).trained
+    # a producer thread consumes the loader, the main thread steps the optimizer (after a
+    # one-batch warm-up from another loader): the thread that never stepped one is not
+    # evaluation for it, and its loader, with the most steps, is the training one
+    sc, warm, fed = clocks(), object(), object()
+    now = time.perf_counter()
+    sc.on_iter(warm, now, now)
+    sc.on_next(warm, lambda: 0)
+    sc.on_optimizer_step()
+
+    def produce() -> None:
+        for _ in run(sc, fed, 12):
+            pass
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    producer.join()
+    for _ in range(12):
+        sc.on_optimizer_step()
+    assert sc.clock(warm).trained and not sc.evaluation(sc.clock(fed))
+    assert sc.training() is sc.clock(fed)
     # with hooks installed, a real optimizer step reaches the clocks
     from feedline.observe._torch_hooks import CopyLog, HookTargets, TorchHooks
 

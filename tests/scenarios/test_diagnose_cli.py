@@ -91,10 +91,11 @@ def test_exit_status_is_preserved_and_only_the_outer_loader_steps(results: dict)
     assert data["steps"] == 6  # 7 steps (0..6), the first is warm-up
     assert data["loader"]["label"] == "loader-2"  # stepped first of the two 7-step loaders
     assert data["stages"]["fetch"]["count"] == 7  # its own fetches only
-    (other,) = data["loaders"]  # the loader used inside the step: its own line
+    (other,) = data["loaders"]  # the loader used once inside each step: its own line
     assert other["label"] == "loader-1" and other["steps"] == 7
     assert other["stages"]["fetch"]["count"] == 7
-    assert "STEP (wait+body)" in proc.stderr and "other loader loader-1" in proc.stderr
+    assert other["role"] == "lockstep"  # one next() per step: the same steps, as zip's
+    assert "STEP (wait+body)" in proc.stderr and "lockstep training loader loader-1" in proc.stderr
 
 
 @pytest.mark.timeout(300)

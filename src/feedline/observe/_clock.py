@@ -359,6 +359,8 @@ class StepClocks:
         self._tls = threading.local()
         self.primary: Any = None
         """The training loader when the caller names it (``feedline.watch``)."""
+        self.opt_tids: set[int] = set()
+        """Threads on which an optimizer stepped."""
 
     # -- naming
     def find(self, owner: Any) -> LoaderClock | None:
@@ -490,16 +492,24 @@ class StepClocks:
         """An optimizer stepped on this thread: the loader this thread stepped last feeds
         training, unless its pass has ended (a validation pass run before the update in
         the same step body): then the one whose open pass stepped last on this thread."""
+        tid = threading.get_ident()
+        if tid not in self.opt_tids:
+            self.opt_tids.add(tid)
         c = getattr(self._tls, "prev", None)
         if c is None or (c.trained and len(c.pass_starts) > len(c.pass_ends)):
             return
         if len(c.pass_starts) == len(c.pass_ends):
-            tid = threading.get_ident()
             open_ = [o for o in list(self.clocks.values()) if o.starts and tid in o.tids
                      and len(o.pass_starts) > len(o.pass_ends)]
             c = max(open_, key=lambda o: o.starts[-1], default=None)
         if c is not None:
             c.trained = True
+
+    def evaluation(self, c: LoaderClock) -> bool:
+        """Whether the optimizer tells ``c`` is not training: an optimizer stepped on a
+        thread that consumed ``c``, never in ``c``'s step bodies. A loader consumed on a
+        thread that never stepped one (a producer thread feeding a queue) is not told."""
+        return not c.trained and bool(c.tids & self.opt_tids)
 
     def step_done(self, owner: Any) -> None:
         """End the current body of ``owner``'s clock now (an explicit step boundary)."""
@@ -520,24 +530,23 @@ class StepClocks:
 
     def _may_train(self, c: LoaderClock) -> bool:
         """Whether ``c`` may be the training loader as far as the optimizer and autograd
-        tell: an optimizer stepped in its bodies, or in no loader's and it began a pass with
-        autograd enabled, or no loader did (an inference run)."""
-        clocks = list(self.clocks.values())
-        if any(o.trained for o in clocks):
-            return c.trained
-        return c.grad or not any(o.grad for o in clocks)
+        tell: not :meth:`evaluation`, and it began a pass with autograd enabled, or no
+        loader did (an inference run)."""
+        if self.evaluation(c):
+            return False
+        return c.grad or not any(o.grad for o in list(self.clocks.values()))
 
     def training(self) -> LoaderClock | None:
         """The training loader: the one named by the caller, else the one with most steps
         among those not run inside another loader's pass (ties: the one stepped first),
-        preferring loaders that fed an optimizer step (:attr:`LoaderClock.trained`), else
-        those with a pass begun with autograd enabled (:attr:`LoaderClock.grad`). None
-        before any step."""
+        leaving out those the optimizer tells are not training (:meth:`evaluation`), then
+        preferring those with a pass begun with autograd enabled (:attr:`LoaderClock.grad`).
+        None before any step."""
         if self.primary is not None and self.find(self.primary) is not None:
             return self.find(self.primary)
         stepped = [c for c in self.clocks.values() if c.steps]
         stepped = [c for c in stepped if not c.inner] or stepped
-        # an optimizer stepped in its bodies: training; else passes under no_grad only: evaluation
-        stepped = ([c for c in stepped if c.trained] or [c for c in stepped if c.grad]
-                   or stepped)
+        # not evaluation by the optimizer's account, then not by autograd's (no_grad only)
+        stepped = [c for c in stepped if not self.evaluation(c)] or stepped
+        stepped = [c for c in stepped if c.grad] or stepped
         return min(stepped, key=lambda c: (-c.steps, c.starts[0])) if stepped else None

@@ -53,6 +53,7 @@ def snapshot(session: Session) -> dict[str, Any]:
         "steps": session.steps, "t0": session._t0, "limit_at": session._limit_at,
         "notes": list(session.notes), "pinned": list(session.pinned), "clocks": clocks,
         "aliases": sorted(session.clocks.aliases.items()),
+        "opt_tids": sorted(session.clocks.opt_tids),
         "spans": spans,
         "worker_dir": session._worker_dir,
         "copies": [[r.start, r.end, r.nbytes, r.pinned, r.non_blocking, d]
@@ -109,6 +110,7 @@ def restore(data: dict[str, Any]) -> Session:
         c.timer = _Recorded(row["gpu"]) if row["gpu"] is not None else None
         s.clocks.clocks[row["key"]] = c
     s.clocks.aliases = {int(a): int(k) for a, k in data.get("aliases", [])}
+    s.clocks.opt_tids = {int(t) for t in data.get("opt_tids", [])}
     s.recorder.add(Span.from_list(row) for row in data["spans"])
     for start, end, nbytes, pinned, non_blocking, dur in data["copies"]:
         s.copy_log.add(CopyRecord(start, end, nbytes, pinned, non_blocking, dur))
