@@ -151,13 +151,15 @@ def _not_dense(t: Any) -> str:
     strided = _PLAIN.get(type(t))  # the common case in four attribute reads (10**5 tensors per save)
     if strided is not None and t.layout is strided and not (t.is_meta or t.is_quantized or t.is_nested):
         return ""
-    why = _why_not_dense(t)
+    why = why_not_dense(t)
     if not why:
         _PLAIN[type(t)] = t.layout
     return why
 
 
-def _why_not_dense(t: Any) -> str:
+def why_not_dense(t: Any) -> str:
+    """Why torch tensor ``t`` has no plain strided bytes ("" when it has): nested, quantized,
+    sparse or another layout, or on the meta device (also what a ``.pt`` field refuses)."""
     if getattr(t, "is_nested", False):
         return "a nested tensor"
     if getattr(t, "is_quantized", False):

@@ -149,6 +149,11 @@ def decode_torch(data: Buffer, limits: Limits) -> Any:
     (``bfloat16``) stays a tensor. Numbers come back as 0-d arrays and lists as tuples,
     so ``(image, label)`` and ``{"x": t, "y": 3}`` batch member by member. A pickle of anything else (a model object, a custom
     class) is a :class:`DecodeError`.
+
+    What it rebuilds is still checked (:class:`_TorchWalk`): at most :data:`TORCH_MAX_VALUES`
+    values (a shared one counted at each place) nested :data:`TORCH_MAX_DEPTH` deep, tensors
+    whose bytes as batched fit ``limits.max_bytes``, only dense strided tensors (sparse,
+    quantized, nested, ``meta``: :class:`DecodeError`); a lazy conjugate/negative view is resolved.
     """
     import pickle
     import re
@@ -171,25 +176,92 @@ def decode_torch(data: Buffer, limits: Limits) -> Any:
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, AttributeError) as exc:
         raise DecodeError(f"torch.save file unreadable: {type(exc).__name__}: {str(exc)[:300]}",
                           fix="re-save it with torch.save") from None
-    return _torch_to_numpy(value, torch)
+    return _torch_to_numpy(value, torch, limits)
 
 
-def _torch_to_numpy(value: Any, torch: Any) -> Any:
-    """Tensors as numpy arrays, numbers as 0-d arrays and lists as tuples, so a saved
-    ``(image, label)`` or ``{"x": t, "y": 3}`` collates as ``default_collate`` does it."""
-    if isinstance(value, torch.Tensor):
-        t = value.detach()
+TORCH_MAX_VALUES = 2**20  # values a .pt field may hold, a shared one counted at each place it appears
+TORCH_MAX_DEPTH = 100  # nested containers in a .pt field
+
+
+class _TorchWalk:
+    """Converts a loaded ``.pt`` value (:func:`_torch_to_numpy`) within the decode limits.
+
+    A pickle can name one object from many places (its memo), so a 100-byte file can describe a
+    list of two references to a list of two references... 40 deep: 2**40 values once walked as a
+    tree, as the collate walks it (before: the decode never returned). Each object is converted
+    once (a shared one stays shared) and its size *as a tree* is counted from its parts', so the
+    count costs one pass over the objects in the file: more than :data:`TORCH_MAX_VALUES` values
+    is refused, and so are tensors whose bytes, as collate copies them into a batch (each place
+    counted), exceed ``limits.max_bytes`` (a tensor of stride 0 shows 10**12 elements from 4
+    stored bytes: collate would allocate them all).
+    """
+
+    def __init__(self, torch: Any, limits: Limits) -> None:
+        self.torch, self.limits = torch, limits
+        self.done: dict[int, tuple[Any, int, int]] = {}  # id -> (converted, values, bytes) as a tree
+
+    def convert(self, value: Any, depth: int = 0) -> tuple[Any, int, int]:
+        """``(converted value, values in it as a tree, tensor bytes in it as a tree)``."""
+        known = self.done.get(id(value))
+        if known is not None:
+            return known
+        if depth > TORCH_MAX_DEPTH:
+            raise DecodeError(f"torch.save file nests containers more than {TORCH_MAX_DEPTH} deep",
+                              fix="store a flat dict or list of tensors")
+        torch = self.torch
+        if isinstance(value, torch.Tensor):
+            out = (self.tensor(value), 1, value.numel() * value.element_size())
+        elif isinstance(value, (bool, int, float)):
+            out = (np.asarray(value), 1, 0)
+        elif isinstance(value, dict):
+            parts = {k: self.convert(v, depth + 1) for k, v in value.items()}
+            out = ({k: p[0] for k, p in parts.items()}, *self.total(parts.values()))
+        elif isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+            items = [self.convert(v, depth + 1) for v in value]
+            out = (tuple(p[0] for p in items), *self.total(items))
+        else:
+            out = (value, 1, 0)
+        self.done[id(value)] = out
+        return out
+
+    def total(self, parts: Any) -> tuple[int, int]:
+        values, nbytes = 1 + sum(p[1] for p in parts), sum(p[2] for p in parts)
+        if values > TORCH_MAX_VALUES:
+            raise DecodeError(f"torch.save file holds {values} values, more than {TORCH_MAX_VALUES} (a "
+                              "value shared by several containers counts at each)",
+                              fix="store many values as one tensor (torch.stack) rather than as a list")
+        self.check_bytes(nbytes, "")
+        return values, nbytes
+
+    def check_bytes(self, nbytes: int, what: str) -> None:
+        if nbytes > self.limits.max_bytes:
+            raise DecodeError(f"torch.save file's tensors hold {nbytes} bytes once expanded{what}, more "
+                              f"than max_bytes={self.limits.max_bytes}",
+                              fix="raise the decode limit max_bytes, or save t.clone() of views")
+
+    def tensor(self, value: Any) -> Any:
+        from feedline.checkpoint._layout import why_not_dense
+
+        odd = why_not_dense(value)
+        if odd:
+            raise DecodeError(f"torch.save file holds a tensor that is {odd}: it has no plain dense "
+                              "values to batch", fix="save t.to_dense() (sparse), t.dequantize() "
+                              "(quantized), t.unbind() (nested); a meta tensor has no data to save")
+        self.check_bytes(value.numel() * value.element_size(),
+                         f" ({list(value.shape)} {str(value.dtype).removeprefix('torch.')} "
+                         f"from {value.untyped_storage().nbytes()} stored bytes)")
+        t = value.detach().resolve_conj().resolve_neg()  # numpy() refuses the lazy conj/neg bits
         try:
             return t.numpy()
         except TypeError:  # bfloat16 and other dtypes numpy lacks
             return t
-    if isinstance(value, (bool, int, float)):
-        return np.asarray(value)
-    if isinstance(value, dict):
-        return {k: _torch_to_numpy(v, torch) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return tuple(_torch_to_numpy(v, torch) for v in value)
-    return value
+
+
+def _torch_to_numpy(value: Any, torch: Any, limits: Limits) -> Any:
+    """Tensors as numpy arrays, numbers as 0-d arrays and lists as tuples, so a saved
+    ``(image, label)`` or ``{"x": t, "y": 3}`` collates as ``default_collate`` does it;
+    within the limits of :class:`_TorchWalk`."""
+    return _TorchWalk(torch, limits).convert(value)[0]
 
 
 def check_pixels(height: int, width: int, limits: Limits) -> None:

@@ -1,0 +1,97 @@
+"""Hostile ``.pt`` fields: what ``torch.load(weights_only=True)`` lets through is still checked.
+
+``weights_only`` refuses code, but it rebuilds whatever tensors and containers a file
+describes: a pickle names one object from many places (a 40-deep chain of ``[x, x]`` is
+2**40 values to walk), nests lists thousands deep, or makes a 4-byte storage show 10**12
+elements through stride 0; and tensors can be sparse, quantized, nested, on ``meta`` or
+carry a lazy conjugate bit. Each is a :class:`DecodeError` naming the field and key within
+the decode limits, or (conj/neg) the right values; never a hang, a raw ``RecursionError``
+or ``RuntimeError``, nor an array whose batch would allocate terabytes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import feedline
+from feedline.decode import Decoders
+from feedline.errors import DecodeError, WorkerError
+from feedline.format import pack
+
+
+def _saved(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _shared_chain(depth: int) -> Any:
+    x: Any = torch.zeros(1)
+    for _ in range(depth):
+        x = [x, x]  # the pickle stores each list once; walked as a tree it doubles per level
+    return x
+
+
+def _deep(depth: int) -> bytes:
+    x: Any = torch.zeros(1)
+    for _ in range(depth):
+        x = [x]
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 4 * depth))  # torch.save pickles recursively
+    try:
+        return _saved(x)
+    finally:
+        sys.setrecursionlimit(old)
+
+
+_CASES: dict[str, tuple[Callable[[], bytes], str]] = {
+    "shared_chain": (lambda: _saved(_shared_chain(40)), "more than 1048576"),
+    "deep": (lambda: _deep(3000), "more than 100 deep"),
+    "stride0": (lambda: _saved(torch.zeros(1).as_strided((10**6, 10**6), (0, 0))), "once expanded"),
+    "sparse": (lambda: _saved(torch.eye(3).to_sparse()), "sparse_coo"),
+    "quantized": (lambda: _saved(torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)), "quantized"),
+    "nested": (lambda: _saved(torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])), "nested"),
+    "meta": (lambda: _saved(torch.empty(3, device="meta")), "meta device"),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("case", sorted(_CASES))
+def test_hostile_torch_fields_are_decode_errors_naming_the_field(case: str) -> None:
+    make, words = _CASES[case]
+    data = make()
+    start = time.perf_counter()
+    with pytest.raises(DecodeError, match=words) as err:
+        Decoders().decode_field("state.pt", data, key="0007")
+    assert time.perf_counter() - start < 5  # before: shared_chain never returned
+    assert err.value.field == "state.pt" and err.value.key == "0007" and err.value.fix
+
+
+def test_conjugate_and_negative_views_load_as_their_values() -> None:
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    conj = Decoders().decode_field("x.pt", _saved({"conj": z.conj()}), key="0")["conj"]
+    neg = Decoders().decode_field("x.pt", _saved(z.conj().imag), key="0")
+    np.testing.assert_array_equal(conj, np.array([1 - 2j, 3 + 4j], np.complex64))
+    np.testing.assert_array_equal(neg, np.array([-2, 4], np.float32))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_shared_chain_in_a_packed_dataset_is_a_worker_error_naming_the_sample(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "0000.pt").write_bytes(_saved(_shared_chain(40)))
+    pack([os.fspath(src)], os.fspath(tmp_path / "ds"))
+    with (feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=1, workers=1) as loader,
+          pytest.raises(WorkerError, match="values") as err):
+        next(iter(loader))
+    assert err.value.field == "pt" and err.value.key == "0000"
