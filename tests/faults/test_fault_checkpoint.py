@@ -250,6 +250,11 @@ HEADER_EDITS: dict[str, tuple[Callable[[dict[str, Any]], Any], type[FeedlineErro
     "scalar of objects": (lambda h: h.update(state={"__scalar__": "O", "value": "x"}), FormatError),
     "dict pairs not pairs": (lambda h: h.update(state={"__dict__": [[1]]}), FormatError),
     "version 3": (lambda h: h.update(version=3), FormatError),
+    # loaded, these were two tensors sharing memory (an in-place step on one changed the other)
+    "same bytes as another dtype": (lambda h: _t(h, 1).update(offset=0, nbytes=40, shape=[20],
+                                                              xxh3=_t(h)["xxh3"]), FormatError),
+    "payload inside another": (lambda h: _t(h, 1).update(offset=0), FormatError),
+    "version 1 with payloads 64 bytes apart": (lambda h: h.update(version=1), FormatError),  # v1 paged each
     "step of another file": (lambda h: h.update(step=2), FormatError),
 }
 RAW_HEADERS: dict[str, Callable[[str], bytes]] = {

@@ -33,7 +33,8 @@ naming its path: objects that need pickle, a state that contains itself or is
 nested more than :data:`MAX_DEPTH` containers deep, and tensors without plain
 dense bytes (sparse, nested, quantized, ``meta``). A header is untrusted input
 on load: every index, offset, size, dtype and shape in it is checked, and any
-inconsistency is a :class:`FormatError`, never a wrong tensor.
+inconsistency is a :class:`FormatError`, never a wrong tensor; nor are two payloads that
+overlap, unless they are the one tensor a save stored once for two names.
 """
 
 from __future__ import annotations
@@ -363,11 +364,35 @@ def parse_header(doc: Any, *, path: str) -> Header:
         raise FormatError(f"checkpoint header is malformed ({type(e).__name__}: {e})", path=path, fix=fix) from e
     if not 0 <= header.data_bytes < 2**62:
         raise FormatError(f"data_bytes {header.data_bytes:.3g} is not a file size", path=path, fix=fix)
+    align = PAGE if doc["version"] == 1 else SMALL_ALIGN  # version 1 put every payload on a page
     for t in entries:
-        if t.kind not in ("torch", "numpy") or t.offset < 0 or t.offset % SMALL_ALIGN or t.nbytes < 0 \
+        if t.kind not in ("torch", "numpy") or t.offset < 0 or t.offset % align or t.nbytes < 0 \
                 or t.offset + t.nbytes > header.data_bytes or min(t.shape, default=0) < 0:
             raise FormatError(f"tensor {t.name!r} has an impossible place in the header", path=path,
                               tensor=t.name, fix=fix)
+    _check_disjoint(entries, path=path, fix=fix)
     if not header.data or any(c in header.data for c in "/\\\0") or header.data.startswith("."):
         raise FormatError(f"data file name {header.data!r} is not a plain file name", path=path, fix=fix)
     return header
+
+
+def _check_disjoint(entries: tuple[TensorEntry, ...], *, path: str, fix: str) -> None:
+    """A :class:`FormatError` unless every two payloads are disjoint or the same tensor.
+
+    A save writes one payload per tensor and names it again, with the same kind, dtype and
+    shape, for a tensor reached twice (tied weights). Any other overlap (a payload inside
+    another, or the same bytes as another dtype) is a hand-made header: loaded, the two
+    tensors would share memory, and an in-place update of one (an optimizer step) would
+    silently change the other (before: loaded so, checksums and all).
+    """
+    last: TensorEntry | None = None  # the payload reaching furthest so far, in offset order
+    for t in sorted((t for t in entries if t.nbytes), key=lambda t: (t.offset, -t.nbytes)):
+        if last is not None and t.offset < last.offset + last.nbytes:
+            same = (t.offset, t.nbytes, t.kind, t.dtype, t.shape) == \
+                (last.offset, last.nbytes, last.kind, last.dtype, last.shape)
+            if not same:
+                raise FormatError(f"tensor {t.name!r} overlaps the bytes of tensor {last.name!r} in the header "
+                                  "(only one tensor saved twice shares its bytes)", path=path,
+                                  tensor=t.name, fix=fix)
+            continue
+        last = t
