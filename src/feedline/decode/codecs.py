@@ -116,7 +116,8 @@ def decode_npz(data: Buffer, limits: Limits) -> dict[str, np.ndarray]:
     unpickles (an object array is a DecodeError, as in :func:`decode_npy`).
 
     The members' declared sizes are checked against ``limits.max_bytes`` before any is
-    inflated, and no member inflates past its declared size (a zip bomb is refused).
+    inflated, and no member inflates past its declared size (a zip bomb is refused). Two
+    members of one array name (a zip allows it) are a DecodeError, not one dropped.
     """
     try:
         with zipfile.ZipFile(io.BytesIO(bytes(data))) as zf:
@@ -128,6 +129,9 @@ def decode_npz(data: Buffer, limits: Limits) -> dict[str, np.ndarray]:
             out: dict[str, np.ndarray] = {}
             for info in infos:
                 name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                if name in out:  # a zip may hold one name twice ("a" and "a.npy" are one array too)
+                    raise DecodeError(f".npz holds two members named {name!r}: which one is meant is not said",
+                                      fix="re-save it with numpy.savez (one member per array name)")
                 try:
                     out[name] = decode_npy(zf.read(info), limits)
                 except DecodeError as exc:

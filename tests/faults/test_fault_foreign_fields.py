@@ -1,4 +1,5 @@
-"""Hostile ``.pt`` fields: what ``torch.load(weights_only=True)`` lets through is still checked.
+"""Hostile ``.pt`` and ``.npz`` fields: what ``torch.load(weights_only=True)`` lets through is
+still checked, and an ``.npz`` naming one array twice is refused.
 
 ``weights_only`` refuses code, but it rebuilds whatever tensors and containers a file
 describes: a pickle names one object from many places (a 40-deep chain of ``[x, x]`` is
@@ -15,6 +16,8 @@ import io
 import os
 import sys
 import time
+import warnings
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,3 +98,22 @@ def test_a_shared_chain_in_a_packed_dataset_is_a_worker_error_naming_the_sample(
           pytest.raises(WorkerError, match="values") as err):
         next(iter(loader))
     assert err.value.field == "pt" and err.value.key == "0000"
+
+
+def _zip(members: list[tuple[str, np.ndarray]]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it writes
+        for name, arr in members:
+            buf = io.BytesIO()
+            np.save(buf, arr)
+            zf.writestr(name, buf.getvalue())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("names", [("a.npy", "a.npy"), ("a", "a.npy")])
+def test_an_npz_naming_one_array_twice_is_a_decode_error(names: tuple[str, str]) -> None:
+    data = _zip([(names[0], np.zeros(2)), (names[1], np.ones(2))])
+    with pytest.raises(DecodeError, match="two members named 'a'") as err:  # before: the last one, silently
+        Decoders().decode_field("scan.npz", data, key="0003")
+    assert err.value.field == "scan.npz" and err.value.key == "0003"
