@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -117,3 +118,26 @@ def test_an_npz_naming_one_array_twice_is_a_decode_error(names: tuple[str, str])
     with pytest.raises(DecodeError, match="two members named 'a'") as err:  # before: the last one, silently
         Decoders().decode_field("scan.npz", data, key="0003")
     assert err.value.field == "scan.npz" and err.value.key == "0003"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_verify_decode_lists_every_hostile_field_without_a_traceback(tmp_path: Path) -> None:
+    """``feedline verify --decode`` over the cases above and a JSON 10**5 lists deep: each sample
+    is an UNDECODABLE line naming key and field, exit 1 (before: a ``RecursionError``
+    traceback from the JSON, and the shared chain never finished)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "0000.pt").write_bytes(_saved(_shared_chain(40)))
+    (src / "0001.pt").write_bytes(_CASES["stride0"][0]())
+    (src / "0002.npz").write_bytes(_zip([("a.npy", np.zeros(2)), ("a.npy", np.ones(2))]))
+    (src / "0003.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    (src / "0004.json").write_bytes(b"[" * 500 + b"]" * 500)  # deep but readable: not listed
+    pack([os.fspath(src)], os.fspath(tmp_path / "ds"))
+    env = {**os.environ, "PYTHONPATH": str(Path(feedline.__file__).resolve().parents[1])}
+    run = subprocess.run([sys.executable, "-m", "feedline", "verify", "--decode", os.fspath(tmp_path / "ds")],
+                         capture_output=True, text=True, timeout=100, env=env, stdin=subprocess.DEVNULL)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    listed = [line.split(" field=")[0].split("key=")[1] for line in run.stdout.splitlines()
+              if line.startswith("UNDECODABLE")]
+    assert listed == ["0000", "0001", "0002", "0003"], run.stdout
+    assert "JSON nested deeper" in run.stdout and "4 problem(s)" in run.stdout

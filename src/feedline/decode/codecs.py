@@ -349,11 +349,15 @@ def decode_png(data: Buffer, limits: Limits, colours: bool = False) -> np.ndarra
 
 
 def decode_json(data: Buffer, limits: Limits) -> Any:
-    """A JSON value (dict, list, str, number)."""
+    """A JSON value (dict, list, str, number); nested deeper than Python's recursion limit
+    (``[[[...]]]`` 10**5 deep) it is a DecodeError, as any other unreadable JSON."""
     try:
         return json.loads(bytes(data))
     except (ValueError, UnicodeDecodeError) as exc:
         raise DecodeError(f"JSON unreadable: {exc}") from exc
+    except RecursionError:
+        raise DecodeError("JSON nested deeper than Python's recursion limit",
+                          fix="store flatter JSON (lists of records, not records inside records)") from None
 
 
 def decode_text(data: Buffer, limits: Limits) -> str:
