@@ -77,6 +77,11 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
                         shard=shard,
                         fix=_FIX,
                     )
+                if parts[1].startswith("__"):  # read back, "x.__key__" would replace sample x's key
+                    raise FormatError(
+                        f"member {info.name!r} has field {parts[1]!r}: fields starting with '__' name a "
+                        "sample's own entries (__key__, __url__)", shard=shard, key=parts[0], field=parts[1],
+                        fix=_FIX)
                 if info.offset_data + info.size > file_size:
                     raise FormatError(
                         "member runs past the end of the file: the tar is truncated",

@@ -25,6 +25,8 @@ How names become samples (:class:`SourceRules`):
     ``clip_0001/frame_000.jpg ... frame_015.jpg``, is sample ``clip_0001`` with
     fields ``frame_000.jpg`` ... ``frame_015.jpg``; files directly in a source are
     skipped. Dots in the folder's name are stored as ``%2E``, as with ``file``.
+    A file whose field would start with ``__`` (``clip/__key__``) is skipped: such names
+    are a sample's own entries (``__key__``), under every rule.
     With ``labels="from-folder"`` the samples are ``<class>/<sample>/`` folders.
 
 ``labels="from-folder"`` reads an ImageFolder tree (``root/<class>/.../<image>``):
@@ -476,6 +478,10 @@ def collect(
                                        "(--key folder: <class>/<sample>/<file>)"))
                 continue
             key, field_name = parts
+            if field_name.startswith("__"):  # a clip's "__key__" file would replace the sample's key
+                skipped.append(Skipped(name, f"field {field_name!r} starts with '__', which names a sample's "
+                                       "own entries (__key__, __url__), not a file: rename the file"))
+                continue
             if labelled:
                 if "/" not in name:
                     skipped.append(Skipped(name, "not inside a class folder"))
