@@ -173,3 +173,9 @@ def test_checkpoint_load_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         _typed(lambda value=value: load(value), f"load({value!r})", "directory")
         _typed(lambda value=value: load(tmp_path, 3, into=value), f"load(into={value!r})", "into")
     assert load(tmp_path, np.int64(3))["a"].sum() == 2
+    for name in ("verify", "strict", "copy"):  # before: strict="no" was strict, strict=None was not
+        for value in ("no", "False", None, 0, 1.0):
+            with pytest.raises(ArgumentError, match=f"{name} must be True or False") as err:
+                load(tmp_path, 3, into={"a": np.zeros(2)}, **{name: value})
+            assert err.value.field == name
+        assert load(tmp_path, 3, **{name: np.bool_(False)})["a"].sum() == 2

@@ -101,7 +101,8 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
     latest, so a reader beside a training job does not fail on the race.
 
     Raises:
-        ArgumentError: ``directory`` is not a path, ``step`` not an int (also ``TypeError``s).
+        ArgumentError: ``directory`` is not a path, ``step`` not an int, ``verify``/``strict``/``copy``
+            not a bool (also ``TypeError``s).
         ReadError: no checkpoint (or no such step).
         FormatError, ChecksumError: the checkpoint is damaged (names the tensor).
         StateError: a tensor's kind, shape or dtype differs from ``into``'s, a
@@ -109,6 +110,10 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
             counterpart in the checkpoint (names it).
     """
     d = Path(path_argument(directory, "directory"))
+    for name, flag in (("verify", verify), ("strict", strict), ("copy", copy)):
+        if not isinstance(flag, (bool, np.bool_)):  # strict="no" was strict, strict=None was not
+            raise ArgumentError(f"{name} must be True or False, got {type(flag).__name__} {flag!r}", field=name,
+                                fix=f"pass {name}=True or {name}=False")
     if step is not None and (not isinstance(step, numbers.Integral) or isinstance(step, (bool, np.bool_))):
         raise ArgumentError(f"step must be an int or None, got {type(step).__name__} {step!r}", field="step",
                             fix="pass a step from Checkpointer.steps(), or None for the latest")
