@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from feedline.dense import why_not_dense
 from feedline.errors import ConfigError, FormatError
 from feedline.io._buffers import PAGE
 
@@ -156,21 +157,6 @@ def _not_dense(t: Any) -> str:
     if not why:
         _PLAIN[type(t)] = t.layout
     return why
-
-
-def why_not_dense(t: Any) -> str:
-    """Why torch tensor ``t`` has no plain strided bytes ("" when it has): nested, quantized,
-    sparse or another layout, or on the meta device (also what a ``.pt`` field refuses)."""
-    if getattr(t, "is_nested", False):
-        return "a nested tensor"
-    if getattr(t, "is_quantized", False):
-        return f"quantized ({str(t.dtype).removeprefix('torch.')})"
-    layout = str(getattr(t, "layout", "torch.strided"))
-    if layout != "torch.strided":
-        return f"a {layout.removeprefix('torch.')} tensor"
-    if t.device.type == "meta":
-        return "on the meta device (it has no data)"
-    return ""
 
 
 def _store_instead(value: Any) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from feedline.dense import why_not_dense
 from feedline.errors import DecodeError
 
 Buffer = bytes | bytearray | memoryview
@@ -244,8 +245,6 @@ class _TorchWalk:
                               fix="raise the decode limit max_bytes, or save t.clone() of views")
 
     def tensor(self, value: Any) -> Any:
-        from feedline.checkpoint._layout import why_not_dense
-
         odd = why_not_dense(value)
         if odd:
             raise DecodeError(f"torch.save file holds a tensor that is {odd}: it has no plain dense "
