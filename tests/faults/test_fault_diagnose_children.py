@@ -71,7 +71,7 @@ def _read_until(fd: int, word: bytes, seen: bytearray, deadline: float) -> bytes
     raise AssertionError(f"no {word!r} in the output: {bytes(seen)[-2000:]!r}")
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 def test_ctrl_c_reaches_a_command_in_its_own_session(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SETSID)
@@ -90,7 +90,7 @@ def test_ctrl_c_reaches_a_command_in_its_own_session(tmp_path: Path) -> None:
         line = _read_until(master, b"READY", bytearray(), time.monotonic() + 40)
         child = int(line.split()[1])
         os.write(master, b"\x03")  # Ctrl-C typed at the terminal: SIGINT to its foreground group
-        proc.wait(timeout=15)
+        proc.wait(timeout=90)  # 1.7 s here; 17 s at load 6 (the child's hooks write a report)
         assert proc.returncode != 0
         deadline = time.monotonic() + 10
         while not _gone(child) and time.monotonic() < deadline:
