@@ -104,7 +104,7 @@ def test_ctrl_c_reaches_a_command_in_its_own_session(tmp_path: Path) -> None:
         os.close(master)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 def test_a_second_sigterm_ends_a_command_that_outlasts_the_first(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(STUBBORN)
@@ -118,10 +118,10 @@ def test_a_second_sigterm_ends_a_command_that_outlasts_the_first(tmp_path: Path)
         line = _read_until(proc.stdout.fileno(), b"READY", seen, time.monotonic() + 40)
         child = int(line.split()[1])
         proc.send_signal(signal.SIGTERM)
-        _read_until(proc.stdout.fileno(), b"GOT SIGTERM", seen, time.monotonic() + 15)  # forwarded
+        _read_until(proc.stdout.fileno(), b"GOT SIGTERM", seen, time.monotonic() + 40)  # forwarded
         assert proc.poll() is None  # the command goes on, so does diagnose
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=60)  # a loaded host: the report is still read
         assert proc.returncode == 137, err[-2000:]  # 128 + SIGKILL
         assert b"SIGKILL" in err and b"Traceback" not in err
         assert _gone(child)
