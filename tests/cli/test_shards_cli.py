@@ -133,7 +133,10 @@ def test_pack_classes_from_another_split(tmp_path: Path, capsys: pytest.CaptureF
         for c in names:
             (tmp_path / split / c).mkdir(parents=True)
             (tmp_path / split / c / "x.jpg").write_bytes(b"\xff\xd8\xff")
+    capsys.readouterr()
     assert _run(["pack", str(tmp_path / "train"), "--out", str(tmp_path / "d-train"), "--labels", "from-folder", "-q"]) == 0
+    # three image files: the cls member pack adds to each sample is not counted as a file
+    assert "packed 3 samples (3 files, 3 classes)" in capsys.readouterr().out
     assert _run(["pack", str(tmp_path / "val"), "--out", str(tmp_path / "d-val"), "--labels", "from-folder", "-q",
                  "--classes", str(tmp_path / "d-train")]) == 0
     assert read_manifest(tmp_path / "d-val").classes == ("a", "b", "c")

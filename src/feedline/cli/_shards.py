@@ -199,14 +199,21 @@ def pack_cmd(
                         follow_symlinks=follow_symlinks, classes=class_list)
     start = time.perf_counter()
     bar = _LazyBar(console)
+    last: list[PackProgress] = []
+
+    def report(p: PackProgress) -> None:
+        last[:] = [p]
+        if not (quiet or to_stdout(json_dest)):
+            bar.report(p)
+
     try:
         manifest = pack(src, out, shard_size=size, align=align, workers=workers, checksum_algo=checksum,
-                        progress=None if quiet or to_stdout(json_dest) else bar.report,
-                        durable=not no_fsync, rules=rules, warn=warn)
+                        progress=report, durable=not no_fsync, rules=rules, warn=warn)
     finally:
         bar.close()
     seconds = time.perf_counter() - start
-    files = sum(int(f["count"]) for f in manifest.fields.values())
+    # source files, not members: the ``cls`` that --labels adds to each sample is no file
+    files = last[0].files_total if last else sum(int(f["count"]) for f in manifest.fields.values())
     nbytes = sum(int(f["total_bytes"]) for f in manifest.fields.values())
     write_json(manifest.to_json(), json_dest)
     if not to_stdout(json_dest):

@@ -294,7 +294,7 @@ def pack(
         remove_quietly(out / MANIFEST_NAME)
         if durable:
             fsync_dir(out)
-    state = _Counter(progress, sum(len(s.files) for s in samples), sum(s.nbytes for s in samples), len(plan))
+    state = _Counter(progress, sum(s.sources for s in samples), sum(s.nbytes for s in samples), len(plan))
     infos, indexes = _write_shards(plan, out, align, algo, workers, state, durable)
     remove_quietly(temp_name(out / MANIFEST_NAME))
     _clean_stale(out, len(plan))
@@ -352,13 +352,13 @@ class _Counter:
         self.files = self.nbytes = self.shards = self.reused = 0
 
     def sample_done(self, sample: PlannedSample) -> None:
-        self.files += len(sample.files)
+        self.files += sample.sources
         self.nbytes += sample.nbytes
         self._report()
 
     def shard_done(self, skipped: list[PlannedSample], *, reused: bool) -> None:
         for s in skipped:
-            self.files += len(s.files)
+            self.files += s.sources
             self.nbytes += s.nbytes
         self.shards += 1
         self.reused += int(reused)

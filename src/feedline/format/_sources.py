@@ -125,6 +125,11 @@ class PlannedSample:
         """Payload bytes of the sample."""
         return sum(f.size for f in self.files)
 
+    @cached_property
+    def sources(self) -> int:
+        """Files of the sample read from disk (a ``cls`` member made by pack is not one)."""
+        return sum(1 for f in self.files if f.data is None)
+
     def bound(self, align: int) -> int:
         """Upper bound of the bytes this sample takes in a shard, headers and padding included."""
         total = 0
