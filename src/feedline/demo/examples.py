@@ -1,0 +1,101 @@
+"""Small example inputs for the README: what a user brings to feedline.
+
+``python -m feedline.demo.examples [DIR]`` writes, in DIR (default: the current folder):
+
+* ``train/``: an ImageFolder tree of 3 classes (``cats``, ``dogs``, ``owls``), 21 phone-style
+  photos each: dots in the names, 5% portrait among landscape, ``.jpg``/``.JPEG`` and a PNG,
+  a sub-folder, a palette PNG, and the litter of a zip made on a Mac (``__MACOSX``) and of
+  a folder browsed on Windows (``Thumbs.db``, ``.DS_Store``);
+* ``photos/``: 40 WebDataset-named samples, ``000123.jpg`` + ``000123.cls``;
+* ``old-shards/shard-000000.tar``: an existing WebDataset tar of 8 samples.
+
+The README's examples run on these as written; ``tests/test_readme.py`` uses the same files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from feedline.errors import ConfigError
+
+WRITES = ("train", "photos", "old-shards")
+
+
+def _encode(img: np.ndarray, fmt: str = "JPEG") -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format=fmt, quality=85)
+    return buf.getvalue()
+
+
+def _photo(rng: np.random.Generator, h: int, w: int, tint: int) -> np.ndarray:
+    yy, xx = np.mgrid[0:h, 0:w]
+    img = np.stack([(yy * 255 // h), (xx * 255 // w), np.full((h, w), tint)], axis=2)
+    return np.clip(img + rng.integers(-20, 20, img.shape), 0, 255).astype(np.uint8)
+
+
+def write_examples(root: str | Path) -> list[Path]:
+    """Write ``train/``, ``photos/`` and ``old-shards/`` under ``root``; returns them.
+
+    Refuses (``ConfigError``) when any of them exists, so nothing of the user's is
+    overwritten."""
+    root = Path(root).expanduser()
+    made = [root / name for name in WRITES]
+    for path in made:
+        if path.exists():
+            raise ConfigError("already exists; the examples write only new folders", path=str(path),
+                              fix="give an empty folder: python -m feedline.demo.examples try/")
+    rng = np.random.default_rng(0)
+    for c, (cls, tint) in enumerate((("cats", 30), ("dogs", 130), ("owls", 230))):
+        folder = root / "train" / cls
+        folder.mkdir(parents=True)
+        for i in range(20):
+            h, w = (320, 240) if i % 20 == 3 else (240, 320)  # 5% portrait
+            ext, fmt = ((".png", "PNG") if i == 7 else (".JPEG", "JPEG") if i % 5 == 1
+                        else (".jpg", "JPEG"))
+            (folder / f"IMG_2023.01.0{c}_{1000 + i}{ext}").write_bytes(_encode(_photo(rng, h, w, tint), fmt))
+        (folder / "2024" / "Jan").mkdir(parents=True)
+        Image.fromarray(_photo(rng, 240, 320, tint)).convert("P").save(folder / "2024" / "Jan" / "scan 1.PNG")
+        (folder / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(64))
+        (folder / "Thumbs.db").write_bytes(bytes(512))
+        (root / "train" / "__MACOSX" / cls).mkdir(parents=True)
+        (root / "train" / "__MACOSX" / cls / "._IMG_2023.01.00_1000.jpg").write_bytes(b"\x00\x05\x16\x07" + bytes(64))
+    photos = root / "photos"
+    photos.mkdir()
+    for i in range(40):
+        (photos / f"{i:06d}.jpg").write_bytes(_encode(_photo(rng, 48, 64, 7 * i % 256)))
+        (photos / f"{i:06d}.cls").write_text(str(i % 4))
+    (root / "old-shards").mkdir()
+    with tarfile.open(root / "old-shards" / "shard-000000.tar", "w") as tar:
+        for i in range(8):
+            for name, data in ((f"{i:06d}.jpg", _encode(_photo(rng, 48, 64, 9))),
+                               (f"{i:06d}.cls", str(i % 2).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return made
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m feedline.demo.examples",
+                                     description="write the README's example inputs (train/, photos/, old-shards/)")
+    parser.add_argument("dir", nargs="?", default=".", help="where to write them (default: here)")
+    args = parser.parse_args(argv)
+    try:
+        made = write_examples(args.dir)
+    except ConfigError as e:
+        print(f"feedline: error: {e}", file=sys.stderr)
+        return 1
+    for path in made:
+        print(f"wrote {path}/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
