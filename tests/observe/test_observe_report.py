@@ -192,6 +192,14 @@ def test_a_step_queued_for_a_core_gets_the_step_contention_finding() -> None:
     rep = build_report(m)  # compute-bound: the headline says the same, not mixed precision
     assert rep.verdict == "compute-bound" and "waited 60% of its time for a CPU core" in rep.recommendation
     assert "torch.set_num_threads(6)" in rep.recommendation
+    # torch already runs the 6 threads the workers leave: the advice is what else helps
+    m.loader["torch_threads"] = 6
+    (f,) = [f for f in build_report(m).findings if f.code == "step-contention"]
+    assert "6 intra-op threads" in f.message and "set_num_threads" not in f.fix and "fewer workers" in f.fix
+    assert "set_num_threads" not in build_report(m).recommendation
+    m.loader["torch_threads"], m.loader["num_workers"] = 1, 7  # singular words for one of each
+    (f,) = [f for f in build_report(m).findings if f.code == "step-contention"]
+    assert "1 intra-op thread, 7 loader workers" in f.message and "set_num_threads" not in f.fix
     m.body_runq = [0.001] * len(m.body)
     assert "step-contention" not in {f.code for f in build_report(m).findings}
     assert "mixed precision" in build_report(m).recommendation

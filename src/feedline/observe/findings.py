@@ -277,14 +277,16 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
     workers = int(f.loader.get("num_workers") or 0)
     if f.step_contention >= STEP_CONTENTION:
         threads = f.loader.get("torch_threads")
-        who = f"torch's {threads} intra-op threads, " if threads else ""
+        who = (f"torch's {threads} intra-op thread{'s' if threads != 1 else ''}, " if threads
+               else "")
+        advice = set_threads_advice(threads, f.cores, workers)
+        set_threads = f"{advice} in the training script (the cores the workers leave), " if advice else ""
         out.append(Finding(
             "step-contention", "warning",
             f"the training thread waited {f.step_contention:.0%} of its step body for a CPU "
             f"core: the step's compute shares the {f.cores} cores with {who}{workers} loader "
-            "workers and other jobs, so the step is slower than its work",
-            f"torch.set_num_threads({max(1, f.cores - workers)}) in the training script (the "
-            "cores the workers leave), fewer workers, or other jobs off the machine",
+            f"worker{'s' if workers != 1 else ''} and other jobs, so the step is slower than its work",
+            f"{set_threads}fewer workers, or other jobs off the machine",
         ))
     rebuilt = int(f.loader.get("instances") or 1) > 1
     if (not f.loader.get("feedline") and workers > 0
@@ -478,3 +480,12 @@ def detect(facts: RunFacts) -> list[Finding]:
     found += _timing_rules(facts) + _topology_rules(facts) + _quiet_rule(facts)
     found += _handoff_rule(facts)
     return sorted(found, key=lambda x: SEVERITIES.index(x.severity))
+
+
+def set_threads_advice(torch_threads: object, cores: int, workers: int) -> str:
+    """``torch.set_num_threads(N)`` for a step that waits for a core, N the cores the loader's
+    workers leave; empty when torch already runs N threads (advising it again is no fix)."""
+    left = max(1, cores - workers)
+    if isinstance(torch_threads, int) and torch_threads == left:
+        return ""
+    return f"torch.set_num_threads({left})"

@@ -41,6 +41,7 @@ from feedline.observe.findings import (
     loader_call,
     prefetch_depth,
     recommended_workers,
+    set_threads_advice,
 )
 
 VERDICTS = ("data-bound", "compute-bound", "balanced", "unknown")
@@ -414,10 +415,13 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return step / after if after > 0 else None
 
     if verdict == "compute-bound" and step_contention >= STEP_CONTENTION:
+        advice = set_threads_advice(cfg.get("torch_threads"), cores, workers)
+        give = (f"give it its cores ({advice} beside {workers} workers on {cores} cores, fewer "
+                "workers, other jobs off the machine)" if advice else
+                f"give it its cores (torch already runs the {cores - workers} thread(s) the "
+                f"{workers} workers leave: fewer workers, or other jobs off the machine)")
         return (f"the data path keeps up, but the step waited {step_contention:.0%} of its "
-                f"time for a CPU core: give it its cores (torch.set_num_threads("
-                f"{max(1, cores - workers)}) beside {workers} workers on {cores} cores, fewer "
-                "workers, other jobs off the machine), then speed up the step itself"), 1.0
+                f"time for a CPU core: {give}, then speed up the step itself"), 1.0
     if verdict == "compute-bound":
         return ("the data path keeps up; speed up the step itself (mixed precision, larger "
                 "batch, fused kernels)"), 1.0
