@@ -200,6 +200,24 @@ def test_missing_manifest_is_a_format_error(tmp_path: Path) -> None:
         open_dataset(tmp_path)
 
 
+def test_missing_manifest_fix_names_the_command_for_what_the_folder_holds(tmp_path: Path) -> None:
+    """A newcomer's first try, ``Loader("train")`` on the raw ImageFolder: the fix is the pack
+    command with labels; loose files get a plain pack, tar shards ``feedline index``."""
+    (tmp_path / "train" / "cats").mkdir(parents=True)
+    (tmp_path / "train" / "cats" / "1.jpg").write_bytes(b"\xff\xd8")
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "000001.jpg").write_bytes(b"\xff\xd8")
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "shard-000000.tar").write_bytes(bytes(1024))
+    expect = {"train": f"feedline pack {tmp_path / 'train'} --out {tmp_path / 'train'}-packed --labels from-folder",
+              "photos": f"feedline pack {tmp_path / 'photos'} --out {tmp_path / 'photos'}-packed`",
+              "shards": f"feedline index {tmp_path / 'shards'}"}
+    for name, command in expect.items():
+        with pytest.raises(FormatError, match="no manifest") as e:
+            open_dataset(tmp_path / name)
+        assert e.value.fix is not None and command in e.value.fix, e.value.fix
+
+
 def test_importing_feedline_io_loads_no_heavy_or_optional_dependency() -> None:
     import subprocess
     import sys

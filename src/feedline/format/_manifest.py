@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,10 +168,46 @@ def _read_bytes(path: Path) -> bytes:
         raise FormatError(
             "no manifest: this folder holds no complete feedline dataset",
             path=str(path),
-            fix="pack it with `feedline pack SRC --out DIR` or adopt tars with `feedline index`",
+            fix=_no_manifest_fix(path.parent),
         ) from None
     except OSError as e:
         raise FormatError(f"manifest cannot be read: {e.strerror}", path=str(path), fix=_FIX) from None
+
+
+def _no_manifest_fix(folder: Path) -> str:
+    """The command that makes a dataset of what ``folder`` holds (a look at its first entries
+    only): tars are adopted, class folders of files (an ImageFolder) packed with labels,
+    other files packed as they are."""
+    tars = subdirs = files = 0
+    try:
+        with os.scandir(folder) as it:
+            for n, entry in enumerate(it):
+                if n >= 256:
+                    break
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir():
+                    subdirs += 1
+                elif entry.name.endswith(".tar"):
+                    tars += 1
+                else:
+                    files += 1
+    except OSError:
+        pass
+    name = shlex.quote(str(folder))
+    out = shlex.quote(f"{folder}-packed" if folder.name else "packed")
+    if tars:
+        return (f"these are tar shards: adopt them with `feedline index {name}` (a pack's "
+                "manifest is written last, so an interrupted `feedline pack` leaves none: rerun it)")
+    if subdirs and not files:
+        return (f"a folder of class folders (an ImageFolder) is packed first: `feedline pack {name} "
+                f"--out {out} --labels "
+                "from-folder`, then load that --out folder; or pass a Dataset object to Loader")
+    if files:
+        return (f"raw files are packed first: `feedline pack {name} --out "
+                f"{out}`, then load that "
+                "--out folder")
+    return "pack it with `feedline pack SRC --out DIR` or adopt tars with `feedline index`"
 
 
 def _load_json(data: bytes, path: Path) -> dict[str, Any]:
