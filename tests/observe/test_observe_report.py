@@ -361,3 +361,16 @@ def test_a_loader_in_lockstep_with_the_training_one_is_training_data() -> None:
     assert "lockstep with loader-3" in task["advice"]
     val = other_loader("loader-2", **kw)  # type: ignore[arg-type]
     assert val["role"] == "other" and "evaluation compute" in val["advice"]
+
+
+def test_text_names_the_binding_stage_the_table_lacks() -> None:
+    """A DataLoader fetch is one table row; the model splits it into blocked ``read`` and CPU
+    ``decode``, and the verdict's binding stage must be a name the text shows."""
+    from feedline.observe._export import render_text
+
+    m = Measurements(**{**vars(meas(wait=0.060, body=0.010, fetch=0.060, cpu=0.040, workers=1)), "cores": 2})
+    rep = build_report(m)
+    assert rep.binding == "decode" and "decode" not in rep.stages
+    text = " ".join(render_text(rep).split())
+    assert "binding: decode" in text
+    assert "per batch (read = time blocked, decode = CPU time of the data code): read 20.00 ms, decode 40.00 ms" in text

@@ -70,6 +70,18 @@ def stage_label(stage: str, device: str) -> str:
     return "compute" if stage == "gpu" and not str(device).startswith("cuda") else stage
 
 
+def per_batch_line(rep: Report) -> str:
+    """The model's per-batch cost of each stage, when the table does not show them as such
+    (a fetch or a dataset's item code is one span, split into blocked ``read`` and CPU
+    ``decode``): without it the binding stage may be a name no table row has."""
+    per = (rep.analysis or {}).get("per_batch") or {}
+    shown = {k: v for k, v in per.items() if isinstance(v, (int, float)) and v > 0}
+    if not shown or all(k in rep.stages for k in shown):
+        return ""
+    costs = ", ".join(f"{stage_label(k, rep.device)} {_ms(v)} ms" for k, v in shown.items())
+    return f"per batch (read = time blocked, decode = CPU time of the data code): {costs}"
+
+
 def render_text(rep: Report, width: int = 100) -> str:
     """The report as terminal text (rich tables): stages, verdict, model, findings."""
     from rich.console import Console
@@ -112,6 +124,9 @@ def render_text(rep: Report, width: int = 100) -> str:
         con.print(f"model ({a.get('applies')}): serial {_ms(a['serial'])} ms, steady "
                   f"{_ms(a['steady'])} ms, predicted {_ms(a['predicted'])} ms vs measured "
                   f"{_ms(a['measured'])} ms")
+        split = per_batch_line(rep)
+        if split:
+            con.print(split, markup=False)
     gain = "" if rep.predicted_gain is None else f" (predicted gain {rep.predicted_gain:.2f}x)"
     con.print(f"recommendation: {rep.recommendation}{gain}")
     if rep.ab:
