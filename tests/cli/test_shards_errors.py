@@ -214,7 +214,7 @@ def test_imagefolder_in_one_command(tmp_path: Path) -> None:
     (train / "README").write_text("hello")
     out = _cli("pack", str(train), "--out", str(tmp_path / "data"), "--labels", "from-folder")
     assert out.returncode == 0, out.stderr
-    assert "packed 3 samples (6 files, 2 classes)" in out.stdout
+    assert "packed 3 samples (3 files, 2 classes)" in out.stdout  # 3 images; the cls pack adds is no file
     assert "skipped 1 file(s) that fit no rule: README" in out.stderr
     assert "field 'png' is in 1 of 3 samples" in out.stderr
     shown = _cli("inspect", str(tmp_path / "data"))
