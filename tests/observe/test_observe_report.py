@@ -259,6 +259,12 @@ def test_gil_bound_item_code_binds_on_decode_with_its_cpu_as_stall() -> None:
     assert rep.verdict == "data-bound" and rep.binding == "decode" and "GIL" in rep.reason
     assert rep.stall_fraction == pytest.approx(0.040 / 0.047, abs=0.01)
     assert 'worker_type="process"' in rep.recommendation
+    from feedline.observe._export import render_text
+
+    text = " ".join(render_text(rep).split())  # 85% stall beside a step busy 96%: not a contradiction
+    assert "of each step (part of it inside the step: see why) busy:" in text and "why decode:" in text
+    plain = build_report(loader_reads(30, 0.040, 0.001, 1, {}, body=0.005))
+    assert "inside the step" not in render_text(plain)
 
 
 def test_thread_workers_crowding_the_training_thread_off_its_cores() -> None:

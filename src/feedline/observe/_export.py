@@ -114,8 +114,12 @@ def render_text(rep: Report, width: int = 100) -> str:
             how += f"; built {built} times at the same place in the code, one data path"
         con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, {how})")
     binding = stage_label(str(rep.binding), rep.device)
+    # a stall counted inside the step (thread workers holding the GIL or the cores while
+    # the step runs) overlaps the busy time: say so, or the two read as a contradiction
+    inside = (" (part of it inside the step: see why)" if rep.gpu_utilisation is not None
+              and rep.stall_fraction + rep.gpu_utilisation > 1.05 else "")
     con.print(f"verdict: {rep.verdict.upper()} (binding: {binding})  data stall: "
-              f"{rep.stall_fraction:.0%} of each step  busy: {util}  samples/s: {sps}")
+              f"{rep.stall_fraction:.0%} of each step{inside}  busy: {util}  samples/s: {sps}")
     if rep.reason:
         con.print(f"why {binding if rep.verdict != 'unknown' else 'unknown'}: {rep.reason}\n"
                   f"    fix: {rep.fix}", markup=False)
