@@ -314,3 +314,34 @@ def test_the_loader_whose_steps_feed_an_optimizer_is_the_training_one() -> None:
         opt.step()
     opt.step()  # uninstalled: no longer seen
     assert seen == [1]
+
+
+def test_a_backward_pass_is_an_update_for_a_hand_written_optimizer() -> None:
+    import torch
+
+    from feedline.observe._torch_hooks import CopyLog, HookTargets, TorchHooks
+
+    # `p.data -= lr * p.grad`, no torch.optim; validation after each epoch with autograd
+    # on and more steps: the loader whose steps run backward is the training one
+    sc, train, val = clocks(), object(), object()
+    w = torch.zeros(3, requires_grad=True)
+    hooks = TorchHooks(HookTargets(Recorder(), CopyLog(), lambda o, f: f(), lambda *a: None,
+                                   lambda o: "L", lambda: None,
+                                   backward=sc.on_backward))
+    with hooks.installed():
+        (w * 2).sum().backward()  # a warm-up before any step tells nothing
+        assert not sc.opt_tids
+        for _epoch in range(2):
+            for _ in run(sc, train, 4):
+                (w * 2).sum().backward()
+                w.data -= 0.1 * w.grad
+                w.grad = None
+            for _ in run(sc, val, 10):
+                float((w * 3).sum())
+        assert sc.training() is sc.clock(train) and sc.evaluation(sc.clock(val))
+        # the functional form is an update too
+        for _ in run(sc, val, 1):
+            torch.autograd.grad((w * 2).sum(), [w])
+    assert sc.clock(val).trained
+    (w * 2).sum().backward()  # uninstalled: torch's own functions again
+    assert torch.autograd.backward.__module__ == "torch.autograd"

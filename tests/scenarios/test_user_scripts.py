@@ -20,6 +20,12 @@ length-dependent step, ``np.memmap`` and ``mmap`` datasets, tokenising collate i
 ``prefetch_factor=1``, process-worker stragglers, the README's pack-then-Loader and
 ``feedline.wrap`` paths, a validation loader with more steps than training, under no_grad
 or in the tutorial's train/val phases, a dataset decoding on its own thread pool...).
+Round 6 (``z_*.py``) adds a hand-written update (``p.data -= lr * p.grad``, no
+``torch.optim``) with a validation loader iterated under autograd, a generator stream
+sharded by ``worker_init_fn``, ``DistributedSampler`` with world size 1 over
+``ConcatDataset`` of ``Subset``s, ``pin_memory``/``non_blocking`` on a CPU host, a dataset
+raising and catching its own errors, ``torch.set_num_threads`` changed mid-run, a step
+that drifts from slow to fast, and a batch built from two ``next()`` calls.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -265,14 +271,37 @@ TRUTH = {
     # the tutorial's `for phase in ("train", "val")` with set_grad_enabled inside the loop
     "y_tutorial_phases": Truth("compute-bound", "gpu", COMPUTE, "".join(
         f"epoch {e} train: 8 batches\nepoch {e} val: 12 batches\n" for e in range(3))),
+    # -- round 6 (z_*.py)
+    # `p.data -= lr * p.grad`, no torch.optim; validation (more steps) under autograd
+    "z_manual_sgd_val_grad": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: train 12 val 24\n" for e in range(3))),
+    # IterableDataset over a generator, sharded by worker_init_fn, 2 workers
+    "z_stream_worker_init": Truth("data-bound", "read", DATA,
+                                  "epoch 0: 20 batches\nepoch 1: 20 batches\n"),
+    # DistributedSampler(num_replicas=1) over ConcatDataset of random_split Subsets, CPU items
+    "z_distributed_sampler_one": Truth("data-bound", "decode", DATA,
+                                       "epoch 0: 10 batches\nepoch 1: 10 batches\n"),
+    # pin_memory=True and non_blocking=True copies on a CPU-only host
+    "z_pin_nonblocking_cpu": Truth("compute-bound", "gpu", COMPUTE, "steps 40\n"),
+    # a dataset retrying its own OSErrors and KeyErrors on flaky storage
+    "z_flaky_retries": Truth("data-bound", "read", DATA, "steps 30\n"),
+    # torch.set_num_threads(1 -> 2 -> 1) between epochs
+    "z_num_threads_midrun": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e} threads {t}: 12 batches\n" for e, t in enumerate((1, 2, 1)))),
+    # a 40 ms step for 8 steps, then 3 ms, against a steady 24 ms batch
+    "z_drift_fast_steps": Truth("data-bound", "read", DATA, "steps 48\n"),
+    # each step's batch is torch.cat of two next(it) calls (counted as two steps)
+    "z_two_next_cat": Truth("data-bound", "read", DATA, "steps 20 batches 40\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
-        "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode")
+        "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
+        "z_manual_sgd_val_grad")
 """The default suite's share (40-50 s on two busy cores): one of each fix (start-up
 binding, run-queue wait of process workers, zipped loaders, ranks in processes the
 command starts, a loader rebuilt every epoch, torchrun's ranks judged by the one waiting
 for data, thread workers whose Python holds the GIL or the cores, a no_grad validation loader with
-more steps than training, a dataset decoding on its own thread pool)."""
+more steps than training, a dataset decoding on its own thread pool, a hand-written
+update whose backward passes name the training loader)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
@@ -393,6 +422,22 @@ def test_no_grad_validation_and_a_thread_pool_decode(fast_runs: dict) -> None:
     assert "sampler=BatchSampler(...)" in pool["recommendation"]  # batch_size=None kept too
 
 
+@pytest.mark.timeout(400)
+def test_a_hand_written_update_names_the_training_loader(fast_runs: dict) -> None:
+    data = fast_runs["z_manual_sgd_val_grad"][1]
+    (val,) = data["loaders"]  # 72 validation steps under autograd, no backward
+    assert data["steps"] == 35 and val["steps"] == 72 and val["role"] == "other"
+
+
+def round6_checks(results: dict) -> None:
+    """Round 6's advice, beyond the verdict."""
+    # GPU habits on a CPU host: no pinning advice
+    pin = results["z_pin_nonblocking_cpu"][1]
+    assert "pin_memory" not in json.dumps(pin["findings"]) + pin["recommendation"]
+    (val,) = results["z_manual_sgd_val_grad"][1]["loaders"]
+    assert val["role"] == "other"
+
+
 def round5_checks(results: dict) -> None:
     """Round 5's advice and per-loader lines, beyond the verdict."""
     # advice keeps how the loader draws and batches: a copied call trains the same way
@@ -452,3 +497,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         rec = results["x_http_workers"][1]["recommendation"]
         assert int(rec.split("num_workers=")[1].split(",")[0]) > 6, rec
         round5_checks(results)
+        round6_checks(results)

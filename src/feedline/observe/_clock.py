@@ -184,7 +184,8 @@ class LoaderClock:
     ``torch.no_grad()`` / ``inference_mode()`` only are evaluation (a validation loader
     with ``batch_size=1`` may take more steps than the training one)."""
     trained: bool = False
-    """An optimizer stepped in one of this loader's step bodies (on its thread): it
+    """An optimizer stepped, or a backward pass ran (a hand-written update), in one
+    of this loader's step bodies (on its thread): it
     feeds training, whatever autograd mode its passes began in (``with
     torch.set_grad_enabled(phase == "train")`` inside the loop)."""
     site: tuple[tuple[str, int], ...] = ()
@@ -360,7 +361,7 @@ class StepClocks:
         self.primary: Any = None
         """The training loader when the caller names it (``feedline.watch``)."""
         self.opt_tids: set[int] = set()
-        """Threads on which an optimizer stepped."""
+        """Threads on which an optimizer stepped (or a backward pass ran after a step)."""
 
     # -- naming
     def find(self, owner: Any) -> LoaderClock | None:
@@ -505,10 +506,19 @@ class StepClocks:
         if c is not None:
             c.trained = True
 
+    def on_backward(self) -> None:
+        """An autograd backward pass ran on this thread: an update as
+        :meth:`on_optimizer_step` tells it (a loop that updates its parameters by hand,
+        ``p.data -= lr * p.grad``, steps no optimizer; a validation loop under autograd
+        runs no backward). One before any step on this thread (a warm-up) tells nothing."""
+        if getattr(self._tls, "prev", None) is not None:
+            self.on_optimizer_step()
+
     def evaluation(self, c: LoaderClock) -> bool:
-        """Whether the optimizer tells ``c`` is not training: an optimizer stepped on a
-        thread that consumed ``c``, never in ``c``'s step bodies. A loader consumed on a
-        thread that never stepped one (a producer thread feeding a queue) is not told."""
+        """Whether the updates tell ``c`` is not training: an optimizer stepped (or a
+        backward pass ran) on a thread that consumed ``c``, never in ``c``'s step bodies.
+        A loader consumed on a thread that never stepped one (a producer thread feeding a
+        queue) is not told."""
         return not c.trained and bool(c.tids & self.opt_tids)
 
     def step_done(self, owner: Any) -> None:

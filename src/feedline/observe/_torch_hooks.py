@@ -21,6 +21,10 @@ its patches, and one removed out of order turns itself into a pass-through.
   Linux, so times line up across processes).
 * Iteration: ``DataLoader.__iter__`` and the iterator's ``__next__`` are
   reported to the owner's ``on_iter`` / ``on_next`` callbacks (step clocks).
+* Updates: ``torch.optim`` optimizer steps and autograd backward passes
+  (``torch.autograd.backward``, which ``Tensor.backward`` calls, and
+  ``torch.autograd.grad``) are reported to ``optimizer_step`` / ``backward``
+  (which loader feeds training, also for a hand-written update).
 """
 
 from __future__ import annotations
@@ -299,7 +303,11 @@ class HookTargets:
     ``multiprocessing.Process`` trainer; loader workers never iterate a
     DataLoader) at its first ``iter(DataLoader)``, to start measuring it;
     ``optimizer_step()``, when given, is called after every ``torch.optim``
-    optimizer step in the measured process (on the thread that stepped).
+    optimizer step in the measured process (on the thread that stepped);
+    ``backward()``, when given, after every autograd backward pass there
+    (``Tensor.backward``, ``torch.autograd.backward`` or ``torch.autograd.grad``:
+    a loop that updates its parameters by hand, ``p.data -= lr * p.grad``, steps
+    no optimizer).
     """
 
     sink: Sink
@@ -311,6 +319,7 @@ class HookTargets:
     worker_dir: str | None = None
     forked: Callable[[], None] | None = None
     optimizer_step: Callable[[], None] | None = None
+    backward: Callable[[], None] | None = None
 
 
 class TorchHooks:
@@ -362,6 +371,12 @@ class TorchHooks:
             register = getattr(optim_mod, "register_optimizer_step_post_hook", None)
             if register is not None:
                 self._handles.append(register(self._optimizer_stepped))
+        if self.t.backward is not None:
+            import torch.autograd as autograd_mod
+
+            # Tensor.backward looks torch.autograd.backward up on every call
+            for name in ("backward", "grad"):
+                self._patch(autograd_mod, name, self._make_backward(getattr(autograd_mod, name)))
 
     def uninstall(self) -> None:
         """Restore every patched attribute that still holds this object's patch."""
@@ -483,6 +498,17 @@ class TorchHooks:
         self.t.sink.record("h2d", t0, t1, {"bytes": rec.nbytes, "pinned": rec.pinned,
                                            "non_blocking": non_blocking})
         return out
+
+    def _make_backward(self, orig: Any) -> Any:
+        hooks = self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs)
+            if hooks.t.backward is not None and hooks._here():
+                hooks.t.backward()
+            return out
+
+        return backward
 
     def _make_to(self, orig: Any) -> Any:
         hooks = self
