@@ -38,6 +38,15 @@ def test_io_bound_workers_may_exceed_the_cores_cpu_bound_may_not() -> None:
     assert "num_workers=2" in cpu.recommendation  # CPU work: one worker per core at most
 
 
+def test_workers_are_sized_for_the_typical_step_not_a_slow_start() -> None:
+    # 8 steps of 40 ms (a warm-up), then 40 of 3 ms, against 24 ms of reads a batch: the
+    # mean step (9 ms) would size 4 workers; hiding 24 ms behind 3 ms takes 10 (x 1.25)
+    m = meas(wait=0.021, body=0.003, fetch=0.024, cpu=0.001, workers=1, n=48)
+    body = [0.040] * 8 + [0.003] * 40
+    drift = build_report(Measurements(**{**vars(m), "body": body, "gpu": body}))
+    assert drift.verdict == "data-bound" and "num_workers=10," in drift.recommendation
+
+
 def test_tail_stalls_get_a_prefetch_depth_from_the_measured_tail() -> None:
     n = 64
     spans = [Span("fetch", i, i + (0.200 if i % 16 == 0 else 0.001), 1, 1,

@@ -383,8 +383,11 @@ def data_time_with(pb: PerBatch, workers: int, cores: int) -> float:
 
 def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
     """The workers to recommend: enough to hide the data path behind the step, within
-    what the cores carry (I/O-bound paths may use more workers than cores)."""
-    target = max(pb.gpu, 1e-6)
+    what the cores carry (I/O-bound paths may use more workers than cores). The step to
+    hide it behind is the typical one (the median body when shorter than the mean): a
+    slow start (warm-up, caches) or a few long steps would size the workers for steps
+    the run mostly no longer takes."""
+    target = max(min(pb.gpu, pb.gpu_p50) if pb.gpu_p50 > 0 else pb.gpu, 1e-6)
     # a quarter of headroom: workers that exactly match the step stall on every hiccup
     needed = max(1, math.ceil(HEADROOM * pb.data / target - 1e-9)) if pb.data > 0 else 1
     if pb.blocked_fraction >= 0.5:
