@@ -337,7 +337,7 @@ def test_a_backward_pass_is_an_update_for_a_hand_written_optimizer() -> None:
                 w.data -= 0.1 * w.grad
                 w.grad = None
             for _ in run(sc, val, 10):
-                float((w * 3).sum())
+                float((w * 3).sum().detach())  # a graph built, no backward
         assert sc.training() is sc.clock(train) and sc.evaluation(sc.clock(val))
         # the functional form is an update too
         for _ in run(sc, val, 1):
