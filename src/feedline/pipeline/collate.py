@@ -111,11 +111,15 @@ def flatten(sample: Any, max_depth: int, path: Path = ()) -> tuple[Any, list[tup
             skeleton[k], sub = flatten(v, max_depth, (*path, k))
             leaves.extend(sub)
         return skeleton, leaves
-    if isinstance(sample, tuple) and not hasattr(sample, "_fields") and (
-            len(path) < max_depth or _array_tree(sample)):
+    if _plain_tuple(sample) and (len(path) < max_depth or _array_tree(sample)):
         parts = [flatten(v, max_depth, (*path, i)) for i, v in enumerate(sample)]
         return tuple(p[0] for p in parts), [leaf for p in parts for leaf in p[1]]
     return Ref(path), [(path, sample)]
+
+
+def _plain_tuple(value: Any) -> bool:
+    """A tuple walked as structure (not a namedtuple, which stays one value)."""
+    return isinstance(value, tuple) and not hasattr(value, "_fields")
 
 
 def _array_tree(value: Mapping[Any, Any] | tuple[Any, ...]) -> bool:
@@ -124,7 +128,7 @@ def _array_tree(value: Mapping[Any, Any] | tuple[Any, ...]) -> bool:
     and ``.pt`` fields decode to. A JSON value never is one (its numbers are Python's)."""
     values = value.values() if isinstance(value, Mapping) else value
     return bool(value) and all(
-        ((isinstance(v, Mapping) or (isinstance(v, tuple) and not hasattr(v, "_fields"))) and _array_tree(v))
+        ((isinstance(v, Mapping) or _plain_tuple(v)) and _array_tree(v))
         or (isinstance(v, np.ndarray) or (hasattr(v, "__array__") and hasattr(v, "shape")))
         for v in values)
 
@@ -168,11 +172,10 @@ def _merge(into: dict[Any, Any], skeleton: dict[Any, Any]) -> None:
     """Add ``skeleton``'s keys to ``into``, first-seen order, nested dicts merged alike (an
     ``.npz`` or a transform's dict whose members vary between samples)."""
     for k, v in skeleton.items():
-        have = into.get(k)
-        if have is None:
-            into[k] = dict(v) if isinstance(v, dict) else v
-        elif isinstance(have, dict) and isinstance(v, dict):
-            _merge(have, v)
+        if not isinstance(v, dict):
+            into.setdefault(k, v)
+        elif isinstance(sub := into.setdefault(k, {}), dict):  # a fresh dict: no sample's is shared
+            _merge(sub, v)
 
 
 def _fits(want: Any, got: Any) -> bool:
@@ -233,7 +236,7 @@ def _leaves(layout: Layout, sample: Any) -> list[Any]:
     want = layout.skeleton
     # by path, not position: dict equality ignores key order, and samples built by
     # different code paths list their keys in different orders
-    if skeleton == want or _fits(want, skeleton):
+    if _fits(want, skeleton):
         got = dict(leaves)
         return [got.get(leaf.path) for leaf in layout.leaves]
     raise DecodeError(
