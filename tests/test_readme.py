@@ -105,3 +105,18 @@ def test_no_words_only_the_authors_know() -> None:
     text = README.read_text(encoding="utf-8")
     for word in ("seed 00", "seed's", "here)", "story"):
         assert word not in text, word
+
+
+def test_the_guide_keeps_what_users_need() -> None:
+    """What a new user must find in the README itself, not only in docs/: the defaults
+    that differ from DataLoader, the --json convention, what to run after copying data,
+    the fault table, the peers table, GPU decode and placement, the checkpoint table and
+    which checkpointer to use when, and the GPU check."""
+    text = README.read_text(encoding="utf-8")
+    for needed in ("**`shuffle=True` by default**", "**`drop_last=True` by default**",
+                   "`--json PATH`", "`--json -`", "run `feedline verify DIR`",
+                   "(docs/faults.md)", "bench/peers.py", "| torch DataLoader (files) |",
+                   "`decode_on", "`placement", "| `Checkpointer.save`", "**Which to use when.**",
+                   "bench/gpu_check.py"):
+        assert needed in text, needed
+    assert 400 < text.count("\n") < 700, "the README is a guide; depth goes to docs/"
