@@ -71,7 +71,6 @@ def _read_until(fd: int, word: bytes, seen: bytearray, deadline: float) -> bytes
     raise AssertionError(f"no {word!r} in the output: {bytes(seen)[-2000:]!r}")
 
 
-@pytest.mark.slow  # passes alone and with tests/faults (1.7 s), hangs 2 of 2 in the full default suite: not yet understood
 @pytest.mark.timeout(150)
 def test_ctrl_c_reaches_a_command_in_its_own_session(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
@@ -79,6 +78,9 @@ def test_ctrl_c_reaches_a_command_in_its_own_session(tmp_path: Path) -> None:
     master, slave = pty.openpty()
 
     def controlling_terminal() -> None:  # diagnose leads a session whose terminal is the pty
+        # as an interactive shell starts it: a suite run in the background (``cmd &`` in a
+        # script) has SIGINT ignored, and the command would inherit that and outlive Ctrl-C
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.setsid()
         fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
 
