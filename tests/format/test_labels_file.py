@@ -180,6 +180,12 @@ def test_cli_packs_with_a_labels_file_and_reports_unmatched_rows(tmp_path: Path)
     res = subprocess.run([sys.executable, "-m", "feedline", "pack", "imgs", "--out", "ds2", "--labels",
                           "nope.parquet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode in (1, 2) and "Traceback" not in res.stderr and "from-folder" in res.stderr
+    (tmp_path / "breeds.csv").write_text("id,breed,source\na,pug,web\nb,beagle,web\n")
+    res = subprocess.run([sys.executable, "-m", "feedline", "pack", "imgs", "--out", "ds3", "--labels",
+                          "breeds.csv", "--label-column", "breed", "-q", "--exclude", "*.csv"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert read_manifest(tmp_path / "ds3").classes == ("beagle", "pug")
 
 
 def test_splits_share_the_class_numbers_of_train(tmp_path: Path) -> None:
@@ -220,3 +226,72 @@ def test_a_split_unpacked_on_a_mac_keeps_the_class_numbers_of_train(tmp_path: Pa
         warnings.simplefilter("error")  # no "class folder with no files" for café either
         pack([tmp_path / "valid"], tmp_path / "ds-valid", rules=SourceRules(labels="from-folder", classes=classes))
     assert {k: int(v["cls"]) for k, v in _load(tmp_path / "ds-valid").items()} == {"cafe\u0301/3": 0, "tea/4": 1}
+
+
+@pytest.mark.parametrize(("text", "classes"), [
+    # plant-pathology-2020: image_id + one 0/1 column per class
+    ("image_id,healthy,multiple_diseases,rust,scab\nleaf_0,0,0,1,0\nleaf_1,1,0,0,0\nleaf_2,0,0,0,1\n",
+     ("healthy", "multiple_diseases", "rust", "scab")),
+    # ISIC 2018 GroundTruth.csv: floats 1.0/0.0, class columns in their own (unsorted) order
+    ("image,MEL,NV,BCC\nleaf_0,0.0,1.0,0.0\nleaf_1,0.0,0.0,1.0\nleaf_2,1.0,0.0,0.0\n", ("MEL", "NV", "BCC")),
+])
+def test_one_hot_label_columns_become_cls_in_column_order(tmp_path: Path, text: str,
+                                                          classes: tuple[str, ...]) -> None:
+    """A table of one 0/1 column per class (one 1 per row) gives each file the index of its
+    1 as ``cls`` and the columns, in the table's order (the order a one-hot target has), as
+    the classes; it was packed with every column in ``json`` and no ``cls``, silently."""
+    _photos(tmp_path / "imgs", ["leaf_0.jpg", "leaf_1.jpg", "leaf_2.jpg"])
+    (tmp_path / "train.csv").write_text(text)
+    pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "train.csv")))
+    assert read_manifest(tmp_path / "ds").classes == classes
+    got = _load(tmp_path / "ds")
+    want = {"leaf_0": 2, "leaf_1": 0, "leaf_2": 3} if len(classes) == 4 else {"leaf_0": 1, "leaf_1": 2, "leaf_2": 0}
+    assert {k: int(v["cls"]) for k, v in got.items()} == want
+    assert all("json" not in v for v in got.values())  # nothing but the label was in the rows
+
+
+def test_a_table_with_no_label_column_is_refused_until_named(tmp_path: Path) -> None:
+    """``image_id,species,split``: no column is called label/class/..., so which one labels
+    the files is the user's call. Refused, naming the columns and ``--label-column``; with
+    it, that column numbers the classes and the others go to ``json``; ``none`` packs the
+    rows as ``json`` only. Another split's class list still applies."""
+    _photos(tmp_path / "imgs", ["a.jpg", "b.jpg", "c.jpg"])
+    (tmp_path / "t.csv").write_text("image_id,species,split\na,pug,train\nb,beagle,train\nc,pug,val\n")
+    labels = os.fspath(tmp_path / "t.csv")
+    with pytest.raises(ConfigError, match=r"which column is the label\? None of species, split") as info:
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=labels))
+    assert "--label-column" in (info.value.fix or "")
+    with pytest.raises(ConfigError, match=r"no column 'specie'; .* are species, split"):
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=labels, label_column="specie"))
+    pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=labels, label_column="Species"))
+    assert read_manifest(tmp_path / "ds").classes == ("beagle", "pug")
+    got = _load(tmp_path / "ds")
+    assert {k: (int(v["cls"]), v["json"]["split"]) for k, v in got.items()} == {
+        "a": (1, "train"), "b": (0, "train"), "c": (1, "val")}
+    table = read_table(labels, classes=("pug", "beagle", "boxer"), label_column="species")
+    assert table.rows["a"].cls == 0 and table.classes == ("pug", "beagle", "boxer")
+    table = read_table(labels, label_column="none")
+    assert table.classes is None and table.rows["b"].cls is None
+    assert table.rows["b"].extra == {"species": "beagle", "split": "train"}
+
+
+@pytest.mark.parametrize(("text", "column", "match"), [
+    ("file,a,b\nx.jpg,1,1\n", "a,b", r"row of 'x\.jpg' does not hold exactly one 1"),
+    ("file,a,b\nx.jpg,1,0\n", None, None),  # one-hot found by itself
+    ("file,a,b\nx.jpg,2,0\n", None, "which column is the label"),
+])
+def test_one_hot_rows_hold_exactly_one_1(tmp_path: Path, text: str, column: str | None, match: str | None) -> None:
+    (tmp_path / "t.csv").write_text(text)
+    if match is None:
+        assert read_table(tmp_path / "t.csv", label_column=column).rows["x.jpg"].cls == 0
+        return
+    with pytest.raises(ConfigError, match=match):
+        read_table(tmp_path / "t.csv", label_column=column)
+
+
+def test_label_column_needs_a_csv_table(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text('{"file_name": "a.jpg", "breed": "pug"}\n')
+    with pytest.raises(ConfigError, match=r"applies to a \.csv/\.tsv table"):
+        read_table(tmp_path / "t.jsonl", label_column="breed")
+    with pytest.raises(ConfigError, match="labels is 'from-folder'"):
+        SourceRules(labels="from-folder", label_column="breed")

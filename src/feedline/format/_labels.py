@@ -16,7 +16,15 @@ Users keep labels beside their images in one of three shapes; each becomes a
 
 The *label* is the value under the first key named ``label``, ``class``,
 ``category``, ``target`` or ``cls`` (the only other column when a CSV has
-two). When every row's label is an integer (or a CSV cell of digits) it is the
+two), or under the column ``label_column`` names (``pack --label-column breed``).
+A CSV whose other columns are all 0/1 with exactly one 1 per row (one-hot, as
+Kaggle's plant-pathology ``image_id,healthy,multiple_diseases,rust,scab`` and
+ISIC's ``image,MEL,NV,...`` with ``1.0``/``0.0`` write them) gives ``cls`` = the
+index of the row's 1 and the column names, in the table's order, as the
+classes; ``label_column="a,b,c"`` names such columns when others sit beside
+them. A CSV of three or more columns with none of these is refused (naming its
+columns) rather than packed without a ``cls``; ``label_column="none"`` packs it
+so, every column into ``json``. When every row's label is an integer (or a CSV cell of digits) it is the
 sample's ``cls`` as written; when the labels are names, ``cls`` is the index
 of the name in the sorted list of names, which goes into the manifest as the
 classes (as ``--labels from-folder`` does). A label that is a list (multi-label)
@@ -58,6 +66,10 @@ SUFFIXES = (".csv", ".tsv", ".jsonl", ".json")
 MAX_TABLE_BYTES = 2 << 30
 _FIX = ("give a CSV/TSV with a header (filename,label), a JSONL of objects with a "
         "'file_name' key, or a COCO annotations.json")
+
+
+Record = tuple[str, Any, dict[str, Any]]
+"""One table entry: the file name as written, its label (or None) and the rest of its row."""
 
 
 @dataclass(frozen=True)
@@ -161,16 +173,16 @@ def _cell(text: str) -> Any:
     return text
 
 
-def _records_csv(text: str, delimiter: str, path: str) -> list[tuple[str, Any, dict[str, Any]]]:
+def _records_csv(text: str, delimiter: str, path: str,
+                 label_column: str | None = None) -> tuple[list[Record], tuple[str, ...] | None]:
+    """The rows of a CSV/TSV, and the class order when its label is one-hot columns."""
     reader = csv.reader(io.StringIO(text), delimiter=delimiter)
     header = next(reader, None)
     if not header or len(header) < 2:
         raise ConfigError(f"{path}: needs a header row with a file column and a label column", path=path, fix=_FIX)
     file_col = header.index(_first(header, FILE_KEYS) or header[0])
-    label_name = _first([h for i, h in enumerate(header) if i != file_col], LABEL_KEYS)
-    if label_name is None and len(header) == 2:
-        label_name = header[1 - file_col]
-    out = []
+    others = [h for i, h in enumerate(header) if i != file_col]
+    rows = []
     for line, cells in enumerate(reader, start=2):
         if not cells or all(not c.strip() for c in cells):
             continue
@@ -178,9 +190,55 @@ def _records_csv(text: str, delimiter: str, path: str) -> list[tuple[str, Any, d
             raise ConfigError(f"{path}: line {line} has {len(cells)} cells, the header {len(header)}",
                               path=path, fix="quote cells that hold the delimiter")
         values = {h: _cell(c) for i, (h, c) in enumerate(zip(header, cells, strict=True)) if i != file_col}
-        label = values.pop(label_name) if label_name is not None else None
-        out.append((cells[file_col], label, values))
-    return out
+        rows.append((cells[file_col], values))
+    label_names = _label_columns(others, [v for _, v in rows], path, label_column)
+    if len(label_names) > 1:  # one-hot: the label is the name of the row's column holding the 1
+        out = []
+        for name, values in rows:
+            if not _one_hot(values, label_names):
+                raise ConfigError(
+                    f"{path}: the row of {name!r} does not hold exactly one 1 in the one-hot label columns "
+                    f"{', '.join(label_names)}", path=path, field="label_column",
+                    fix="give every row one 1 (one class per file), or name one label column with "
+                    "--label-column NAME (--label-column none: no cls, every column into json)")
+            label = next(c for c in label_names if values[c] == 1)
+            out.append((name, label, {k: v for k, v in values.items() if k not in label_names}))
+        return out, tuple(label_names)
+    return [(name, values.pop(label_names[0]) if label_names else None, values) for name, values in rows], None
+
+
+def _one_hot(values: Mapping[str, Any], columns: list[str]) -> bool:
+    """Whether the row's ``columns`` hold 0s and exactly one 1 (``1.0``/``0.0`` alike)."""
+    cells = [values.get(c) for c in columns]
+    return all(v in (0, 1) and not isinstance(v, bool) for v in cells) and cells.count(1) == 1
+
+
+def _label_columns(others: list[str], rows: list[dict[str, Any]], path: str,
+                   label_column: str | None) -> list[str]:
+    """The label column(s) of a CSV whose non-file columns are ``others``: one name, several
+    (one-hot), or none (``label_column="none"``)."""
+    if label_column is not None:
+        if label_column.strip().lower() == "none":
+            return []
+        wanted = [c.strip() for c in label_column.split(",") if c.strip()]
+        lowered = {h.lower(): h for h in others}
+        missing = [c for c in wanted if c.lower() not in lowered]
+        if missing or not wanted:
+            raise ConfigError(f"{path}: no column {', '.join(map(repr, missing or [label_column]))}; its columns "
+                              f"other than the file column are {', '.join(others)}", path=path,
+                              field="label_column", fix="name one of those columns with --label-column")
+        return [lowered[c.lower()] for c in wanted]
+    known = _first(others, LABEL_KEYS)
+    if known is not None:
+        return [known]
+    if len(others) == 1:
+        return others
+    if rows and all(_one_hot(r, others) for r in rows):
+        return others
+    raise ConfigError(f"{path}: which column is the label? None of {', '.join(others)} is named "
+                      f"{'/'.join(LABEL_KEYS)}, and they are not one-hot (0/1, one 1 per row)", path=path,
+                      field="label_column", fix="name it: pack --label-column COLUMN (one-hot columns: "
+                      "--label-column A,B,C; no label, every column into json: --label-column none)")
 
 
 def _record(obj: Any, where: str, path: str) -> tuple[str, Any, dict[str, Any]]:
@@ -214,11 +272,19 @@ def _records_coco(doc: dict[str, Any], path: str) -> list[tuple[str, Any, dict[s
     return out
 
 
-def _records(path: Path, text: str) -> list[tuple[str, Any, dict[str, Any]]]:
+def _records(path: Path, text: str, label_column: str | None) -> tuple[list[Record], tuple[str, ...] | None]:
+    """The table's entries, and the class order when its columns fix one (one-hot CSV)."""
     suffix = path.suffix.lower()
     where = str(path)
     if suffix in (".csv", ".tsv"):
-        return _records_csv(text, _delimiter(text, "\t" if suffix == ".tsv" else ","), where)
+        return _records_csv(text, _delimiter(text, "\t" if suffix == ".tsv" else ","), where, label_column)
+    if label_column is not None:
+        raise ConfigError(f"--label-column: applies to a .csv/.tsv table, not {where}", path=where,
+                          field="label_column", fix="drop --label-column; JSON tables use the key 'label'")
+    return _records_json(suffix, text, where), None
+
+
+def _records_json(suffix: str, text: str, where: str) -> list[Record]:
     try:
         if suffix == ".jsonl":
             return [_record(json.loads(line), f"line {n}", where)
@@ -251,12 +317,15 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63)
 
 
-def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = None) -> LabelTable:
+def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = None,
+               label_column: str | None = None) -> LabelTable:
     """Read the annotation file at ``path`` (see the module docstring).
 
     Args:
         classes: the class names in label order (another split's) for name labels; None:
-            the sorted names the file holds.
+            the sorted names the file holds (a one-hot CSV: its columns' order).
+        label_column: a CSV's label column, several comma-separated one-hot columns, or
+            ``"none"``; None: found by name, or one-hot columns, else refused.
 
     Raises:
         ConfigError: a missing, oversized, unreadable or malformed file, an unknown suffix,
@@ -275,11 +344,11 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read labels file {str(p)!r}: {e}", path=str(p),
                           fix="give a readable UTF-8 file") from None
-    records = _records(p, text)
+    records, order = _records(p, text, label_column)
     labels = [label for _, label, _ in records]
-    ints = all(_is_int(v) for v in labels)
+    ints = all(_is_int(v) for v in labels) and order is None
     names = all(isinstance(v, str) for v in labels)
-    classes = tuple(sorted(set(labels))) if names and not ints and labels else None
+    classes = (order or tuple(sorted(set(labels)))) if names and not ints and labels else None
     if classes is not None and given is not None:
         unknown = [c for c in classes if c not in given]
         if unknown:

@@ -154,6 +154,9 @@ class SourceRules:
         follow_symlinks: follow symbolic links that lead outside the source folder.
         classes: the class names in label order (another split's), for class-name labels;
             None: the sorted names this source holds.
+        label_column: with a CSV/TSV ``labels`` file, its label column (several
+            comma-separated: one-hot columns; ``"none"``: no ``cls``); None: found by its
+            name or as one-hot columns (see :mod:`feedline.format._labels`).
     """
 
     key: str | None = None
@@ -162,8 +165,13 @@ class SourceRules:
     exclude: tuple[str, ...] = ()
     follow_symlinks: bool = False
     classes: tuple[str, ...] | None = None
+    label_column: str | None = None
 
     def __post_init__(self) -> None:
+        if self.label_column is not None and (self.labels is None or self.labels in LABEL_MODES):
+            raise ConfigError("label_column: names a column of a labels file, and labels is "
+                              f"{self.labels!r}", field="label_column",
+                              fix="give the table too: --labels train.csv --label-column breed")
         if self.key is not None and self.key not in KEY_RULES:
             raise ConfigError(f"key: must be one of {', '.join(KEY_RULES)}, got {self.key!r}")
         if self.key == "folder" and self.labels is not None and self.labels not in LABEL_MODES:
@@ -437,7 +445,7 @@ def collect(
     sources = list(sources)
     rule = rules.key_rule
     labelled = rules.labels == "from-folder"
-    table = read_table(rules.labels, rules.classes) if rules.labels is not None and not labelled else None
+    table = read_table(rules.labels, rules.classes, rules.label_column) if rules.labels is not None and not labelled else None
     table_real = os.path.realpath(table.path) if table is not None else None
     names: dict[str, str] = {}  # key -> file name (with a labels table)
     images_only = labelled and not rules.include
