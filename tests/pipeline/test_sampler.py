@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feedline.pipeline.sampler import global_order, rank_plan
+from feedline.pipeline.sampler import Permutation, Plan, global_order, rank_plan
 
 
 def test_order_depends_on_seed_and_epoch_only() -> None:
@@ -53,3 +53,54 @@ def test_refill_follows_the_batch_and_wraps() -> None:
     assert plan.batch(1) == [4, 5, 6, 7]
     assert plan.refill(0, 3) == [4, 5, 6]
     assert plan.refill(1, 3) == [0, 1, 2]  # wraps around the rank's order
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 17, 1000, 4097, 65_537])
+def test_the_computed_order_is_a_permutation_keyed_by_seed_and_epoch(n: int) -> None:
+    """The order used above LAZY_ORDER_ABOVE samples, checked whole at small sizes: every
+    index exactly once, the same for the same (seed, epoch), another for another epoch."""
+    pos = np.arange(n, dtype=np.int64)
+    a = Permutation(n, seed=3, epoch=1)[pos]
+    assert a.dtype == np.int64 and sorted(a.tolist()) == list(range(n))
+    assert np.array_equal(a, Permutation(n, seed=3, epoch=1)[pos])
+    if n >= 17:
+        assert not np.array_equal(a, Permutation(n, seed=3, epoch=2)[pos])
+        assert not np.array_equal(a, Permutation(n, seed=4, epoch=1)[pos])
+        assert not np.array_equal(a, pos)
+        # shuffled, not shifted: neighbours in the order are far apart in the dataset
+        assert np.median(np.abs(np.diff(a))) > n / 10
+    assert np.array_equal(a[[5 % n, 0]], Permutation(n, 3, 1)[np.array([5 % n, 0])])
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 1500), world=st.integers(1, 5), bs=st.integers(1, 9), drop_last=st.booleans())
+def test_ranks_of_a_computed_order_follow_the_same_rules(n: int, world: int, bs: int, drop_last: bool) -> None:
+    """The lazy plan gives each rank exactly what slicing the materialised order gives."""
+    if drop_last and (n // world) // bs == 0:
+        return
+    for rank in range(world):
+        lazy = Plan(epoch=0, order=Permutation(n, 1, 0), rank=rank, world=world,
+                    length=rank_plan(n, seed=1, epoch=0, shuffle=True, batch_size=bs, drop_last=drop_last,
+                                     rank=rank, world=world).length, batch_size=bs)
+        full = Permutation(n, 1, 0)[np.arange(n)]
+        want = full[: (n // world) // bs * bs * world] if drop_last else np.resize(full, -(-n // world) * world)
+        assert lazy.indices.tolist() == want[rank::world].tolist()
+        assert [i for b in range(lazy.num_batches) for i in lazy.batch(b)] == lazy.indices.tolist()
+
+
+@pytest.mark.timeout(20)
+def test_a_dataset_of_every_window_of_a_token_file_plans_in_constant_memory() -> None:
+    """nanoGPT's train.bin read as every window start: 10^12 indices. A permutation array
+    would be 8 TB; the plan and its batches take microseconds."""
+    n = 10**12
+    plans = [rank_plan(n, seed=0, epoch=2, shuffle=True, batch_size=64, drop_last=True, rank=r, world=2)
+             for r in range(2)]
+    assert plans[0].num_batches == n // 2 // 64
+    batches = [p.batch(b) for p in plans for b in (0, 1, plans[0].num_batches - 1)]
+    flat = [i for b in batches for i in b]
+    assert all(0 <= i < n for i in flat) and len(set(flat)) == len(flat) == 6 * 64
+    assert batches[0] == rank_plan(n, seed=0, epoch=2, shuffle=True, batch_size=64, drop_last=True,
+                                   rank=0, world=2).batch(0)
+    assert rank_plan(n, seed=0, epoch=0, shuffle=False, batch_size=4, drop_last=False, rank=1,
+                     world=3).batch(1) == [13, 16, 19, 22]
+    assert plans[1].refill(plans[1].num_batches - 1, 2) == plans[1].batch(0)[:2]  # wraps

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -34,7 +34,7 @@ from feedline.pipeline.runtime import Ready, Runtime
 class Pass:
     """The iterator returned by ``iter(loader)``."""
 
-    def __init__(self, rt: Runtime, run: int, todo: list[int], make_job: Callable[[int], Job],
+    def __init__(self, rt: Runtime, run: int, todo: Sequence[int], make_job: Callable[[int], Job],
                  delivered: Callable[[Ready], None], *, window: int,
                  in_order: bool, timeout: float | None,
                  inflight: list[tuple[Job, Future[Any]]] | None = None,
@@ -46,7 +46,7 @@ class Pass:
         ``owner``: the loader, named to an installed :func:`feedline.spans.step_hook`."""
         self._owner = owner
         self._rt, self._run, self._make_job, self._delivered = rt, run, make_job, delivered
-        self._todo = deque(todo)
+        self._todo, self._cursor = todo, 0  # a range for a whole epoch: no list of its batch ids
         self._inflight: deque[tuple[Job, Future[Any]]] = deque(inflight or ())
         self._window, self._in_order, self._timeout = window, in_order, timeout
         self._ahead = ahead
@@ -61,10 +61,11 @@ class Pass:
     def _fill(self) -> None:
         if self._gate is not None:
             return  # the layout is not known yet
-        while self._todo and len(self._inflight) < self._window:
-            job = self._make_job(self._todo.popleft())
+        while self._cursor < len(self._todo) and len(self._inflight) < self._window:
+            job = self._make_job(self._todo[self._cursor])
+            self._cursor += 1
             self._inflight.append((job, self._rt.submit(job)))
-        if not self._todo and self._ahead is not None and self._rt.sched.current == self._run:
+        if self._cursor >= len(self._todo) and self._ahead is not None and self._rt.sched.current == self._run:
             self._ahead(self._window - len(self._inflight))
 
     def __next__(self) -> Any:
@@ -151,4 +152,4 @@ class Pass:
         for _, fut in self._inflight:
             fut.cancel()
         self._inflight.clear()
-        self._todo.clear()
+        self._todo, self._cursor = (), 0

@@ -12,7 +12,7 @@ the runtime's workers consult :meth:`Scheduler.wanted`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
@@ -51,13 +51,13 @@ class Scheduler:
         if self.current >= 0:
             self.current = next(self._runs)
 
-    def begin(self, epoch: int, todo: list[int]) -> tuple[int, InFlight, list[int]]:
+    def begin(self, epoch: int, todo: Sequence[int]) -> tuple[int, InFlight, Sequence[int]]:
         """Start a pass over batches ``todo`` of ``epoch``: (run, jobs already in flight
         for it, batches still to submit). Batches prepared ahead are adopted when they are
         exactly the first of ``todo``; otherwise they are dropped."""
         ahead = self._ahead
         if ahead is not None and ahead.epoch == epoch and (
-                [job.batch_id for job, _ in ahead.jobs] == todo[:len(ahead.jobs)]):
+                [job.batch_id for job, _ in ahead.jobs] == list(todo[:len(ahead.jobs)])):
             self._ahead = None  # the ahead run stays wanted: it is the current one now
             self.current = ahead.run
             return ahead.run, ahead.jobs, todo[len(ahead.jobs):]

@@ -9,7 +9,7 @@ by the prefetch window) batch ids delivered beyond it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +39,11 @@ class Position:
             self.extra.discard(self.prefix)
             self.prefix += 1
 
-    def remaining(self, num_batches: int) -> list[int]:
-        """Batch ids of this epoch not delivered yet, in order."""
+    def remaining(self, num_batches: int) -> Sequence[int]:
+        """Batch ids of this epoch not delivered yet, in order (a ``range`` unless batches
+        were delivered out of order: an epoch of 10^8 batches costs no list)."""
+        if not self.extra:
+            return range(self.prefix, num_batches)
         return [b for b in range(self.prefix, num_batches) if b not in self.extra]
 
     def done(self, num_batches: int) -> bool:
