@@ -7,6 +7,7 @@ killed at 14 GiB)."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,49 @@ def test_a_corpus_of_10_to_the_12_windows_starts_at_once_and_resumes_exactly(tra
     resumed.load_state_dict(state)
     assert next(iter(resumed))["start"].tolist() == following
     del it, loader, resumed
+
+
+class MappedWindows(Windows):
+    """Also says, from inside the worker, whether its token array is a map of the file."""
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        array = self.data  # a copy unpickles as an np.memmap too, but of no file
+        while isinstance(array, np.ndarray) and not (isinstance(array, np.memmap) and array.filename) \
+                and array.base is not None:
+            array = array.base
+        return {**super().__getitem__(i), "mapped": isinstance(array, np.memmap) and bool(array.filename)}
+
+
+@pytest.mark.timeout(60)
+def test_process_workers_map_the_token_file_instead_of_receiving_its_bytes(train_bin: Path) -> None:
+    """Pickled as usual, the memmap would arrive in every worker as a copy of the file."""
+    tokens = np.fromfile(train_bin, np.uint16)
+    loader = feedline.Loader(MappedWindows(train_bin, 32), batch_size=8, workers=2, seed=0,
+                             worker_type="process")
+    for _, batch in zip(range(12), loader, strict=False):
+        assert bool(batch["mapped"].all())
+        for x, s in zip(batch["x"], batch["start"].tolist(), strict=True):
+            assert x.tolist() == tokens[s:s + 32].tolist()
+    loader.close()
+
+
+def test_memmaps_and_their_views_pickle_as_references(tmp_path: Path) -> None:
+    from feedline.pipeline._by_reference import dumps
+
+    path = tmp_path / "big.bin"
+    np.arange(1 << 20, dtype=np.uint32).tofile(path)
+    whole = np.memmap(path, np.uint32, mode="r")
+    grid = np.memmap(path, np.uint32, mode="r", offset=4100, shape=(1000, 100))
+    for view in (whole, whole[12345:600000], whole[3::7], grid[:, 5::3], grid[10:20].T):
+        data = dumps(view)
+        back = pickle.loads(data)
+        assert len(data) < 400 and np.array_equal(back, view) and not back.flags.writeable
+    made = np.memmap(tmp_path / "new.bin", np.float32, mode="w+", shape=(100,))
+    made[:] = 7
+    made.flush()
+    back = pickle.loads(dumps(made))  # mapped r+: the file is not truncated again
+    assert back.tolist() == [7.0] * 100 and back.flags.writeable
+    in_memory = whole[:10] + 1  # arithmetic leaves the file: pickled by value
+    assert np.array_equal(pickle.loads(dumps(in_memory)), np.arange(1, 11))
+    assert pickle.loads(dumps({"x": whole[::-1][:3]})) ["x"].tolist() == [(1 << 20) - 1, (1 << 20) - 2,
+                                                                          (1 << 20) - 3]

@@ -78,7 +78,9 @@ class Loader:
             dataset (``len`` + ``__getitem__``).
         batch_size: samples per batch.
         device: ``"cpu"`` or ``"cuda:N"`` (explicit index).
-        shuffle, seed: the global order is a permutation from ``(seed, epoch)``.
+        shuffle, seed: the global order is a permutation from ``(seed, epoch)``; above
+            2^24 samples (every window start of a token file) it is computed per batch, so
+            a dataset of 10^12 indices costs no memory for its order.
             Default ``shuffle=True`` (DataLoader's is False). Call :meth:`set_epoch`
             before each epoch: iterating again without it repeats the order (warned once).
         drop_last: default ``True`` (DataLoader's is False): every rank gets the same

@@ -38,7 +38,7 @@ from typing import Any
 
 from feedline import spans
 from feedline.errors import ConfigError, ResourceError, WorkerDied, WorkerError
-from feedline.pipeline import collate, shm
+from feedline.pipeline import _by_reference, collate, shm
 from feedline.pipeline.jobs import Context, Job, Record, prepare
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
 from feedline.placement import Placement
@@ -172,13 +172,16 @@ class _Worker:
         return res
 
 
-def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
+def _worker_main(conn: Connection, pickled_ctx: bytes, name: str, batch_size: int,
                  custom_collate: Callable[[list[Any]], Any] | None, timed: bool,
                  placement: Placement | None = None) -> None:
+    """A worker's life; ``pickled_ctx``: the job context from :func:`_by_reference.dumps`
+    (memory-mapped arrays in the dataset arrive as file references, not copies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
     if placement is not None:
         placement.apply()  # this process's CPUs: the target GPU's NUMA node
+    ctx: Context = pickle.loads(pickled_ctx)
     try:
         _Worker(conn, ctx, name, batch_size, custom_collate, timed).serve()
     except (EOFError, BrokenPipeError, ConnectionResetError):
@@ -385,6 +388,10 @@ class ProcessWorkers:
         self.arena: shm.Arena | None = None
         self._slotless = custom_collate is not None  # custom batches travel pickled
         try:
+            try:
+                pickled_ctx = _by_reference.dumps(ctx)  # once, not once per worker
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                raise _start_pickling_error(ctx, custom_collate, exc) from exc
             for i in range(count):
                 name = f"feedline-process_{i}"
                 try:
@@ -392,7 +399,7 @@ class ProcessWorkers:
                 except OSError as exc:
                     raise _out_of_descriptors(exc, i, count) from exc
                 proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
-                                     args=(child, ctx, name, batch_size, custom_collate, timed,
+                                     args=(child, pickled_ctx, name, batch_size, custom_collate, timed,
                                            placement))
                 try:
                     proc.start()

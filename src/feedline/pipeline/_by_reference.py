@@ -1,0 +1,58 @@
+"""Pickle a process worker's job context with file-backed arrays sent by reference.
+
+A dataset that holds an ``np.memmap`` (nanoGPT's ``train.bin`` of uint16 tokens, a
+``.npy`` opened with ``mmap_mode="r"``) pickles by default as its bytes: each process
+worker would receive, and keep in its own memory, a copy of the whole file (17 GB for
+OpenWebText, per worker). :func:`dumps` sends such an array as its file name, byte
+offset, dtype, shape and strides instead; the worker maps the same bytes of the same
+file again (:func:`_remap`), read-only when the original was. An array whose data
+lives in memory (a memmap's arithmetic result, a closed or negative-stride view) is
+pickled as usual.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import pickle
+from typing import Any, Literal
+
+import numpy as np
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, np.memmap):
+            reduced = _reduce_memmap(obj)
+            if reduced is not None:
+                return reduced
+        return NotImplemented
+
+
+def dumps(obj: Any) -> bytes:
+    """``pickle.dumps(obj)`` with every file-backed ``np.memmap`` in it sent by reference."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def _reduce_memmap(a: np.memmap) -> tuple[Any, tuple[Any, ...]] | None:
+    mm = getattr(a, "_mmap", None)
+    if a.filename is None or mm is None or a.size == 0 or any(s < 0 for s in a.strides):
+        return None
+    try:
+        start = np.frombuffer(mm, np.uint8).ctypes.data
+    except (ValueError, TypeError):  # a closed map
+        return None
+    mapped_from = a.offset - a.offset % mmap.ALLOCATIONGRANULARITY  # as np.memmap maps it
+    first = mapped_from + a.ctypes.data - start
+    nbytes = sum((n - 1) * s for n, s in zip(a.shape, a.strides, strict=True)) + a.itemsize
+    mode = {"w+": "r+", "write": "r+"}.get(a.mode, a.mode)  # never truncate the file again
+    return _remap, (a.filename, first, nbytes, a.dtype.str, a.shape, a.strides, mode)
+
+
+def _remap(filename: str, first: int, nbytes: int, dtype: str, shape: tuple[int, ...],
+           strides: tuple[int, ...], mode: Literal["r", "r+", "c"]) -> np.ndarray:
+    """The array :func:`_reduce_memmap` described, mapped from its file in this process."""
+    raw = np.memmap(filename, dtype=np.uint8, mode=mode, offset=first, shape=(nbytes,))
+    return np.ndarray(shape, np.dtype(dtype), buffer=raw, strides=strides)
