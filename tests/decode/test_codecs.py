@@ -242,3 +242,14 @@ def test_a_palette_image_that_is_the_samples_only_image_decodes_to_its_colours()
     np.testing.assert_array_equal(Decoders({"png": lambda b: "mine"}).decode_sample({"png": data})["png"], "mine")
     tdata, timg = _palette_png(transparent=True)
     np.testing.assert_array_equal(dec.decode_sample({"png": tdata})["png"], np.asarray(timg.convert("RGBA")))
+
+
+@pytest.mark.parametrize("size", [None, (16, 16)])
+def test_bytes_that_are_no_image_are_shown_not_pillows_bytesio(size: tuple[int, int] | None) -> None:
+    """A text file saved as ``.png`` in an ImageFolder: the error says what the bytes are
+    (Pillow's own message names only ``<_io.BytesIO object at 0x7f...>``) and gives one fix."""
+    with pytest.raises(DecodeError) as e:
+        Decoders(size=size).decode_field("png", b"hello\nworld\n", key="b/notimage")
+    text = str(e.value)
+    assert "12 bytes, starting b'hello\\nworld\\n'" in text and "BytesIO" not in text
+    assert e.value.fix is not None and "on_error" not in e.value.fix  # the loader adds that once

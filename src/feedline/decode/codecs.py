@@ -342,9 +342,19 @@ def decode_png(data: Buffer, limits: Limits, colours: bool = False) -> np.ndarra
             if colours and img.mode == "1":
                 return np.asarray(img.convert("L"))
             return np.asarray(img)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError,
-            Image.DecompressionBombError) as exc:
+    except UnidentifiedImageError:
+        raise not_an_image(data) from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise DecodeError(f"image unreadable: {exc}") from exc
+
+
+def not_an_image(data: Buffer) -> DecodeError:
+    """The error for bytes Pillow does not recognise, saying what they are (its own
+    message names only its ``<_io.BytesIO object at 0x...>``)."""
+    view = memoryview(data).cast("B")
+    return DecodeError(f"not an image Pillow can read ({view.nbytes} bytes, starting {bytes(view[:16])!r})",
+                       fix="remove or replace the file (feedline verify DIR --decode lists every such "
+                       "sample)")
 
 
 def decode_json(data: Buffer, limits: Limits) -> Any:

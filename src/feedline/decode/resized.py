@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from feedline.decode.codecs import Buffer, Limits, check_pixels
+from feedline.decode.codecs import Buffer, Limits, check_pixels, not_an_image
 from feedline.errors import ConfigError, DecodeError
 
 JPEG_EXTENSIONS = ("jpg", "jpeg", "jpe")
@@ -160,9 +160,10 @@ def _pillow(data: Buffer, limits: Limits, size: tuple[int, int], out: np.ndarray
             if img.mode == "I" or img.mode.startswith("I;16"):
                 img = _sixteen(img)
             return _finish(img.convert("RGB"), size, out)
-    except UnidentifiedImageError as exc:
-        raise DecodeError(why or f"not an image Pillow can read: {exc}",
-                          fix="remove or replace the file, or skip it with on_error='skip'") from exc
+    except UnidentifiedImageError:
+        if why:
+            raise DecodeError(why, fix="remove or replace the file") from None
+        raise not_an_image(data) from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise DecodeError(f"image unreadable: {exc}") from exc
 
