@@ -265,3 +265,22 @@ def test_the_folder_rule_makes_each_folder_one_sample(tmp_path: Path, read_all) 
     assert [s.name for s in found.skipped] == ["run/stray.jpg"]
     with pytest.raises(ConfigError, match="does not combine with a labels file"):
         SourceRules(key="folder", labels="labels.csv")
+
+
+def test_folder_keys_name_files_lying_beside_sample_folders(tmp_path: Path) -> None:
+    """A multi-sensor log: ``scene_007/frame_00012/{cam_front.jpg, lidar.bin, imu.json}``
+    plus one ``scene_007/calib.json`` per scene. Each scene folder became a sample of its own
+    (calib.json only) mixed in with the frames; the note names them and the exclude that
+    leaves them out."""
+    files = {f"scene_{s:03d}/frame_{f:05d}/{n}": b"x" for s in (0, 7) for f in (0, 12)
+             for n in ("cam_front.jpg", "lidar.bin", "imu.json")}
+    root = _tree(tmp_path / "log", {**files, "scene_000/calib.json": b"{}", "scene_007/calib.json": b"{}",
+                                    "scene_007/notes.txt": b"n"})
+    found = collect([root], SourceRules(key="folder"))
+    assert found.enclosing == {"scene_000": ["calib.json"], "scene_007": ["calib.json", "notes.txt"]}
+    note = next(line for line in found.notes() if line.startswith("--key folder"))
+    assert "scene_000/ (calib.json); scene_007/ (calib.json, notes.txt)" in note
+    assert "--exclude '*/calib.json' '*/notes.txt'" in note
+    clean = collect([root], SourceRules(key="folder", exclude=("*/calib.json", "*/notes.txt")))
+    assert clean.enclosing == {} and len(clean.samples) == 4
+    assert not any(line.startswith("--key folder") for line in clean.notes())

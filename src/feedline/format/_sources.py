@@ -25,6 +25,10 @@ How names become samples (:class:`SourceRules`):
     ``clip_0001/frame_000.jpg ... frame_015.jpg``, is sample ``clip_0001`` with
     fields ``frame_000.jpg`` ... ``frame_015.jpg``; files directly in a source are
     skipped. Dots in the folder's name are stored as ``%2E``, as with ``file``.
+    Nested folders are samples at any depth (``scene_007/frame_00012/`` is key
+    ``scene_007/frame_00012``); a folder holding files *and* sample folders
+    (``scene_007/calib.json``) is a sample too, which :meth:`Collection.notes`
+    warns about with the ``--exclude`` that leaves such files out.
     A file whose field would start with ``__`` (``clip/__key__``) is skipped: such names
     are a sample's own entries (``__key__``), under every rule.
     With ``labels="from-folder"`` the samples are ``<class>/<sample>/`` folders.
@@ -227,6 +231,8 @@ class Collection:
         empty_classes: class folders that gave no sample.
         empty_files: names of the zero-byte files packed (they decode to nothing).
         unmatched: entries of a labels file that name no file found.
+        enclosing: ``key="folder"``: samples whose folder also holds sample folders
+            (``scene_007/calib.json`` beside ``scene_007/frame_00012/``), with their fields.
     """
 
     samples: list[PlannedSample]
@@ -237,6 +243,7 @@ class Collection:
     empty_classes: list[str] = field(default_factory=list)
     empty_files: list[str] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)
+    enclosing: dict[str, list[str]] = field(default_factory=dict)
 
     def notes(self, limit: int = 5) -> list[str]:
         """One line per thing the user should hear about: skipped files, fields
@@ -246,6 +253,18 @@ class Collection:
             shown = "; ".join(f"{s.name} ({s.reason})" for s in self.skipped[:limit])
             more = f"; and {len(self.skipped) - limit} more" if len(self.skipped) > limit else ""
             lines.append(f"skipped {len(self.skipped)} file(s) that fit no rule: {shown}{more}")
+        if self.enclosing:
+            shown = "; ".join(f"{k}/ ({', '.join(fs)})" for k, fs in list(self.enclosing.items())[:limit])
+            more = f"; and {len(self.enclosing) - limit} more" if len(self.enclosing) > limit else ""
+            fields = sorted({f for fs in self.enclosing.values() for f in fs})
+            lines.append(
+                f"--key folder: {len(self.enclosing)} folder(s) hold files beside sample folders and "
+                f"became samples of their own: {shown}{more}. If those files belong to the samples "
+                "below them (a scene's calibration), batches mix those samples in with the others' "
+                "fields missing: leave them out with --exclude "
+                f"{' '.join(repr('*/' + f) for f in fields[:3])} and read them by the sample's key, "
+                "or copy them into every sample folder"
+            )
         n = len(self.samples)
         for name, count in sorted(self.field_counts.items()):
             if count < n:
@@ -549,7 +568,14 @@ def collect(
     if not samples:
         raise ConfigError(f"no files to pack: none of the files found is named in {table.path if table else 'SRC'}",
                           fix="check that the labels file names files below SRC (paths or bare names)")
-    return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched)
+    enclosing = _enclosing(grouped) if rule == "folder" else {}
+    return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched, enclosing)
+
+
+def _enclosing(grouped: dict[str, dict[str, SourceFile]]) -> dict[str, list[str]]:
+    """Sample keys that are folders of other samples' keys, with their fields, sorted."""
+    above = {key.rsplit("/", k)[0] for key in grouped for k in range(1, key.count("/") + 1)}
+    return {key: sorted(grouped[key]) for key in sorted(grouped) if key in above}
 
 
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing",
