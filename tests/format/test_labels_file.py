@@ -295,3 +295,23 @@ def test_label_column_needs_a_csv_table(tmp_path: Path) -> None:
         read_table(tmp_path / "t.jsonl", label_column="breed")
     with pytest.raises(ConfigError, match="labels is 'from-folder'"):
         SourceRules(labels="from-folder", label_column="breed")
+
+
+@pytest.mark.parametrize(("text", "cls", "classes", "note"), [
+    ("file,label\na.jpg,1.0\nb.jpg,0.0\n", {"a.jpg": 1, "b.jpg": 0}, None, False),  # pandas' int column
+    ("file,label\na.jpg,3\nb.jpg,cat\n", {"a.jpg": 0, "b.jpg": 1}, ("3", "cat"), False),
+    ("file,target\na.jpg,0.37\nb.jpg,-1.5\n", {"a.jpg": None, "b.jpg": None}, None, True),  # regression
+])
+def test_labels_as_spreadsheets_write_them(tmp_path: Path, text: str, cls: dict[str, int | None],
+                                           classes: tuple[str, ...] | None, note: bool) -> None:
+    """Integer labels saved as 1.0/0.0 are class ids; ids mixed with names are names; a
+    float target gives no cls, and the table says so (pack prints it) instead of nothing."""
+    (tmp_path / "t.csv").write_text(text)
+    table = read_table(tmp_path / "t.csv")
+    assert {k: r.cls for k, r in table.rows.items()} == cls and table.classes == classes
+    assert (table.note is not None) == note
+    if note:
+        assert "0.37" in (table.note or "") and table.rows["a.jpg"].extra == {"label": 0.37}
+        _photos(tmp_path / "imgs", ["a.jpg", "b.jpg"])
+        with pytest.warns(UserWarning, match="neither class ids nor class names"):
+            pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "t.csv")))

@@ -27,8 +27,11 @@ columns) rather than packed without a ``cls``; ``label_column="none"`` packs it
 so, every column into ``json``. When every row's label is an integer (or a CSV cell of digits) it is the
 sample's ``cls`` as written; when the labels are names, ``cls`` is the index
 of the name in the sorted list of names, which goes into the manifest as the
-classes (as ``--labels from-folder`` does). A label that is a list (multi-label)
-or absent from some rows gives no ``cls``. Every other value of a row (and, for
+classes (as ``--labels from-folder`` does). Labels ``1.0``/``0.0`` (pandas writes
+an integer column with a blank so) count as integers, and integers mixed with names
+(``3``, ``cat``) as names. A label that is a list (multi-label), a fraction (a
+regression target) or absent from some rows gives no ``cls``; when a table has such
+labels, :attr:`LabelTable.note` says so and ``pack`` prints it. Every other value of a row (and, for
 COCO, the image's record with its ``annotations`` and each annotation's
 ``category_name``) goes into one ``json`` field, numbers of CSV cells parsed.
 
@@ -89,6 +92,8 @@ class LabelTable:
     path: str
     rows: Mapping[str, Row]
     classes: tuple[str, ...] | None
+    note: str | None = None
+    """Why the table gave no ``cls`` although it has labels (for pack's notes)."""
 
     def match(self, names: Iterable[str], roots: Iterable[str] = ()) -> tuple[dict[str, Row], list[str]]:
         """Rows for the walked file ``names``: (name -> row, table entries no file matched).
@@ -345,6 +350,7 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
         raise ConfigError(f"cannot read labels file {str(p)!r}: {e}", path=str(p),
                           fix="give a readable UTF-8 file") from None
     records, order = _records(p, text, label_column)
+    records = _as_classes([label for _, label, _ in records], records)
     labels = [label for _, label, _ in records]
     ints = all(_is_int(v) for v in labels) and order is None
     names = all(isinstance(v, str) for v in labels)
@@ -367,4 +373,21 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
         if cls is None and label is not None:
             extra["label"] = label
         rows[name] = Row(cls, extra or None)
-    return LabelTable(str(p), rows, classes)
+    odd = [v for v in labels if v is not None]
+    note = None
+    if odd and not ints and classes is None:
+        shown = ", ".join(repr(v) for v in list(dict.fromkeys(map(str, odd)))[:4])
+        note = (f"{p}: its labels ({shown}...) are neither class ids nor class names in every row, "
+                "so no sample has a cls field; each one's json holds its value under 'label'")
+    return LabelTable(str(p), rows, classes, note)
+
+
+def _as_classes(labels: list[Any], records: list[Record]) -> list[Record]:
+    """Labels as the spreadsheet meant them: ``1.0``/``0.0`` (pandas writes an integer
+    column holding a blank so) as integers; ids mixed with names (``3``, ``cat``) as
+    names, as written. Others (``0.37``, a list, a blank) unchanged."""
+    if labels and all((isinstance(v, float) and v.is_integer()) or _is_int(v) for v in labels):
+        return [(n, int(v), rest) for (n, _, rest), v in zip(records, labels, strict=True)]
+    if labels and all(_is_int(v) or isinstance(v, str) for v in labels) and any(isinstance(v, str) for v in labels):
+        return [(n, str(v), rest) for (n, _, rest), v in zip(records, labels, strict=True)]
+    return records

@@ -233,6 +233,7 @@ class Collection:
         unmatched: entries of a labels file that name no file found.
         enclosing: ``key="folder"``: samples whose folder also holds sample folders
             (``scene_007/calib.json`` beside ``scene_007/frame_00012/``), with their fields.
+        label_note: why a labels file gave no ``cls`` although it holds labels.
     """
 
     samples: list[PlannedSample]
@@ -244,6 +245,7 @@ class Collection:
     empty_files: list[str] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)
     enclosing: dict[str, list[str]] = field(default_factory=dict)
+    label_note: str | None = None
 
     def notes(self, limit: int = 5) -> list[str]:
         """One line per thing the user should hear about: skipped files, fields
@@ -253,6 +255,8 @@ class Collection:
             shown = "; ".join(f"{s.name} ({s.reason})" for s in self.skipped[:limit])
             more = f"; and {len(self.skipped) - limit} more" if len(self.skipped) > limit else ""
             lines.append(f"skipped {len(self.skipped)} file(s) that fit no rule: {shown}{more}")
+        if self.label_note:
+            lines.append(self.label_note)
         if self.enclosing:
             shown = "; ".join(f"{k}/ ({', '.join(fs)})" for k, fs in list(self.enclosing.items())[:limit])
             more = f"; and {len(self.enclosing) - limit} more" if len(self.enclosing) > limit else ""
@@ -569,7 +573,8 @@ def collect(
         raise ConfigError(f"no files to pack: none of the files found is named in {table.path if table else 'SRC'}",
                           fix="check that the labels file names files below SRC (paths or bare names)")
     enclosing = _enclosing(grouped) if rule == "folder" else {}
-    return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched, enclosing)
+    return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched, enclosing,
+                      table.note if table is not None else None)
 
 
 def _enclosing(grouped: dict[str, dict[str, SourceFile]]) -> dict[str, list[str]]:
