@@ -3,7 +3,9 @@
 A dataset that holds an ``np.memmap`` (nanoGPT's ``train.bin`` of uint16 tokens, a
 ``.npy`` opened with ``mmap_mode="r"``) pickles by default as its bytes: each process
 worker would receive, and keep in its own memory, a copy of the whole file (17 GB for
-OpenWebText, per worker). :func:`dumps` sends such an array as its file name, byte
+OpenWebText, per worker). A worker's context goes wrapped in :class:`ByReference`, so
+that :func:`dumps` runs inside ``Process.start`` (multiprocessing's queues and locks in a
+transform pickle only there) with multiprocessing's own reducers; it sends such an array as its file name, byte
 offset, dtype, shape and strides instead; the worker maps the same bytes of the same
 file again (:func:`_remap`), read-only when the original was. An array whose data
 lives in memory (a memmap's arithmetic result, a closed or negative-stride view) is
@@ -15,12 +17,16 @@ from __future__ import annotations
 import io
 import mmap
 import pickle
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Literal
 
 import numpy as np
 
 
-class _Pickler(pickle.Pickler):
+class _Pickler(ForkingPickler):
+    """multiprocessing's pickler (queues, locks and pipes pickle while a worker starts), with
+    file-backed memmaps reduced to references."""
+
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, np.memmap):
             reduced = _reduce_memmap(obj)
@@ -32,8 +38,20 @@ class _Pickler(pickle.Pickler):
 def dumps(obj: Any) -> bytes:
     """``pickle.dumps(obj)`` with every file-backed ``np.memmap`` in it sent by reference."""
     buf = io.BytesIO()
-    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    _Pickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
     return buf.getvalue()
+
+
+class ByReference:
+    """``obj``, pickled by :func:`dumps` when it is pickled (the argument of a worker
+    process: inside ``Process.start``, where multiprocessing objects may be pickled), and
+    ``obj`` itself again when unpickled."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return pickle.loads, (dumps(self.obj),)
 
 
 def _reduce_memmap(a: np.memmap) -> tuple[Any, tuple[Any, ...]] | None:

@@ -172,16 +172,15 @@ class _Worker:
         return res
 
 
-def _worker_main(conn: Connection, pickled_ctx: bytes, name: str, batch_size: int,
+def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
                  custom_collate: Callable[[list[Any]], Any] | None, timed: bool,
                  placement: Placement | None = None) -> None:
-    """A worker's life; ``pickled_ctx``: the job context from :func:`_by_reference.dumps`
+    """A worker's life; ``ctx`` was sent wrapped in :class:`_by_reference.ByReference`
     (memory-mapped arrays in the dataset arrive as file references, not copies)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
     if placement is not None:
         placement.apply()  # this process's CPUs: the target GPU's NUMA node
-    ctx: Context = pickle.loads(pickled_ctx)
     try:
         _Worker(conn, ctx, name, batch_size, custom_collate, timed).serve()
     except (EOFError, BrokenPipeError, ConnectionResetError):
@@ -388,10 +387,6 @@ class ProcessWorkers:
         self.arena: shm.Arena | None = None
         self._slotless = custom_collate is not None  # custom batches travel pickled
         try:
-            try:
-                pickled_ctx = _by_reference.dumps(ctx)  # once, not once per worker
-            except (pickle.PicklingError, TypeError, AttributeError) as exc:
-                raise _start_pickling_error(ctx, custom_collate, exc) from exc
             for i in range(count):
                 name = f"feedline-process_{i}"
                 try:
@@ -399,7 +394,7 @@ class ProcessWorkers:
                 except OSError as exc:
                     raise _out_of_descriptors(exc, i, count) from exc
                 proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
-                                     args=(child, pickled_ctx, name, batch_size, custom_collate, timed,
+                                     args=(child, _by_reference.ByReference(ctx), name, batch_size, custom_collate, timed,
                                            placement))
                 try:
                     proc.start()
