@@ -18,7 +18,7 @@ from ckstate import assert_same
 from feedline.checkpoint import Checkpointer
 from feedline.checkpoint._checkpointer import WRITER_NICE
 from feedline.checkpoint._layout import make_layout
-from feedline.checkpoint._staging import StagingArena, stage_into
+from feedline.checkpoint._staging import CopyStreams, StagingArena, stage_into
 from feedline.errors import ResourceError
 
 
@@ -42,6 +42,25 @@ def _views_state() -> dict[str, object]:
         "np_fortran": np.asfortranarray(np.arange(12, dtype=np.int32).reshape(3, 4)),
         "np_strided": np.arange(40, dtype=np.float64)[::3],
     }
+
+
+def test_copy_streams_are_one_per_device_and_kept() -> None:
+    """A copy from a CUDA tensor runs on its own device's stream, so the side streams are
+    per device (one stream made on the current device neither carries nor waits for a
+    cuda:1 copy); each is made once, and a host state makes none."""
+    made: list[torch.device] = []
+
+    def make(device: torch.device) -> object:
+        made.append(device)
+        return object()
+
+    streams = CopyStreams(make)
+    zero, one = streams.on(torch.device("cuda", 0)), streams.on(torch.device("cuda", 1))
+    assert zero is not one and streams.on(torch.device("cuda", 0)) is zero
+    assert made == streams.devices == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    layout = make_layout(_views_state())
+    stage_into(layout, StagingArena(None).buffer(layout.data_bytes), streams=streams)
+    assert len(made) == 2  # host tensors: no stream made, none synchronised
 
 
 def test_staging_copies_every_tensor_kind_byte_exact() -> None:

@@ -66,6 +66,34 @@ def test_cuda_state_round_trips_through_pinned_staging(scratch: Path, io: str) -
     assert torch.equal(target["model"]["0.weight"].cpu(), expect["model"]["0.weight"].cpu())
 
 
+SPIN = 50_000_000  # GPU cycles (~25 ms on an H200) that keep a stream busy
+
+
+@pytest.mark.parametrize("io", ["direct", "gds"])
+def test_save_stages_after_pending_kernels_on_the_tensors_device(scratch: Path, io: str) -> None:
+    """save() copies after the kernels already queued on the tensor's device (its side stream
+    waits for that device's current stream), and the copy is complete when save() returns.
+    The write is queued behind a busy stream, so a copy that did not wait would stage zeros.
+    With two GPUs the state also lives on cuda:1 while cuda:0 is current: the copy runs on
+    cuda:1's streams (one side stream made on cuda:0 neither waited for it nor carried it)."""
+    devices = [torch.device("cuda", i) for i in range(min(2, torch.cuda.device_count()))]
+    assert devices, "needs a CUDA device"
+    torch.cuda.set_device(0)
+    for dev in devices:
+        x = torch.zeros(1 << 24, device=dev)  # 64 MiB
+        torch.cuda.synchronize(dev)
+        with torch.cuda.device(dev):
+            torch.cuda._sleep(SPIN)
+        x.fill_(7.0)  # queued behind the sleep on dev's current stream
+        with Checkpointer(scratch / f"d{dev.index}", io=io) as ck:
+            ck.save(1, {"x": x})
+            x.fill_(9.0)  # after save() returns: must not reach the checkpoint
+            ck.wait()
+            assert ck._streams is not None and ck._streams.devices == [dev]
+            got = ck.load()
+        assert torch.equal(got["x"].cpu(), torch.full((1 << 24,), 7.0)), f"stale or late bytes from {dev}"
+
+
 def test_gds_writes_from_device_memory(scratch: Path) -> None:
     state = _cuda_state()
     with Checkpointer(scratch, io="gds") as ck:

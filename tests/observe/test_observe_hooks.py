@@ -18,6 +18,7 @@ from feedline.observe._torch_hooks import (
     HookTargets,
     TorchHooks,
     WorkerInit,
+    copy_device,
     copy_target,
     read_worker_spans,
     sched_times,
@@ -48,6 +49,19 @@ def hooks(worker_dir: Any = None, label: str = "L") -> tuple[TorchHooks, Recorde
 ])
 def test_copy_target_parses_every_to_form(args: tuple, kwargs: dict, expected: tuple) -> None:
     assert copy_target(args, kwargs) == expected
+
+
+@pytest.mark.parametrize(("args", "kwargs", "expected"), [
+    (("cuda:1",), {"non_blocking": True}, "cuda:1"),
+    ((torch.device("cuda", 1), torch.float16, True), {}, torch.device("cuda", 1)),
+    ((1,), {}, 1),
+    ((torch.float16,), {"device": "cuda:1"}, "cuda:1"),
+    ((torch.float16,), {}, None),
+])
+def test_copy_device_keeps_the_index(args: tuple, kwargs: dict, expected: object) -> None:
+    """The h2d timing events go on the target device's stream (where the copy runs), so the
+    target keeps its index: to("cuda:1") with cuda:0 current is timed on cuda:1."""
+    assert copy_device(args, kwargs) == expected
 
 
 def test_hooks_are_one_object_that_restores_torch() -> None:

@@ -33,7 +33,7 @@ import xxhash
 from feedline import spans
 from feedline.checkpoint._layout import Layout, header_json, make_layout
 from feedline.checkpoint._load import load as _load
-from feedline.checkpoint._staging import StagingArena, stage_into
+from feedline.checkpoint._staging import CopyStreams, StagingArena, stage_into
 from feedline.checkpoint._store import (
     commit,
     committed_steps,
@@ -127,7 +127,7 @@ class Checkpointer:
         self.writer_choice: WriterChoice | None = None
         self._writer: Any = None
         self._arena: StagingArena | None = None
-        self._stream: Any = None
+        self._streams: CopyStreams | None = None  # side streams, one per CUDA device of the state
         self._pending: Future[None] | None = None
         self._error: BaseException | None = None
         self.stats = CheckpointStats()
@@ -182,7 +182,7 @@ class Checkpointer:
         self._warn_if_rewound(step)
         assert self._arena is not None
         buf = self._arena.buffer(layout.data_bytes)
-        stage_into(layout, buf, stream=self._stream)
+        stage_into(layout, buf, streams=self._streams)
         t1 = time.perf_counter()
         self.stats.saves += 1
         self.stats.last_blocked_s = t1 - t0
@@ -353,10 +353,8 @@ class Checkpointer:
             self._arena = StagingArena(self.budget, device=device)
         else:
             self._arena = StagingArena(self.budget, pinned=on_gpu)
-            if on_gpu:
-                import torch
-
-                self._stream = torch.cuda.Stream()
+        if on_gpu:
+            self._streams = CopyStreams()
 
     @property
     def staging_allocations(self) -> int:

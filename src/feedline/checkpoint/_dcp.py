@@ -26,7 +26,7 @@ import copy
 from typing import Any
 
 from feedline.checkpoint._layout import make_layout
-from feedline.checkpoint._staging import StagingArena, bytes_view, stage_into
+from feedline.checkpoint._staging import CopyStreams, StagingArena, bytes_view, stage_into
 from feedline.units import parse_bytes
 
 
@@ -49,7 +49,7 @@ class CheckpointStager:
         self._budget = None if pinned_budget is None else parse_bytes(pinned_budget, name="pinned_budget")
         self._pinned = pinned
         self._arena: StagingArena | None = None
-        self._stream: Any = None
+        self._streams: CopyStreams | None = None
 
     @property
     def should_synchronize_after_execute(self) -> bool:
@@ -70,11 +70,9 @@ class CheckpointStager:
             on_gpu = "cuda" in layout.devices()
             self._arena = StagingArena(self._budget, pinned=on_gpu if self._pinned is None else self._pinned)
             if on_gpu:
-                import torch
-
-                self._stream = torch.cuda.Stream()
+                self._streams = CopyStreams()
         buf = self._arena.buffer(layout.data_bytes)
-        stage_into(layout, buf, stream=self._stream)
+        stage_into(layout, buf, streams=self._streams)
         staged = [bytes_view(buf, e) for e in layout.entries]
         return _attach(skeleton, staged)
 

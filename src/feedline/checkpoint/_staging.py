@@ -13,12 +13,18 @@ two threads were no faster (0.12 s per GiB each), so neither is done. Host
 staging memory is page-locked (pinned) when the state has CUDA tensors, so the
 device-to-host copies run at full bandwidth on a side stream;
 for the ``gds`` writer the staging buffer is device memory.
+
+Device copies run on side streams, one per CUDA device the state lives on
+(:class:`CopyStreams`): PyTorch runs a copy from a CUDA tensor on the current
+stream of *that tensor's* device, so one stream made on the current device
+neither carries nor waits for the copies of a state on ``cuda:1``.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -148,15 +154,47 @@ class StagingArena:
             self._owner = None
 
 
-def stage_into(layout: Layout, buf: Any, *, stream: Any = None) -> None:
+class CopyStreams:
+    """One side stream per CUDA device, made on first use and kept across saves.
+
+    Args:
+        make: ``fn(device) -> stream`` (default: ``torch.cuda.Stream(device=device)``).
+    """
+
+    def __init__(self, make: Callable[[Any], Any] | None = None) -> None:
+        self._make = make or _side_stream
+        self._streams: dict[Any, Any] = {}
+
+    def on(self, device: Any) -> Any:
+        """The side stream of ``device`` (a ``torch.device`` with its index)."""
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = self._make(device)
+        return stream
+
+    @property
+    def devices(self) -> list[Any]:
+        """The devices that have a side stream so far."""
+        return list(self._streams)
+
+
+def _side_stream(device: Any) -> Any:
+    import torch
+
+    return torch.cuda.Stream(device=device)
+
+
+def stage_into(layout: Layout, buf: Any, *, streams: CopyStreams | None = None) -> None:
     """Copy every leaf of ``layout`` into ``buf`` at its offset; returns when the copies are done.
 
-    CUDA leaves are copied on ``stream`` (made to wait for the current stream
-    first, so pending kernels that write the tensors finish before the copy);
-    the call synchronises that stream before returning, so the caller may
-    change the tensors as soon as it returns.
+    A CUDA leaf is copied on the side stream of its own device (``streams``),
+    made to wait for that device's current stream first, so pending kernels
+    that write the tensor finish before the copy; before returning the call
+    synchronises the side stream of every device copied from (without
+    ``streams``: those devices), so the caller may change the tensors, and the
+    writer read ``buf``, as soon as it returns.
     """
-    cuda = False
+    copied: dict[Any, None] = {}  # the CUDA devices copied from, in order
     for i, (leaf, entry) in enumerate(zip(layout.leaves, layout.entries, strict=True)):
         if entry.nbytes == 0 or not layout.owns(i):  # a tensor reached twice is staged once
             continue
@@ -169,17 +207,18 @@ def stage_into(layout: Layout, buf: Any, *, stream: Any = None) -> None:
             continue
         dst = bytes_view(buf, entry)
         if leaf.device.type == "cuda":
-            cuda = True
-            with _on(stream, leaf):
+            copied[leaf.device] = None
+            with _on(None if streams is None else streams.on(leaf.device), leaf):
                 dst.copy_(leaf, non_blocking=True)
         else:
             dst.copy_(leaf)
-    if cuda and stream is not None:
-        stream.synchronize()
-    elif cuda:
-        import torch
+    for device in copied:
+        if streams is not None:
+            streams.on(device).synchronize()
+        else:
+            import torch
 
-        torch.cuda.synchronize()
+            torch.cuda.synchronize(device)
 
 
 def _torch_from(arr: np.ndarray) -> Any:
@@ -189,7 +228,8 @@ def _torch_from(arr: np.ndarray) -> Any:
 
 
 class _on:
-    """``with torch.cuda.stream(stream)`` after making it wait for the current stream."""
+    """``with torch.cuda.stream(stream)`` after making it wait for the current stream of
+    ``leaf``'s device (``stream`` is on that device: the copy runs there)."""
 
     def __init__(self, stream: Any, leaf: Any) -> None:
         self.stream, self.leaf = stream, leaf

@@ -67,12 +67,9 @@ class CopyRecord:
     events: Any = field(default=None, repr=False)
 
 
-def copy_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, bool]:
-    """The device type and ``non_blocking`` flag of a ``Tensor.to`` call.
-
-    Handles ``to(device, ...)``, ``to(dtype, ...)``, ``to(other_tensor, ...)``
-    and keyword forms; the first positional bool is ``non_blocking``.
-    """
+def copy_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The target device of a ``Tensor.to`` call as given (``"cuda:1"``, ``1``, a
+    ``torch.device``, another tensor's device), or ``None`` (a dtype-only call)."""
     device = kwargs.get("device")
     if device is None and args:
         first = args[0]
@@ -82,6 +79,16 @@ def copy_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | No
             first
         ).__name__ == "device":
             device = first
+    return device
+
+
+def copy_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None, bool]:
+    """The device type and ``non_blocking`` flag of a ``Tensor.to`` call.
+
+    Handles ``to(device, ...)``, ``to(dtype, ...)``, ``to(other_tensor, ...)``
+    and keyword forms; the first positional bool is ``non_blocking``.
+    """
+    device = copy_device(args, kwargs)
     non_blocking = bool(kwargs.get("non_blocking", False))
     if "non_blocking" not in kwargs:
         non_blocking = next((a for a in args if isinstance(a, bool)), False)
@@ -472,7 +479,10 @@ class TorchHooks:
         return pin_memory
 
     def _h2d(self, orig: Any, tensor: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-             non_blocking: bool) -> Any:
+             non_blocking: bool, device: Any) -> Any:
+        """Time one host-to-device copy; ``device`` is its target as the call gave it (``None``:
+        the current device). The events go on the current stream of that device, where
+        PyTorch runs the copy (``to("cuda:1")`` with cuda:0 current runs on cuda:1)."""
         cache = self.replay
         if cache is not None:
             hit = cache.get(id(tensor))
@@ -481,14 +491,16 @@ class TorchHooks:
         import torch
 
         events = None
+        stream = None
         if torch.cuda.is_available():
+            stream = torch.cuda.current_stream(device)
             events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            events[0].record()
+            events[0].record(stream)
         t0 = time.perf_counter()
         out = orig(tensor, *args, **kwargs)
         t1 = time.perf_counter()
         if events is not None:
-            events[1].record()
+            events[1].record(stream)
         if cache is not None:
             cache[id(tensor)] = (tensor, out)
             return out
@@ -519,7 +531,7 @@ class TorchHooks:
             target, non_blocking = copy_target(args, kwargs)
             if target != "cuda":
                 return orig(tensor, *args, **kwargs)
-            return hooks._h2d(orig, tensor, args, kwargs, non_blocking)
+            return hooks._h2d(orig, tensor, args, kwargs, non_blocking, copy_device(args, kwargs))
 
         return to
 
@@ -530,6 +542,7 @@ class TorchHooks:
             if not hooks._live or tensor.device.type != "cpu":
                 return orig(tensor, *args, **kwargs)
             non_blocking = bool(kwargs.get("non_blocking", len(args) > 1 and bool(args[1])))
-            return hooks._h2d(orig, tensor, args, kwargs, non_blocking)
+            device = kwargs.get("device", args[0] if args else None)
+            return hooks._h2d(orig, tensor, args, kwargs, non_blocking, device)
 
         return cuda
