@@ -91,6 +91,20 @@ def test_cuda_and_kvikio_are_present() -> None:
     print(f"gds_status: engaged={engaged}: {why}")  # in the GPU check log
 
 
+def test_gds_reader_fixes_its_device_when_made() -> None:
+    """Reads run in worker threads, whose current CUDA device is their own: the reader's
+    buffers go to the device current where it was made, from any thread."""
+    import threading
+
+    reader = GdsReader()
+    assert reader.device_obj.index == torch.cuda.current_device()
+    seen: list[torch.device] = []
+    t = threading.Thread(target=lambda: seen.append(reader.allocate(4096).device))
+    t.start()
+    t.join()
+    assert seen == [reader.device_obj]
+
+
 def test_gds_reader_reads_a_final_partial_block(scratch: Path) -> None:
     size = 5 * 4096 + 777
     data = os.urandom(size)

@@ -15,9 +15,10 @@ import numpy as np
 import torch
 
 import feedline
+from feedline.errors import DeviceError
 from feedline.pipeline import collate
 from feedline.pipeline.slots import SlotPool
-from feedline.pipeline.transfer import CudaEngine
+from feedline.pipeline.transfer import CudaEngine, make_engine
 
 DEV = torch.device("cuda:0")
 SPIN = 50_000_000  # GPU cycles (~tens of ms) that keep a stream busy
@@ -104,3 +105,15 @@ def test_process_workers_to_cuda() -> None:
                          worker_type="process", shuffle=False) as loader:
         ys = [int(v) for b in loader for v in b["y"].tolist()]
         assert ys == list(range(64))
+
+
+def test_a_device_index_the_host_lacks_is_a_device_error() -> None:
+    _require_cuda()
+    assert make_engine("cuda").device == torch.device("cuda", torch.cuda.current_device())
+    missing = f"cuda:{torch.cuda.device_count()}"
+    try:
+        make_engine(missing)
+    except DeviceError as e:
+        assert missing in str(e) and e.fix
+    else:
+        raise AssertionError(f"{missing} was accepted")

@@ -117,6 +117,11 @@ class GdsReader:
     device address, size multiples of 4096); a final partial block at end of
     file is read separately with its exact size, so nothing is read past EOF.
 
+    ``device="cuda"`` (no index) is the current device when the reader is made,
+    fixed then: reads run in worker threads, and a thread's current CUDA device
+    is its own (0 in a new thread), so resolving it at allocation put every
+    read of a process that had called ``torch.cuda.set_device(1)`` on GPU 0.
+
     Raises:
         DeviceError: at construction, when kvikio or CUDA is missing (with the fix).
     """
@@ -128,7 +133,10 @@ class GdsReader:
     def __init__(self, device: Any = "cuda") -> None:
         self._kvikio = _import_kvikio()
         self._torch = _import_torch_cuda()
-        self.device_obj = self._torch.device(device)
+        dev = self._torch.device(device)
+        if dev.index is None:
+            dev = self._torch.device(dev.type, self._torch.cuda.current_device())
+        self.device_obj = dev
 
     def open(self, path: str) -> tuple[Any, int]:
         """Open and register ``path`` with cuFile; the handle carries the file size."""

@@ -26,6 +26,7 @@ for as long as it is held; its fence is ``None``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -113,7 +114,8 @@ def make_engine(device: str | torch.device) -> Engine:
 
     Raises:
         ConfigError: ``device`` is not a device string (a ``ValueError``).
-        DeviceError: a CUDA device was asked for and CUDA is not available.
+        DeviceError: a CUDA device was asked for and CUDA is not available, or its
+            index is not one this host has.
     """
     try:
         dev = torch.device(device)
@@ -130,6 +132,11 @@ def make_engine(device: str | torch.device) -> Engine:
             )
         if dev.index is None:  # "cuda": the current device, fixed now for this loader
             dev = torch.device("cuda", torch.cuda.current_device())
+        count = torch.cuda.device_count()
+        if dev.index >= count:  # torch's own error is a raw "invalid device ordinal" later
+            raise DeviceError(f"device={device!r} does not exist: this host sees {count} CUDA "
+                              f"device(s) (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})",
+                              fix=f"pass a device from cuda:0 to cuda:{count - 1}")
         return CudaEngine(dev)
     raise ConfigError(f"device={device!r}: only cpu and cuda devices are supported", field="device",
                       fix='pass "cpu" or "cuda:N"')
