@@ -117,3 +117,39 @@ def test_a_device_index_the_host_lacks_is_a_device_error() -> None:
         assert missing in str(e) and e.fix
     else:
         raise AssertionError(f"{missing} was accepted")
+
+
+class Boxed:
+    """A custom batch (the DataLoader contract: pin_memory() and to()) holding its tensor."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def pin_memory(self) -> Boxed:
+        return Boxed(self.t.pin_memory())
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Boxed:
+        return Boxed(self.t.to(device, non_blocking=non_blocking))
+
+
+def test_a_custom_batch_is_protected_with_record_stream_like_a_container() -> None:
+    """The device tensor a custom batch's to() made on the copy stream is recorded on the
+    consumer stream: freed while the consumer's kernels still read it, its block is not
+    handed to the next copy (without record_stream the same-size block comes straight back
+    to the copy stream, and the next H2D copy overwrites what the kernel reads)."""
+    _require_cuda()
+    engine = CudaEngine(DEV)
+    n = 1 << 22
+    for box in (lambda t: Boxed(t), lambda t: {"x": t}):  # the custom batch, then a container
+        torch.cuda.synchronize()
+        tree, fence = engine.send(box(torch.ones(n).pin_memory()))
+        batch = engine.accept(tree, fence)
+        t = batch.t if isinstance(batch, Boxed) else batch["x"]
+        ptr = t.data_ptr()
+        torch.cuda._sleep(SPIN)  # the consumer stream is busy ...
+        total = t.sum()  # ... and reads the batch after that
+        del batch, tree, t
+        tree2, _ = engine.send(box(torch.zeros(n).pin_memory()))
+        t2 = tree2.t if isinstance(tree2, Boxed) else tree2["x"]
+        assert t2.data_ptr() != ptr, "the consumer's block went to the next copy while in use"
+        assert total.item() == n

@@ -53,7 +53,7 @@ def test_map_reaches_every_leaf_and_keeps_types() -> None:
     assert out["point"].label == "a"
     assert isinstance(out["frame"], Frame) and out["frame"].image.tolist() == [6.0, 6.0]
     assert out["frame"].meta["id"].item() == 8.0 and out["frame"].meta["name"] == "f"
-    assert len(nested.tensors(_batch())) == 5  # the custom object is opaque
+    assert len(nested.tensors(_batch())) == 6  # the custom object's tensor too (record_stream)
 
 
 def test_move_calls_to_on_custom_objects() -> None:
@@ -70,3 +70,34 @@ def test_pin_skips_already_pinned_or_non_cpu_leaves() -> None:
     custom = Custom(torch.ones(1))
     out = nested.pin({"c": custom, "s": "x"})
     assert custom.calls == ["pin"] and out["s"] == "x"
+
+
+class Slotted:
+    __slots__ = ("a", "b", "unset")
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+
+class Store(dict):  # a Mapping kept as an attribute (PyTorch Geometric's Data keeps a _store)
+    pass
+
+
+def test_tensors_finds_every_tensor_inside_custom_objects_once() -> None:
+    """The copy engine record_streams what tensors() finds: a device tensor a custom batch's
+    to() made and tensors() missed could be handed to the next batch's copy while the user's
+    kernels still read it. Attributes, __slots__ and attribute-held mappings are walked; cycles
+    and shared tensors once; classes and callables (a model) are not entered."""
+    shared = torch.ones(3)
+    custom = Custom(torch.zeros(2))
+    custom.calls = [shared]  # type: ignore[list-item]
+    holder = Custom(torch.arange(4))
+    holder.store = Store(x=torch.full((1,), 9.0), same=shared)  # type: ignore[attr-defined]
+    holder.cycle = holder  # type: ignore[attr-defined]
+    holder.model = torch.nn.Linear(2, 2)  # type: ignore[attr-defined]
+    batch = {"custom": custom, "slotted": Slotted(shared, (holder, Slotted(None, torch.eye(2))))}
+    found = nested.tensors(batch)
+    ids = [id(t) for t in found]
+    assert len(ids) == len(set(ids)) == 5
+    assert {id(custom.t), id(shared), id(holder.t), id(holder.store["x"])} <= set(ids)
+    assert not {id(p) for p in holder.model.parameters()} & set(ids)

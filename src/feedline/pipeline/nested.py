@@ -4,7 +4,8 @@ Supported containers: ``dict`` (and Mapping subclasses constructible from
 items), ``list``, ``tuple``, namedtuples and dataclass instances. An object
 with its own ``pin_memory()`` / ``to()`` methods (the custom-batch contract of
 PyTorch's DataLoader) is handled by calling those methods. Every other leaf
-passes through unchanged.
+passes through unchanged. :func:`tensors` also looks inside such objects (their
+attributes), since every device tensor of a batch needs ``record_stream``.
 """
 
 from __future__ import annotations
@@ -62,15 +63,51 @@ def _rebuild_mapping(obj: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
 
 
 def tensors(obj: Any) -> list[torch.Tensor]:
-    """Every tensor leaf of ``obj`` (containers only; custom objects are opaque)."""
+    """Every tensor in ``obj``, each once: container leaves, and the tensors held in the
+    attributes (``__dict__``, ``__slots__``) of any other object, so the device tensors a
+    custom batch's ``to()`` made are found too (the copy engine must ``record_stream`` every
+    one: a tensor it misses can have its memory handed to the next batch's copy while the
+    user's kernels still read it). Cycles and shared objects are walked once."""
     found: list[torch.Tensor] = []
-
-    def visit(t: torch.Tensor) -> torch.Tensor:
-        found.append(t)
-        return t
-
-    map_tensors(obj, visit)
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    while stack:
+        o, depth = stack.pop()
+        if isinstance(o, torch.Tensor):
+            if id(o) not in seen:
+                seen.add(id(o))
+                found.append(o)
+            continue
+        if o is None or isinstance(o, _LEAVES) or callable(o) or depth > _MAX_DEPTH or id(o) in seen:
+            continue
+        seen.add(id(o))
+        children: Any
+        if isinstance(o, Mapping):
+            children = o.values()
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            children = o
+        else:
+            children = _attributes(o)
+        stack.extend((c, depth + 1) for c in reversed(list(children)))
     return found
+
+
+_LEAVES = (str, bytes, bytearray, memoryview, int, float, complex, bool, torch.device, torch.dtype, type)
+_MAX_DEPTH = 64
+
+
+def _attributes(o: Any) -> list[Any]:
+    """The values of ``o``'s instance attributes (``__dict__`` and ``__slots__``)."""
+    values = list(vars(o).values()) if isinstance(getattr(o, "__dict__", None), dict) else []
+    for cls in type(o).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__"):
+                try:
+                    values.append(object.__getattribute__(o, name))
+                except AttributeError:
+                    pass  # an empty slot
+    return values
 
 
 def pin(obj: Any) -> Any:
