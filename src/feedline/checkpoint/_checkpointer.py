@@ -375,9 +375,10 @@ class Checkpointer:
         try:
             host = not hasattr(buf, "is_cuda")
             checksums: list[int] = []
-            for i, e in enumerate(layout.entries):  # a tensor stored once for two entries is hashed once
-                checksums.append(_checksum(buf, e.offset, e.nbytes, host) if layout.owns(i)
-                                 else checksums[layout.first[i]])
+            with _hash_stream(buf, self._streams):
+                for i, e in enumerate(layout.entries):  # a tensor stored once for two entries is hashed once
+                    checksums.append(_checksum(buf, e.offset, e.nbytes, host) if layout.owns(i)
+                                     else checksums[layout.first[i]])
             self._writer.write(str(path), buf, layout.data_bytes)
             commit(self.directory, step, header_json(layout, checksums, step=step, data_name=name),
                    durable=self.durable)
@@ -416,6 +417,18 @@ def _lower_priority(tid_box: list[int]) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE))
     except OSError:
         pass  # a sandbox that forbids it: the writer keeps the loop's priority
+
+
+def _hash_stream(buf: Any, streams: CopyStreams | None) -> Any:
+    """Where the writer thread copies a device staging buffer (gds) to the host to hash it:
+    the buffer device's side stream. On the writer thread's current stream (the legacy
+    default stream, which the training loop uses too) each copy waited for the kernels the
+    loop had queued, and the loop's next kernels waited for it."""
+    if streams is None or not hasattr(buf, "is_cuda"):
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.stream(streams.on(buf.device))
 
 
 def _checksum(buf: Any, offset: int, nbytes: int, host: bool) -> int:
