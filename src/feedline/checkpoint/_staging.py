@@ -207,8 +207,9 @@ def stage_into(layout: Layout, buf: Any, *, streams: CopyStreams | None = None) 
             continue
         dst = bytes_view(buf, entry)
         if leaf.device.type == "cuda":
+            first = leaf.device not in copied  # one wait per device covers every kernel queued before
             copied[leaf.device] = None
-            with _on(None if streams is None else streams.on(leaf.device), leaf):
+            with _on(None if streams is None else streams.on(leaf.device), leaf, wait=first):
                 dst.copy_(leaf, non_blocking=True)
         else:
             dst.copy_(leaf)
@@ -228,11 +229,11 @@ def _torch_from(arr: np.ndarray) -> Any:
 
 
 class _on:
-    """``with torch.cuda.stream(stream)`` after making it wait for the current stream of
-    ``leaf``'s device (``stream`` is on that device: the copy runs there)."""
+    """``with torch.cuda.stream(stream)``, after making it wait for the current stream of
+    ``leaf``'s device when ``wait`` (``stream`` is on that device: the copy runs there)."""
 
-    def __init__(self, stream: Any, leaf: Any) -> None:
-        self.stream, self.leaf = stream, leaf
+    def __init__(self, stream: Any, leaf: Any, *, wait: bool = True) -> None:
+        self.stream, self.leaf, self.wait = stream, leaf, wait
         self.ctx: Any = None
 
     def __enter__(self) -> None:
@@ -240,7 +241,8 @@ class _on:
             return
         import torch
 
-        self.stream.wait_stream(torch.cuda.current_stream(self.leaf.device))
+        if self.wait:
+            self.stream.wait_stream(torch.cuda.current_stream(self.leaf.device))
         self.ctx = torch.cuda.stream(self.stream)
         self.ctx.__enter__()
 
