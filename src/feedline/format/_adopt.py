@@ -22,6 +22,7 @@ from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._files import path_argument, path_list
 from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, encode_index
+from feedline.format._lock import hold_dataset, release
 from feedline.format._manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -306,6 +307,8 @@ def index_tars(
     Raises:
         ConfigError: no tars, a missing file, or ``out_dir`` holding another
             dataset (naming it, with the fix).
+        WriteError: another index_tars or pack writing into ``out_dir`` now (it
+            holds the folder's lock).
         FormatError: a tar that cannot be adopted (see :func:`index_tar`), or tars
             that together hold no sample.
     """
@@ -317,8 +320,19 @@ def index_tars(
         raise ConfigError(f"two tars are named {dup!r}: their indexes would collide", fix="rename one of them")
     root = Path(path_argument(out_dir, "out_dir")) if out_dir is not None else paths[0].parent
     shard_names = [_shard_name(root, p) for p in paths]
-    classes = _check_existing(root, shard_names)
     root.mkdir(parents=True, exist_ok=True)
+    lock = hold_dataset(root)
+    try:
+        return _index_into(root, paths, shard_names, algo, progress)
+    finally:
+        release(lock)
+
+
+def _index_into(root: Path, paths: list[Path], shard_names: list[str], algo: str,
+                progress: Callable[[int, int], None] | None) -> Manifest:
+    """index_tars() once it holds the folder's lock."""
+    names = [p.name for p in paths]
+    classes = _check_existing(root, shard_names)
     for p, shard_name in zip(paths, shard_names, strict=True):
         _link_into(root, p, shard_name)
     remove_quietly(root / MANIFEST_NAME)  # the same dataset re-indexed: no manifest while its indexes change
