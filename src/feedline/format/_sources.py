@@ -509,7 +509,9 @@ def collect(
                 continue
             parts = _split(name, rule)
             if parts is None:
-                skipped.append(Skipped(name, "not inside a sample folder" if rule == "folder"
+                skipped.append(Skipped(name, "a newline in its name: WebDataset's readers cannot "
+                                       "store it (rename the file)" if "\n" in name
+                                       else "not inside a sample folder" if rule == "folder"
                                        else "no field extension"))
                 continue
             if labelled and rule == "folder" and name.count("/") < 2:
