@@ -12,16 +12,18 @@ memory ran out.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import feedline
-from feedline.errors import ReadError, WriteError
+from feedline.errors import FormatError, ReadError, WriteError
 from feedline.format import index_tars, pack
 from feedline.format._lock import DATASET_LOCK
 from feedline.format._pack import STREAM_AT
@@ -185,3 +187,81 @@ def test_a_small_source_rewritten_after_listing_packs_its_new_bytes(tmp_path: Pa
     _change_after_listing(src, tmp_path / "out", lambda p: p.write_bytes(b"new" * 500))
     ds = feedline.open_dataset(tmp_path / "out", verify=True)
     assert ds[3]["bin"].tobytes() == b"new" * 500
+
+
+def _tars_dataset(tmp_path: Path) -> Path:
+    out = tmp_path / "ds"
+    pack(_source(tmp_path / "src", n=40, size=2000), out, shard_size=20_000)
+    return out
+
+
+def test_a_worker_copy_opens_while_the_same_tars_are_re_indexed(tmp_path: Path) -> None:
+    """A process worker reopens the dataset; `feedline index` of its own tars (a format
+    upgrade, a second look) removes the manifest while it rewrites the indexes. Before: the
+    worker failed with "no manifest" (WorkerError mid-epoch)."""
+    out = _tars_dataset(tmp_path)
+    ds = feedline.open_dataset(out, verify=True)
+    want = [ds[i]["bin"].tobytes() for i in range(len(ds))]
+    state = pickle.dumps(ds)  # what a process worker receives
+    (out / "manifest.json").unlink()  # the window inside a re-index
+    copy = pickle.loads(state)
+    assert [copy[i]["bin"].tobytes() for i in range(len(copy))] == want
+    index_tars(sorted(out.glob("*.tar")), out)  # the re-index done: same indexes, a new manifest file
+    copy = pickle.loads(state)
+    assert [copy[i]["bin"].tobytes() for i in range(len(copy))] == want
+
+
+@pytest.mark.parametrize("manifest_too", [True, False], ids=["re-indexed", "index-damaged"])
+def test_a_worker_copy_refuses_indexes_rewritten_since_it_was_opened(tmp_path: Path, manifest_too: bool) -> None:
+    out = _tars_dataset(tmp_path)
+    state = pickle.dumps(feedline.open_dataset(out))
+    idx = sorted(out.glob("*.idx"))[0]
+    data = bytearray(idx.read_bytes())
+    data[-1] ^= 0xFF  # other index bytes over the same tar (a re-index into another format)
+    idx.write_bytes(bytes(data))
+    if manifest_too:
+        (out / "manifest.json").unlink()  # mid re-index: the manifest comes last
+        with pytest.raises(FormatError, match=r"changed on disk.*manifest and indexes were rewritten"):
+            len(pickle.loads(state))
+    else:  # the manifest is the one the original read: the index itself is damaged
+        with pytest.raises(FormatError, match="index") as e:
+            len(pickle.loads(state))
+        assert "changed on disk" not in str(e.value) and e.value.place.get("shard") == idx.name[:-4]
+
+
+def test_opening_a_folder_a_pack_is_writing_says_so(tmp_path: Path,
+                                                    holder: tuple[subprocess.Popen[str], Path]) -> None:
+    proc, out = holder
+    (out / "shard-000000.tar").write_bytes(b"\0" * 1024)
+    with pytest.raises(FormatError, match=f"no manifest: a feedline pack or index \\(pid {proc.pid}\\) is writing"):
+        feedline.open_dataset(out)
+    proc.kill()
+    proc.wait()
+    with pytest.raises(FormatError, match="holds no complete feedline dataset"):  # nobody writing: the usual fix
+        feedline.open_dataset(out)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_process_workers_read_every_epoch_while_the_tars_are_re_indexed_again_and_again(tmp_path: Path) -> None:
+    out = _tars_dataset(tmp_path)
+    stop, runs = threading.Event(), [0]
+
+    def reindex() -> None:
+        while not stop.is_set():
+            index_tars(sorted(out.glob("*.tar")), out)
+            runs[0] += 1
+
+    with feedline.Loader(feedline.open_dataset(out, verify=True), batch_size=4, workers=2,
+                         worker_type="process", shm_dir=str(tmp_path)) as loader:
+        thread = threading.Thread(target=reindex)
+        thread.start()
+        try:
+            for epoch in range(4):
+                loader.set_epoch(epoch)
+                got = sorted(bytes(b[:1]) for batch in loader for b in batch["bin"])
+                assert got == sorted(bytes([i]) for i in range(40))
+        finally:
+            stop.set()
+            thread.join()
+    assert runs[0] > 0

@@ -80,6 +80,26 @@ def hold_dataset(folder: Path) -> int:
                     "replace each other's shards, indexes and manifest)")
 
 
+def writer_of(folder: Path) -> str | None:
+    """Who is writing dataset folder ``folder`` now: ``"pid N"`` (or ``"a process"``) while a pack
+    or index_tars holds its lock, else None. Creates nothing; a reader uses it to explain a
+    missing manifest."""
+    try:
+        fd = os.open(folder / DATASET_LOCK, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return f"pid {holder}" if holder.isdigit() else "a process"
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # a shared lock taken above goes with it
+    return None
+
+
 def release(fd: int) -> None:
     """Let go of a lock :func:`hold` returned (-1: nothing to let go)."""
     if fd >= 0:
