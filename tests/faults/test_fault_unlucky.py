@@ -93,6 +93,7 @@ def test_the_lock_of_a_killed_writer_is_free(tmp_path: Path, holder: tuple[subpr
     assert (out / DATASET_LOCK).exists()  # the file stays; its lock went with the process
     pack(_source(tmp_path / "src"), out)
     assert len(feedline.open_dataset(out)) == 6
+    assert not (out / DATASET_LOCK).exists()  # a writer that ends removes it: the folder holds the dataset only
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._files import path_argument, path_list
 from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, encode_index
-from feedline.format._lock import hold_dataset, release
+from feedline.format._lock import DATASET_LOCK, hold_dataset, release
 from feedline.format._manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -325,7 +325,7 @@ def index_tars(
     try:
         return _index_into(root, paths, shard_names, algo, progress)
     finally:
-        release(lock)
+        release(lock, root / DATASET_LOCK)
 
 
 def _index_into(root: Path, paths: list[Path], shard_names: list[str], algo: str,

@@ -8,8 +8,9 @@ mid-save. The first writer takes the lock; a second one is refused at once,
 naming the first one's pid.
 
 The lock goes with the descriptor: a process killed in any way never leaves it
-held. The file stays behind (it holds the last holder's pid) and means nothing
-while no process holds its lock.
+held. Its file holds the holder's pid; a dataset's is removed when its writer
+ends (a checkpoint folder's stays), and one left by a killed writer means
+nothing while no process holds its lock.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 from pathlib import Path
 
 from feedline.errors import ConfigError, FeedlineError, WriteError
+from feedline.format._files import open_regular
 
 DATASET_LOCK = ".feedline-write.lock"
 """The lock file of a dataset folder, held by :func:`~feedline.format.pack` and
@@ -40,25 +42,29 @@ def hold(path: Path, *, what: str, fix: str, kind: str = "", busy: type[Feedline
         WriteError: the lock file cannot be created (a read-only folder...).
     """
     folder = path.parent
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError as e:
-        raise WriteError(f"cannot create the {kind + ' ' if kind else ''}lock file: {e.strerror}", path=str(path),
-                         fix="write into a folder you can write to") from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    while True:
         try:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        finally:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as e:
+            raise WriteError(f"cannot create the {kind + ' ' if kind else ''}lock file: {e.strerror}",
+                             path=str(path), fix="write into a folder you can write to") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            finally:
+                os.close(fd)
+            pid = f" (pid {holder})" if holder.isdigit() else ""  # the holder may not have written it yet
+            raise busy(f"another {what}{pid} is writing into {folder}", path=str(folder), fix=fix) from None
+        except OSError as e:
             os.close(fd)
-        pid = f" (pid {holder})" if holder.isdigit() else ""  # the holder may not have written it yet
-        raise busy(f"another {what}{pid} is writing into {folder}", path=str(folder), fix=fix) from None
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-            return -1
-        raise WriteError(f"cannot lock {str(path)!r}: {e.strerror}", path=str(path)) from e
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                return -1
+            raise WriteError(f"cannot lock {str(path)!r}: {e.strerror}", path=str(path)) from e
+        if _same_file(fd, path):
+            break
+        os.close(fd)  # its holder removed that file as it let go (release(remove=True)): take the new one
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # only to name the holder in the refusal above
@@ -80,27 +86,48 @@ def hold_dataset(folder: Path) -> int:
                     "replace each other's shards, indexes and manifest)")
 
 
-def writer_of(folder: Path) -> str | None:
-    """Who is writing dataset folder ``folder`` now: ``"pid N"`` (or ``"a process"``) while a pack
-    or index_tars holds its lock, else None. Creates nothing; a reader uses it to explain a
-    missing manifest."""
+def writer_of(folder: Path) -> int | None:
+    """The pid of the pack or index_tars writing dataset folder ``folder`` now, else None.
+
+    Read from the lock file without taking its lock (a reader's shared lock, however
+    brief, would make a writer starting at that moment refuse to start): the file is
+    there while a writer runs (it removes it as it ends), and one a killed writer left
+    names a pid that no longer runs. A reader uses it to explain a missing manifest.
+    """
     try:
-        fd = os.open(folder / DATASET_LOCK, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+        with open_regular(folder / DATASET_LOCK) as f:  # a FIFO there is refused, not waited on
+            holder = f.read(32).decode(errors="replace").strip()
     except OSError:
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return f"pid {holder}" if holder.isdigit() else "a process"
-    except OSError:
+    if not holder.isdigit() or not 0 < int(holder) < 1 << 31:
         return None
-    finally:
-        os.close(fd)  # a shared lock taken above goes with it
-    return None
+    pid = int(holder)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # another user's process: it runs
+        return pid
+    return pid
 
 
-def release(fd: int) -> None:
-    """Let go of a lock :func:`hold` returned (-1: nothing to let go)."""
-    if fd >= 0:
-        os.close(fd)
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st, now = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino)
+
+
+def release(fd: int, path: Path | None = None) -> None:
+    """Let go of a lock :func:`hold` returned (-1: nothing to let go); with ``path``, remove
+    the lock file first (while still held, so no one can hold the removed file's lock
+    unnoticed: :func:`hold` checks that the file it locked is still the one at ``path``)."""
+    if fd < 0:
+        return
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    os.close(fd)

@@ -169,7 +169,7 @@ def _read_bytes(path: Path) -> bytes:
         writer = writer_of(path.parent)
         if writer is not None:
             raise FormatError(
-                f"no manifest: a feedline pack or index ({writer}) is writing this folder now",
+                f"no manifest: a feedline pack or index (pid {writer}) is writing this folder now",
                 path=str(path), fix="open it once that run has finished (its manifest is written last)",
             ) from None
         raise FormatError(

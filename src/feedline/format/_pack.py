@@ -29,7 +29,7 @@ from feedline.format._atomic import fsync_dir, named, remove_quietly, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._files import open_fd, open_regular, path_argument, path_list, source_error
 from feedline.format._index import FORMAT_VERSION, ShardIndex
-from feedline.format._lock import hold_dataset, release
+from feedline.format._lock import DATASET_LOCK, hold_dataset, release
 from feedline.format._manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -320,7 +320,7 @@ def pack(
         )
         write_manifest(out, manifest, durable=durable)
     finally:
-        release(lock)
+        release(lock, out / DATASET_LOCK)
     return manifest
 
 
