@@ -70,7 +70,9 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
                 if info.isdir():
                     continue
                 if not info.isreg() or info.issparse():
-                    raise FormatError(f"member {info.name!r} is not a regular file", shard=shard, fix=_FIX)
+                    key, field = split_name(info.name) or (None, None)
+                    raise FormatError(f"member {info.name!r} is {_kind(info)}", shard=shard, key=key, field=field,
+                                      fix=_FIX)
                 parts = split_name(info.name)
                 if parts is None:
                     raise FormatError(
@@ -94,6 +96,19 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
         raise FormatError(f"cannot read tar: {e}", shard=shard, fix="check that the file is an uncompressed tar") from None
     _check_end(path, end, file_size, last, shard)
     return out
+
+
+def _kind(info: tarfile.TarInfo) -> str:
+    """What a non-regular member is and why it cannot be adopted, in words."""
+    skipped = ", not a regular file: WebDataset readers skip it, so its sample would differ"
+    if info.islnk():
+        return f"a hard link to {info.linkname!r} (tar stores a file linked twice once){skipped}"
+    if info.issym():
+        return f"a symbolic link to {info.linkname!r}{skipped}"
+    if info.issparse():
+        return "a sparse file (tar --sparse): its bytes are not stored in one piece, so they cannot be read in place"
+    kinds = {tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device"}
+    return kinds.get(info.type, f"of tar type {info.type!r}") + skipped
 
 
 def _check_end(path: Path, end: int, file_size: int, last: str, shard: str) -> None:
