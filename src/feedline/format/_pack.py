@@ -6,7 +6,9 @@ complete shard only when its content is what the sources hold now: the same
 keys, fields and sizes, and the checksum of every source file (read again)
 equal to the one in the shard's index. Dates are never trusted (``cp -p``,
 ``rsync -a`` and ``tar x`` give new bytes old mtimes). The manifest is written
-last; until then the output folder holds no dataset.
+last; until then the output folder holds no dataset. One pack or index_tars
+writes a folder at a time (:mod:`feedline.format._lock`): a second one is
+refused at once, naming the first one's pid.
 
 Memory stays flat whatever the file sizes: files below 4 MiB are read whole
 (ahead, by the ``workers`` threads); larger ones are streamed into the shard
