@@ -12,8 +12,6 @@ header names, temporary headers) are removed by the next commit.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import re
@@ -22,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from feedline.checkpoint._layout import Header, parse_header
-from feedline.errors import ConfigError, FormatError, ReadError, WriteError
+from feedline.errors import FormatError, ReadError
 from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
 from feedline.format._files import read_regular
+from feedline.format._lock import hold
 
 _STEP = r"(\d{10}|[1-9]\d{10,})"  # the step, as ``{step:010d}`` writes it (more digits past 10**10)
 _HEADER = re.compile(rf"^step-{_STEP}\.json$")
@@ -134,36 +133,12 @@ def lock_directory(directory: Path) -> int:
 
     One Checkpointer saves into a directory at a time: a second one's commit
     and rotation would remove the first one's data file mid-save. The lock
-    goes with the descriptor, so a killed process never leaves it held.
+    goes with the descriptor, so a killed process never leaves it held
+    (:mod:`feedline.format._lock`).
 
     Raises:
         ConfigError: another Checkpointer (this process or another) holds it.
         WriteError: the lock file cannot be created (a read-only folder...).
     """
-    path = directory / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError as e:
-        raise WriteError(f"cannot create the checkpoint lock file: {e.strerror}", path=str(path),
-                         fix="save into a writable folder") from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        try:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        finally:
-            os.close(fd)
-        raise ConfigError(f"another Checkpointer (pid {holder or '?'}) is saving into {directory}",
-                          path=str(directory), fix="close() the other Checkpointer first, or save into "
-                          "another folder (one per run or rank)") from None
-    except OSError as e:  # a file system without flock (some network mounts): saves go unguarded
-        os.close(fd)
-        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-            return -1
-        raise WriteError(f"cannot lock the checkpoint folder: {e.strerror}", path=str(path)) from e
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # only to name the holder in the error above
-    except OSError:
-        pass  # a full disk: the lock holds without the pid
-    return fd
+    return hold(directory / LOCK_NAME, what="Checkpointer", kind="checkpoint",
+                fix="close() the other Checkpointer first, or save into another folder (one per run or rank)")

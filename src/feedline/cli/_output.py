@@ -1,9 +1,14 @@
-"""One ``--json`` convention for every command.
+"""One ``--json`` convention for every command; lines on the terminal that quote file names.
 
 ``--json PATH`` writes the command's result as JSON to ``PATH``; ``--json -``
 prints it to stdout instead of the text output. The destination is checked
 before any work starts (:func:`check_json_dest`), so a missing folder is an
 argument error, not a traceback after a long run.
+
+File names are the user's data, and a hostile one carries terminal control
+sequences (``ESC[2J`` clears the screen, ``ESC]0;...`` sets the window title,
+``\r`` writes over the line). :func:`printable` shows them as escapes in every
+warning and error line.
 """
 
 from __future__ import annotations
@@ -11,11 +16,22 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character (C0, DEL, C1: a file name's ESC, CR, newline,
+    BEL) written as its Python escape (``\\x1b``, ``\\r``, ``\\n``), so one warning or error
+    is one line and a file name cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 JSON_HELP = "write the result as JSON to PATH ('-' prints it to stdout instead of text)"
 

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import click
 import typer
 
-from feedline.cli._output import JSON_HELP, check_json_dest, json_option, to_stdout, write_json
+from feedline.cli._output import (
+    JSON_HELP,
+    check_json_dest,
+    json_option,
+    printable,
+    to_stdout,
+    write_json,
+)
 from feedline.units import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
@@ -186,7 +193,7 @@ def pack_cmd(
     console = _console()
 
     def warn(line: str) -> None:
-        console.print(f"feedline: warning: {line}", markup=False, highlight=False)
+        console.print(f"feedline: warning: {printable(line)}", markup=False, highlight=False)
 
     check_json_dest(json_dest)
     if out is None:
@@ -318,7 +325,7 @@ def inspect_cmd(
     info = inspect(root)
     write_json(info, json_dest)
     if not to_stdout(json_dest):
-        print("\n".join(_inspect_lines(info)))
+        print("\n".join(map(printable, _inspect_lines(info))))
 
 
 def _decode_problems(root: Path, on_chunk: Callable[[int], None]) -> list[dict[str, str]]:
@@ -390,9 +397,9 @@ def verify_cmd(
         pass
     elif problems or undecodable:
         for p in problems:
-            print(f"MISMATCH {p}")
+            print(printable(f"MISMATCH {p}"))
         for u in undecodable:
-            print(f"UNDECODABLE shard={u['shard']} key={u['key']} field={u['field']}: {u['error']}")
+            print(printable(f"UNDECODABLE shard={u['shard']} key={u['key']} field={u['field']}: {u['error']}"))
         print(f"{len(problems) + len(undecodable)} problem(s) in {root}"
               + (f" ({len(undecodable)} sample(s) that Loader(on_error='skip') would skip)" if undecodable else ""))
     else:

@@ -25,6 +25,7 @@ from typing import Any
 import typer
 
 from feedline.cli import _demo, _diagnose, _doctor, _model, _shards
+from feedline.cli._output import printable
 from feedline.errors import ConfigError, FeedlineError
 
 _HELP_NAMES = ("-h", "--help")
@@ -107,7 +108,7 @@ def os_error_line(e: OSError) -> str:
 
 
 def _fail(message: str, code: int) -> None:
-    print(f"feedline: error: {message}", file=sys.stderr)
+    print(f"feedline: error: {printable(message)}", file=sys.stderr)
     raise SystemExit(code)
 
 

@@ -22,6 +22,7 @@ from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
 from feedline.format._files import path_argument, path_list
 from feedline.format._index import FORMAT_VERSION, MEMBER_DTYPE, ShardIndex, encode_index
+from feedline.format._lock import DATASET_LOCK, hold_dataset, release
 from feedline.format._manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -69,7 +70,9 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
                 if info.isdir():
                     continue
                 if not info.isreg() or info.issparse():
-                    raise FormatError(f"member {info.name!r} is not a regular file", shard=shard, fix=_FIX)
+                    key, field = split_name(info.name) or (None, None)
+                    raise FormatError(f"member {info.name!r} is {_kind(info)}", shard=shard, key=key, field=field,
+                                      fix=_FIX)
                 parts = split_name(info.name)
                 if parts is None:
                     raise FormatError(
@@ -93,6 +96,19 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
         raise FormatError(f"cannot read tar: {e}", shard=shard, fix="check that the file is an uncompressed tar") from None
     _check_end(path, end, file_size, last, shard)
     return out
+
+
+def _kind(info: tarfile.TarInfo) -> str:
+    """What a non-regular member is and why it cannot be adopted, in words."""
+    skipped = ", not a regular file: WebDataset readers skip it, so its sample would differ"
+    if info.islnk():
+        return f"a hard link to {info.linkname!r} (tar stores a file linked twice once){skipped}"
+    if info.issym():
+        return f"a symbolic link to {info.linkname!r}{skipped}"
+    if info.issparse():
+        return "a sparse file (tar --sparse): its bytes are not stored in one piece, so they cannot be read in place"
+    kinds = {tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device"}
+    return kinds.get(info.type, f"of tar type {info.type!r}") + skipped
 
 
 def _check_end(path: Path, end: int, file_size: int, last: str, shard: str) -> None:
@@ -306,6 +322,8 @@ def index_tars(
     Raises:
         ConfigError: no tars, a missing file, or ``out_dir`` holding another
             dataset (naming it, with the fix).
+        WriteError: another index_tars or pack writing into ``out_dir`` now (it
+            holds the folder's lock).
         FormatError: a tar that cannot be adopted (see :func:`index_tar`), or tars
             that together hold no sample.
     """
@@ -317,8 +335,19 @@ def index_tars(
         raise ConfigError(f"two tars are named {dup!r}: their indexes would collide", fix="rename one of them")
     root = Path(path_argument(out_dir, "out_dir")) if out_dir is not None else paths[0].parent
     shard_names = [_shard_name(root, p) for p in paths]
-    classes = _check_existing(root, shard_names)
     root.mkdir(parents=True, exist_ok=True)
+    lock = hold_dataset(root)
+    try:
+        return _index_into(root, paths, shard_names, algo, progress)
+    finally:
+        release(lock, root / DATASET_LOCK)
+
+
+def _index_into(root: Path, paths: list[Path], shard_names: list[str], algo: str,
+                progress: Callable[[int, int], None] | None) -> Manifest:
+    """index_tars() once it holds the folder's lock."""
+    names = [p.name for p in paths]
+    classes = _check_existing(root, shard_names)
     for p, shard_name in zip(paths, shard_names, strict=True):
         _link_into(root, p, shard_name)
     remove_quietly(root / MANIFEST_NAME)  # the same dataset re-indexed: no manifest while its indexes change

@@ -17,8 +17,11 @@ import os
 import stat
 from typing import Any, BinaryIO
 
-from feedline.errors import ArgumentError
+from feedline.errors import ArgumentError, ReadError
 
+CHANGED_FIX = ("the file changed after pack listed it: pack files that are not being written, moved or "
+               "replaced, or rerun")
+_CHANGED = (errno.ENOENT, errno.EISDIR, errno.ESPIPE, errno.EFBIG)
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -68,6 +71,14 @@ def read_regular(path: str | os.PathLike[str], limit: int) -> bytes:
         if size >= limit:
             raise OSError(errno.EFBIG, f"is {size} bytes, more than the {limit - 1} expected", os.fspath(path))
         return f.read(max(0, limit))
+
+
+def source_error(e: OSError, path: str, **place: str) -> ReadError:
+    """The ReadError for a source file pack cannot read, naming it and ``place``; a file
+    deleted, replaced by something that is not a file, or grown since it was listed
+    gets :data:`CHANGED_FIX`."""
+    return ReadError(f"cannot read {path!r}: {e.strerror}", path=path, **place,
+                     fix=CHANGED_FIX if e.errno in _CHANGED else None)
 
 
 def path_argument(value: Any, name: str) -> str:

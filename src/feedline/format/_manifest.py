@@ -23,6 +23,7 @@ from feedline.format._atomic import write_atomic
 from feedline.format._checksum import ALGOS, checksum
 from feedline.format._files import path_argument, read_regular
 from feedline.format._index import READABLE_VERSIONS, ShardIndex
+from feedline.format._lock import writer_of
 
 MANIFEST_NAME = "manifest.json"
 DEFAULT_ALIGN = 4096
@@ -164,6 +165,12 @@ def _read_bytes(path: Path) -> bytes:
             raise FormatError(
                 f"dataset folder {str(path.parent)!r} does not exist", path=str(path.parent),
                 fix="check the path",
+            ) from None
+        writer = writer_of(path.parent)
+        if writer is not None:
+            raise FormatError(
+                f"no manifest: a feedline pack or index (pid {writer}) is writing this folder now",
+                path=str(path), fix="open it once that run has finished (its manifest is written last)",
             ) from None
         raise FormatError(
             "no manifest: this folder holds no complete feedline dataset",

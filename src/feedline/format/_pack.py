@@ -6,7 +6,9 @@ complete shard only when its content is what the sources hold now: the same
 keys, fields and sizes, and the checksum of every source file (read again)
 equal to the one in the shard's index. Dates are never trusted (``cp -p``,
 ``rsync -a`` and ``tar x`` give new bytes old mtimes). The manifest is written
-last; until then the output folder holds no dataset.
+last; until then the output folder holds no dataset. One pack or index_tars
+writes a folder at a time (:mod:`feedline.format._lock`): a second one is
+refused at once, naming the first one's pid.
 
 Memory stays flat whatever the file sizes: files below 4 MiB are read whole
 (ahead, by the ``workers`` threads); larger ones are streamed into the shard
@@ -15,6 +17,7 @@ in chunks, checksummed on the way.
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 from collections import deque
@@ -23,11 +26,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from feedline.errors import ArgumentError, ConfigError, FormatError, ReadError
+from feedline.errors import ArgumentError, ConfigError, FormatError
 from feedline.format._atomic import fsync_dir, named, remove_quietly, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
-from feedline.format._files import path_argument, path_list
+from feedline.format._files import open_fd, open_regular, path_argument, path_list, source_error
 from feedline.format._index import FORMAT_VERSION, ShardIndex
+from feedline.format._lock import DATASET_LOCK, hold_dataset, release
 from feedline.format._manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -67,26 +71,31 @@ WarnFn = Callable[[str], None]
 _Loaded = tuple[PlannedSample, list[tuple[str, Payload]], list[int | None]]
 
 
-_MAX_READ = 0x7FFFF000  # Linux returns at most this much from one read()
-
-
 def _read_file(path: str, size: int) -> bytes:
-    """Whole file with raw ``os.read`` calls (no buffered-reader object per file).
+    """Whole file (planned ``size`` bytes, below :data:`STREAM_AT`) with raw ``os.read`` calls.
 
-    One syscall for a file of its planned ``size``; a file that grew, or one
-    larger than a single read returns, is read on to its end.
+    One syscall for a file of its planned ``size``. The file must still be a
+    regular file (:func:`~feedline.format._files.open_fd`: one replaced by a FIFO
+    after the listing would block the read forever, ``/dev/zero`` never ends). A
+    file that changed size is read as it is now, up to :data:`STREAM_AT` bytes:
+    one that grew past that is refused, never held whole.
+
+    Raises:
+        OSError: as ``open_fd``; ``EFBIG`` for a file that grew past :data:`STREAM_AT`.
     """
-    fd = os.open(path, os.O_RDONLY)
+    limit = max(size, STREAM_AT)
+    fd = open_fd(path)
     try:
-        data = os.read(fd, size + 1)
-        if len(data) < min(size + 1, _MAX_READ):  # a regular file hit its end
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, _MAX_READ):
+        chunks: list[bytes] = []
+        got = 0
+        while got <= limit and (chunk := os.read(fd, limit + 1 - got)):
             chunks.append(chunk)
-        return b"".join(chunks)
+            got += len(chunk)
     finally:
         os.close(fd)
+    if got > limit:
+        raise OSError(errno.EFBIG, f"grew from {size} to more than {limit} bytes while it was packed", path)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _read_sample(sample: PlannedSample, algo: str) -> _Loaded:
@@ -109,7 +118,7 @@ def _read_source(f: SourceFile, key: str) -> bytes:
     try:
         return _read_file(f.path, f.size)
     except OSError as e:
-        raise ReadError(f"cannot read {f.path!r}: {e.strerror}", key=key, field=f.field, path=f.path) from None
+        raise source_error(e, f.path, key=key, field=f.field) from None
 
 
 def _source_checksum(f: SourceFile, algo: str) -> int:
@@ -118,11 +127,11 @@ def _source_checksum(f: SourceFile, algo: str) -> int:
         return checksum(f.data, algo)
     h = hasher(algo)
     try:
-        with open(f.path, "rb", buffering=0) as src:
+        with open_regular(f.path) as src:
             while chunk := src.read(_HASH_CHUNK):
                 h.update(chunk)
     except OSError as e:
-        raise ReadError(f"cannot read {f.path!r}: {e.strerror}", field=f.field, path=f.path) from None
+        raise source_error(e, f.path, field=f.field) from None
     return h.intdigest()
 
 
@@ -269,6 +278,8 @@ def pack(
     Raises:
         ConfigError: bad arguments or unusable sources (a source that does not
             exist, a symbolic-link loop, ``out_dir`` that is a file or a source).
+        WriteError: another pack or index_tars writing into ``out_dir`` now (it holds
+            the folder's lock, :data:`~feedline.format._lock.DATASET_LOCK`).
         ReadError: a source file that cannot be read, or changed size while packed.
         OSError: a folder that cannot be read, a file that cannot be written (named by the error).
     """
@@ -290,24 +301,28 @@ def pack(
     samples = found.samples
     plan = plan_shards(samples, shard_size, align)
     out.mkdir(parents=True, exist_ok=True)
-    if (out / MANIFEST_NAME).exists():
-        remove_quietly(out / MANIFEST_NAME)
-        if durable:
-            fsync_dir(out)
-    state = _Counter(progress, sum(s.sources for s in samples), sum(s.nbytes for s in samples), len(plan))
-    infos, indexes = _write_shards(plan, out, align, algo, workers, state, durable)
-    remove_quietly(temp_name(out / MANIFEST_NAME))
-    _clean_stale(out, len(plan))
-    manifest = Manifest(
-        version=FORMAT_VERSION,
-        checksum_algo=algo,
-        align=align,
-        shards=tuple(infos),
-        fields=field_stats(indexes),
-        num_samples=sum(i.num_samples for i in infos),
-        classes=found.classes,
-    )
-    write_manifest(out, manifest, durable=durable)
+    lock = hold_dataset(out)
+    try:
+        if (out / MANIFEST_NAME).exists():
+            remove_quietly(out / MANIFEST_NAME)
+            if durable:
+                fsync_dir(out)
+        state = _Counter(progress, sum(s.sources for s in samples), sum(s.nbytes for s in samples), len(plan))
+        infos, indexes = _write_shards(plan, out, align, algo, workers, state, durable)
+        remove_quietly(temp_name(out / MANIFEST_NAME))
+        _clean_stale(out, len(plan))
+        manifest = Manifest(
+            version=FORMAT_VERSION,
+            checksum_algo=algo,
+            align=align,
+            shards=tuple(infos),
+            fields=field_stats(indexes),
+            num_samples=sum(i.num_samples for i in infos),
+            classes=found.classes,
+        )
+        write_manifest(out, manifest, durable=durable)
+    finally:
+        release(lock, out / DATASET_LOCK)
     return manifest
 
 

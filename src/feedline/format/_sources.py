@@ -405,7 +405,7 @@ class _Walker:
                 self.skipped.append(Skipped(name, "not a regular file"))
 
 
-def _listed(list_file: Path) -> Iterable[tuple[str, str, os.stat_result]]:
+def _listed(list_file: Path, skipped: list[Skipped]) -> Iterable[tuple[str, str, os.stat_result]]:
     base = list_file.parent
     try:
         with open(list_file, encoding="utf-8") as f:
@@ -426,6 +426,9 @@ def _listed(list_file: Path) -> Iterable[tuple[str, str, os.stat_result]]:
                 f"{list_file}: cannot read listed file {line!r}: {e.strerror}",
                 fix="fix the path in the list file",
             ) from None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block pack's read, /dev/zero never end it
+            skipped.append(Skipped(rel.replace(os.sep, "/"), "not a regular file"))
+            continue
         yield rel.replace(os.sep, "/"), str(path), st
 
 
@@ -488,7 +491,7 @@ def collect(
                 class_names.update(walker.top_folders())
             entries: Iterable[tuple[str, str, os.stat_result]] = walker.files()
         elif src.is_file():
-            entries = _listed(src)
+            entries = _listed(src, skipped)
         elif os.path.lexists(src):
             raise ConfigError(f"source {str(src)!r} is neither a folder nor a list file", fix="pass a folder or a list file")
         else:
@@ -506,7 +509,9 @@ def collect(
                 continue
             parts = _split(name, rule)
             if parts is None:
-                skipped.append(Skipped(name, "not inside a sample folder" if rule == "folder"
+                skipped.append(Skipped(name, "a newline in its name: WebDataset's readers cannot "
+                                       "store it (rename the file)" if "\n" in name
+                                       else "not inside a sample folder" if rule == "folder"
                                        else "no field extension"))
                 continue
             if labelled and rule == "folder" and name.count("/") < 2:

@@ -19,6 +19,7 @@ import numpy as np
 from feedline.errors import ConfigError, ReadError
 from feedline.format._atomic import fsync_dir, remove_quietly, start_writeback, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
+from feedline.format._files import CHANGED_FIX, open_fd, source_error
 from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import ShardInfo
 from feedline.format._schema import HEAD_BYTES, SchemaBuilder, candidate_kind
@@ -249,9 +250,9 @@ class ShardWriter:
     @staticmethod
     def _open_source(key: str, field: str, path: str) -> int:
         try:
-            return os.open(path, os.O_RDONLY)
+            return open_fd(path)  # still a regular file: a FIFO put in its place would block forever
         except OSError as e:
-            raise ReadError(f"cannot read {path!r}: {e.strerror}", key=key, field=field, path=path) from None
+            raise source_error(e, path, key=key, field=field) from None
 
     def _copy_file(self, key: str, field: str, src: FilePayload, fd: int) -> int:
         """Copy ``src`` into the shard in chunks through one reused buffer; its checksum."""
@@ -274,11 +275,11 @@ class ShardWriter:
                 left -= got
             extra = os.read(fd, 1) if left == 0 else b""
         except OSError as e:
-            raise ReadError(f"cannot read {src.path!r}: {e.strerror}", key=key, field=field, path=src.path) from None
+            raise source_error(e, src.path, key=key, field=field) from None
         if left or extra:
             raise ReadError(
                 f"{src.path!r} changed size while it was packed (planned {src.size} bytes)",
-                key=key, field=field, path=src.path, fix="pack files that are not being written, or rerun",
+                key=key, field=field, path=src.path, fix=CHANGED_FIX,
             )
         self._pos += src.size
         return member.intdigest()

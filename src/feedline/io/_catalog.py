@@ -178,12 +178,16 @@ def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
     return ShardEntry(info.name, path, size, index, first, end, stamp)
 
 
-def load_catalog(root: str, fs: Any | None = None) -> Catalog:
+def load_catalog(root: str, fs: Any | None = None, manifest: Manifest | None = None) -> Catalog:
     """Read and validate a dataset's manifest and every shard index.
 
     Args:
         root: dataset folder (local) or object-store prefix path (with ``fs``).
         fs: an fsspec file system for remote datasets, ``None`` for local ones.
+        manifest: the manifest already read (by the process a worker's copy came
+            from): ``manifest.json`` is not read again, so a re-index that removes
+            and rewrites it cannot fail the copy; the indexes are still checked
+            against its checksums and the shards against its sizes.
 
     Raises:
         FormatError: missing/invalid manifest or index, or a shard whose size
@@ -191,7 +195,8 @@ def load_catalog(root: str, fs: Any | None = None) -> Catalog:
         ChecksumError: an index file whose checksum differs from the manifest.
     """
     storage = _Storage(root, fs)
-    manifest = storage.manifest()
+    if manifest is None:
+        manifest = storage.manifest()
     shards = [_open_shard(storage, manifest, i) for i in range(len(manifest.shards))]
     starts = np.zeros(len(shards) + 1, dtype=np.int64)
     np.cumsum([s.index.num_samples for s in shards], out=starts[1:])

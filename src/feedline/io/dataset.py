@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from feedline.errors import ArgumentError, ConfigError, FormatError, SampleIndexError
-from feedline.format import FieldSchema
+from feedline.format import FieldSchema, Manifest, read_manifest
 from feedline.format._files import path_argument
-from feedline.io._catalog import Catalog, load_catalog
+from feedline.io._catalog import Catalog, file_stamp, load_catalog
 from feedline.io._columns import gather_labels, read_columns
 from feedline.io._handles import HandleBudget, ShardReadState
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
@@ -122,33 +122,54 @@ class PackedDataset:
             catalog = load_catalog(path, fs)
             choice = BackendChoice(self._io, "remote", "remote dataset: ranged reads through fsspec")
             return _Opened(catalog, RemoteReader(fs), choice)
-        catalog = load_catalog(self._root)
-        self._check_same(catalog)
+        expect = self._expect
+        if expect is None:
+            catalog = load_catalog(self._root)
+        else:  # a copy: the manifest its original read, so a re-index's rewrite cannot fail it
+            try:
+                catalog = load_catalog(self._root, manifest=expect["manifest"])
+            except FormatError:  # an index that is not the original's: say why, if the folder changed
+                self._check_same({n: self._stamp_now(n) for n in expect["stamps"]})
+                if not self._same_manifest(expect["manifest"]):
+                    raise FormatError(
+                        "the dataset changed on disk after it was opened (its manifest and indexes were "
+                        "rewritten: re-indexed or re-packed)", path=self._root,
+                        fix="finish indexing or packing before training starts, then open it again "
+                            "(a new Loader)") from None
+                raise
+            self._check_same({s.name: s.stamp for s in catalog.shards})
         choice = choose_backend(self._io)
         return _Opened(catalog, make_reader(choice.name), choice)
 
-    def _check_same(self, catalog: Catalog) -> None:
-        """A copy (a process worker's) must open the files the original opened.
+    def _same_manifest(self, manifest: Manifest) -> bool:
+        try:
+            return read_manifest(self._root) == manifest
+        except FormatError:
+            return False
+
+    def _stamp_now(self, shard: str) -> tuple[int, ...] | None:
+        try:
+            return file_stamp(os.stat(os.path.join(self._root, shard)))
+        except OSError:
+            return None
+
+    def _check_same(self, now: dict[str, tuple[int, ...] | None]) -> None:
+        """A copy (a process worker's) must open the files the original opened: ``now``
+        holds each shard's stamp as the copy finds it (None: gone).
 
         Raises:
-            FormatError: the manifest or a shard file was replaced by another since the
+            FormatError: a shard file was replaced by another (or removed) since the
                 original opened the dataset: the worker would read other samples than the
                 training process planned (another count, other bytes at the same index).
         """
         expect = self._expect
-        if expect is None:
+        if expect is None or now == expect["stamps"]:
             return
-        now = {s.name: s.stamp for s in catalog.shards}
-        if catalog.manifest.shards != expect["shards"] or now != expect["stamps"]:
-            changed = sorted(n for n in set(now) | set(expect["stamps"])
-                             if now.get(n) != expect["stamps"].get(n))
-            raise FormatError(
-                "the dataset changed on disk after it was opened"
-                + (f" (shards replaced by other files: {', '.join(changed[:5])})" if changed else
-                   " (its manifest was rewritten)"),
-                path=self._root, shard=changed[0] if changed else None,
-                fix="finish copying or packing before training starts, then open it again "
-                    "(a new Loader)")
+        changed = sorted(n for n in set(now) | set(expect["stamps"]) if now.get(n) != expect["stamps"].get(n))
+        raise FormatError(
+            f"the dataset changed on disk after it was opened (shards replaced by other files: "
+            f"{', '.join(changed[:5])})", path=self._root, shard=changed[0],
+            fix="finish copying or packing before training starts, then open it again (a new Loader)")
 
     def _state(self) -> _Opened:
         opened = self._opened
@@ -165,7 +186,7 @@ class PackedDataset:
         """What a copy must find when it reopens: the manifest's shards and each file's stamp."""
         if opened is None or is_remote(self._root):
             return self._expect
-        return {"shards": opened.catalog.manifest.shards,
+        return {"manifest": opened.catalog.manifest,
                 "stamps": {s.name: s.stamp for s in opened.catalog.shards}}
 
     def __getstate__(self) -> dict[str, Any]:
