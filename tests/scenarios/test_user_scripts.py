@@ -66,6 +66,9 @@ class Truth:
     """The script's file name without ``.py`` when it is not the case's name."""
     launcher: tuple[str, ...] = ()
     """Interpreter arguments before the script (``-m torch.distributed.run ...``)."""
+    program: tuple[str, ...] = ()
+    """Interpreter arguments naming a program that is no script file (``-m pkg.module``,
+    ``-c CODE``); in place of the launcher and the script."""
 
 
 DATA = (0.3, 1.0)
@@ -292,6 +295,43 @@ TRUTH = {
     "z_drift_fast_steps": Truth("data-bound", "read", DATA, "steps 48\n"),
     # each step's batch is torch.cat of two next(it) calls (counted as two steps)
     "z_two_next_cat": Truth("data-bound", "read", DATA, "steps 20 batches 40\n"),
+    # -- round 7 (v_*.py)
+    # a GAN: two optimizers, two discriminator steps (each a next(it)) per generator step
+    "v_gan_k_steps": Truth("data-bound", "read", DATA,
+                           "generator steps 20 discriminator steps 40 passes 3\n"),
+    # contrastive learning: two augmented views per sample, the transform's CPU doubled
+    "v_two_views": Truth("data-bound", "decode", DATA,
+                         "epoch 0: 10 batches of pairs\nepoch 1: 10 batches of pairs\n"),
+    # RL: no DataLoader, an environment stepped in the loop and a replay buffer sampled
+    "v_rl_replay": Truth("unknown", "unknown", (0.0, 0.0),
+                         "episodes 6 updates 119 buffer 150\n"),
+    # torch.save of a 16 MB state_dict every 10 steps: a blocking stall that is not data
+    "v_save_every_n": Truth("compute-bound", "gpu", COMPUTE,
+                            "steps 60 checkpoints 6 files 6\n"),
+    # __getitem__ reads rows from SQLite (unindexed lookups) and parses JSON, 1 worker
+    "v_sqlite_rows": Truth("data-bound", "decode", DATA,
+                           "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # DataLoader(batch_size=None) over an IterableDataset yielding ready batches
+    "v_ready_batches": Truth("data-bound", "read", DATA,
+                             "epoch 0: 12 batches of 16\nepoch 1: 12 batches of 16\n"),
+    # while time.monotonic() < deadline: the run's length is set by the clock
+    "v_time_limit": Truth("data-bound", "read", DATA,
+                          "time limit reached, more than 10 steps True, epochs started True\n"),
+    # python -m v_pkg.train: a package module with relative imports
+    "v_pkg_module": Truth("data-bound", "read", DATA, "".join(
+        f"__main__ remote epoch {e}: 15 batches\n" for e in range(2)),
+        program=("-m", "v_pkg.train"), args=("remote",)),
+    # python -c "...runpy.run_module('v_pkg.train', run_name='__main__')"
+    "v_pkg_runpy": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"__main__ memory epoch {e}: 30 batches\n" for e in range(2)),
+        program=("-c", "import runpy, sys; sys.argv = ['train', 'memory']; "
+                       "runpy.run_module('v_pkg.train', run_name='__main__', alter_sys=True)")),
+    # DDP over a one-process gloo group; three of four micro-batches under no_sync()
+    "v_ddp_no_sync": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 12 micro-batches\n" for e in range(2)) + "updates 6\n"),
+    # multiprocessing_context="spawn", prefetch_factor=1, persistent_workers=True
+    "v_spawn_persistent": Truth("data-bound", "decode", DATA,
+                                "".join(f"epoch {e}: 15 batches\n" for e in range(4))),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
@@ -309,7 +349,8 @@ def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
     truth = TRUTH[name]
     json_path = out / f"{name.replace(':', '-')}.json"
     cmd = [sys.executable, "-m", "feedline", "diagnose", "--json", str(json_path), "--",
-           sys.executable, *truth.launcher, f"{truth.script or name}.py", *truth.args]
+           sys.executable, *(truth.program or (*truth.launcher, f"{truth.script or name}.py")),
+           *truth.args]
     # the scripts run from their own folder, as a user runs one: feedline is found by
     # absolute path, whatever relative PYTHONPATH the suite runs with
     src = str(Path(feedline.__file__).resolve().parents[1])
