@@ -389,3 +389,28 @@ def test_text_names_the_binding_stage_the_table_lacks() -> None:
     text = " ".join(render_text(rep).split())
     assert "binding: decode" in text
     assert "per batch (read = time blocked, decode = CPU time of the data code): read 20.00 ms, decode 40.00 ms" in text
+
+
+def test_a_save_every_n_steps_is_named_as_periodic_work_not_data() -> None:
+    # an in-memory loader, 15 ms steps, and every 10th step 80 ms longer (a torch.save):
+    # compute-bound, and the saves (a third of the time) are named before "speed up the step"
+    n = 60
+    body = [0.095 if i % 10 == 9 else 0.015 for i in range(n)]
+    m = meas(wait=0.0004, body=0.015, fetch=0.0003, cpu=0.0003, workers=0, n=n)
+    rep = build_report(Measurements(**{**vars(m), "body": body, "gpu": body}))
+    assert rep.verdict == "compute-bound"
+    (f,) = [f for f in rep.findings if f.code == "long-steps"]
+    assert "6 of 59 steps took 95 ms" in f.message and "once every 10 steps" in f.message
+    assert "periodic work" in f.message and "background thread" in f.fix
+    assert rep.recommendation.index("once every 10 steps") < rep.recommendation.index(
+        "speed up the step")
+    # a slow start (8 steps) is named without a period; steady steps say nothing
+    drift = [0.040] * 8 + [0.003] * 40
+    m48 = meas(wait=0.021, body=0.003, fetch=0.024, cpu=0.001, workers=1, n=48)
+    slow = build_report(Measurements(**{**vars(m48), "body": drift, "gpu": drift}))
+    (f,) = [f for f in slow.findings if f.code == "long-steps"]
+    assert "a slow phase" in f.message and "once every" not in f.message
+    steady = [0.015 + 0.001 * (i % 3) for i in range(n)]
+    plain = build_report(Measurements(**{**vars(m), "body": steady, "gpu": steady}))
+    assert "long-steps" not in {f.code for f in plain.findings}
+    assert "once every" not in plain.recommendation

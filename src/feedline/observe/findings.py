@@ -10,15 +10,23 @@ every rule is testable without a GPU.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shutil
+import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SEVERITIES = ("high", "warning", "info")
 STEP_CONTENTION = 0.25
 """Share of the step body spent queued for a core above which the step is contended."""
+LONG_STEP = 3.0
+"""A step body this many times the median (and 5 ms longer) is a long step."""
+LONG_SHARE = 0.15
+"""Share of the measured time that long steps spend beyond the median, above which they
+are a finding (and, for a compute-bound run, what the recommendation names first)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,52 @@ class RunFacts:
     """Where loader workers belong on this host (:func:`feedline.placement.plan_placement`)."""
     body_p50: float = 0.0
     """Median step body on the consumer thread (between one batch and the next ``next()``)."""
+    long: LongSteps | None = None
+    """Long step bodies that cost a share of the run (:func:`long_steps`)."""
+
+
+@dataclass(frozen=True)
+class LongSteps:
+    """Step bodies far above the median: work in the loop that is neither data nor the
+    ordinary step (a ``torch.save`` every N steps, logging, evaluation, a slow phase)."""
+
+    count: int
+    steps: int
+    median: float
+    typical: float
+    """Median of the long bodies (seconds)."""
+    share: float
+    """Their time beyond the median step, as a share of the measured time."""
+    every: int | None
+    """Steps between them when they recur at a fixed period, else None."""
+
+    def said(self) -> str:
+        when = (f"once every {self.every} steps" if self.every else
+                "a slow phase or occasional work")
+        return (f"{self.count} of {self.steps} steps took {self.typical * 1e3:.0f} ms against a "
+                f"median of {self.median * 1e3:.0f} ms ({when}), {self.share:.0%} of the "
+                "measured time")
+
+
+def long_steps(bodies: list[float], measured: float) -> LongSteps | None:
+    """The long step bodies among ``bodies`` (in step order) when their time beyond the
+    median is at least :data:`LONG_SHARE` of ``measured`` (the steps' waits and bodies),
+    with their period when most of the gaps between them are one number of steps."""
+    if len(bodies) < 8 or measured <= 0:
+        return None
+    med = statistics.median(bodies)
+    cut = max(LONG_STEP * med, med + 0.005)
+    idx = [i for i, b in enumerate(bodies) if b > cut]
+    if len(idx) < 2:
+        return None
+    share = sum(bodies[i] - med for i in idx) / measured
+    if share < LONG_SHARE:
+        return None
+    gaps = [b - a for a, b in itertools.pairwise(idx)]
+    gap, seen = Counter(gaps).most_common(1)[0]
+    every = gap if gap >= 2 and seen >= max(1, math.ceil(2 * len(gaps) / 3)) else None
+    typical = statistics.median(bodies[i] for i in idx)
+    return LongSteps(len(idx), len(bodies), med, typical, share, every)
 
 
 def recommended_workers(cores: int, gpus: int) -> int:
@@ -354,6 +408,23 @@ def _passes_differ(f: RunFacts) -> Finding | None:
     return Finding("passes-differ", "warning", message, fix)
 
 
+def _long_steps_rule(f: RunFacts) -> list[Finding]:
+    if f.long is None:
+        return []
+    periodic = f.long.every is not None
+    return [Finding(
+        "long-steps", "warning",
+        f"{f.long.said()}: " + (
+            "periodic work in the loop (a checkpoint save, logging, evaluation), not data"
+            if periodic else "not data: a slow phase (warm-up, caches) or occasional work in the "
+            "loop"),
+        ("make it rarer or take it off the training thread (save from a background thread, "
+         "torch.distributed.checkpoint.async_save; log less often); --trace shows those steps"
+         if periodic else "open the trace (--trace) at those steps; if it is work in the loop "
+         "(saving, logging, evaluation), make it rarer or take it off the training thread"),
+    )]
+
+
 def prefetch_depth(fetch_p99: float, step: float, workers: int, feedline: bool) -> int:
     """Batches to keep ready so one slow batch (``fetch_p99`` seconds) does not stall.
 
@@ -478,7 +549,7 @@ def detect(facts: RunFacts) -> list[Finding]:
     """Every rule that fires for ``facts``, most severe first."""
     found = _workers_rules(facts) + _copy_rules(facts) + _memory_rules(facts)
     found += _timing_rules(facts) + _topology_rules(facts) + _quiet_rule(facts)
-    found += _handoff_rule(facts)
+    found += _handoff_rule(facts) + _long_steps_rule(facts)
     return sorted(found, key=lambda x: SEVERITIES.index(x.severity))
 
 

@@ -35,10 +35,12 @@ from feedline.observe._stats import EMPTY_STATS, Span, StageStats, summarize
 from feedline.observe.findings import (
     STEP_CONTENTION,
     Finding,
+    LongSteps,
     RunFacts,
     detect,
     handoff,
     loader_call,
+    long_steps,
     prefetch_depth,
     recommended_workers,
     set_threads_advice,
@@ -398,11 +400,14 @@ def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
 def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: float,
                w_rec: int, step_p50: float,
                restarts: tuple[float, float, float] = (0.0, 0.0, 0.0),
-               step_contention: float = 0.0) -> tuple[str, float | None]:
+               step_contention: float = 0.0,
+               long: LongSteps | None = None) -> tuple[str, float | None]:
     """The one change the binding stage calls for, and its predicted gain (step / after).
 
     ``step_contention``: the share of the step body the training thread spent queued for
     a core (a compute-bound step slowed by the loader's workers or other jobs).
+
+    ``long``: long step bodies (periodic work in the loop), named first when compute binds.
 
     ``restarts``: the share of the data stall spent in the first wait of each later
     epoch, those waits' seconds per measured step, and the mean steps per pass
@@ -417,17 +422,19 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         after = max(after, pb.gpu, pb.h2d)
         return step / after if after > 0 else None
 
+    first = (f"{long.said()}: make that work rarer or take it off the training thread; "
+             if long is not None and verdict == "compute-bound" else "")
     if verdict == "compute-bound" and step_contention >= STEP_CONTENTION:
         advice = set_threads_advice(cfg.get("torch_threads"), cores, workers)
         give = (f"give it its cores ({advice} beside {workers} workers on {cores} cores, fewer "
                 "workers, other jobs off the machine)" if advice else
                 f"give it its cores (torch already runs the {cores - workers} thread(s) the "
                 f"{workers} workers leave: fewer workers, or other jobs off the machine)")
-        return (f"the data path keeps up, but the step waited {step_contention:.0%} of its "
-                f"time for a CPU core: {give}, then speed up the step itself"), 1.0
+        return (f"the data path keeps up, but {first}the step waited {step_contention:.0%} of "
+                f"its time for a CPU core: {give}, then speed up the step itself"), 1.0
     if verdict == "compute-bound":
-        return ("the data path keeps up; speed up the step itself (mixed precision, larger "
-                "batch, fused kernels)"), 1.0
+        return (f"the data path keeps up; {first}speed up the step itself (mixed precision, "
+                "larger batch, fused kernels)"), 1.0
     if verdict == "unknown":
         return "", None
     share, per_step, per_pass = restarts
@@ -652,8 +659,9 @@ def build_report(m: Measurements) -> Report:
             and not m.loader.get("feedline") and (not m.loader.get("persistent_workers")
                                                    or int(m.loader.get("instances") or 1) > 1)):
         binding = "startup"  # worker start-up at each new iterator is most of the stall
+    long = long_steps(body, total)
     rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50, restarts,
-                           step_contention)
+                           step_contention, long)
     facts = RunFacts(
         device_type=m.device_type, verdict=verdict, stall_fraction=stall,
         gpu_utilisation=util, step_p50=step.p50, wait_p50=data_wait.p50, wait_p99=data_wait.p99,
@@ -664,6 +672,7 @@ def build_report(m: Measurements) -> Report:
         epoch_start_wait=sorted(restart)[len(restart) // 2] if restart else 0.0,
         epoch_starts=len(restart), steps_per_pass=per_pass, pass_stalls=pass_stalls,
         quiet=m.quiet, measured=total, body_p50=summarize(body).p50 if body else 0.0,
+        long=long,
         **_topology_facts(m.device_type, pb, max(workers, 1)),
     )
     facts.contention = runq / total if total > 0 else 0.0
