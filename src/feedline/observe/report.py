@@ -430,11 +430,12 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
                 "workers, other jobs off the machine)" if advice else
                 f"give it its cores (torch already runs the {cores - workers} thread(s) the "
                 f"{workers} workers leave: fewer workers, or other jobs off the machine)")
-        return (f"the data path keeps up, but {first}the step waited {step_contention:.0%} of "
-                f"its time for a CPU core: {give}, then speed up the step itself"), 1.0
+        lead = f"the data path keeps up; {first}" if first else "the data path keeps up, but "
+        return (f"{lead}the step waited {step_contention:.0%} of its time for a CPU core: "
+                f"{give}, then speed up the step itself"), 1.0
     if verdict == "compute-bound":
-        return (f"the data path keeps up; {first}speed up the step itself (mixed precision, "
-                "larger batch, fused kernels)"), 1.0
+        return (f"the data path keeps up; {first}{'then ' if first else ''}speed up the step "
+                "itself (mixed precision, larger batch, fused kernels)"), 1.0
     if verdict == "unknown":
         return "", None
     share, per_step, per_pass = restarts

@@ -35,7 +35,7 @@ if __name__ == "__main__":
     opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
     bce = torch.nn.BCEWithLogitsLoss()
     it, passes, d_steps = iter(loader), 1, 0
-    for g_step in range(20):
+    for _g_step in range(20):
         for _ in range(2):
             try:
                 real = next(it)

@@ -40,7 +40,7 @@ if __name__ == "__main__":
     opt = torch.optim.Adam(q.parameters(), lr=1e-3)
     buffer = collections.deque(maxlen=500)
     updates = 0
-    for episode in range(6):
+    for _episode in range(6):
         s = env.reset()
         for _t in range(25):
             with torch.no_grad():
