@@ -345,3 +345,23 @@ def test_a_backward_pass_is_an_update_for_a_hand_written_optimizer() -> None:
     assert sc.clock(val).trained
     (w * 2).sum().backward()  # uninstalled: torch's own functions again
     assert torch.autograd.backward.__module__ == "torch.autograd"
+
+
+def test_a_loader_drawn_once_per_k_steps_of_another_is_taken_in_turn() -> None:
+    from feedline.observe._clock import lockstep
+
+    # a GAN: two discriminator draws of the images per generator draw of the labels
+    sc, images, labels = clocks(), object(), object()
+    label_steps = run(sc, labels, 20)
+    for k in run(sc, images, 40):
+        if k % 2 == 1:
+            next(label_steps)
+    assert lockstep(sc.clock(images), sc.clock(labels))
+    assert lockstep(sc.clock(labels), sc.clock(images))
+    # one validation batch every 10 steps is evaluation, not training data taken in turn
+    sc, train, val = clocks(), object(), object()
+    val_steps = run(sc, val, 4)
+    for k in run(sc, train, 40):
+        if k % 10 == 9:
+            next(val_steps)
+    assert not lockstep(sc.clock(train), sc.clock(val))

@@ -299,6 +299,9 @@ TRUTH = {
     # a GAN: two optimizers, two discriminator steps (each a next(it)) per generator step
     "v_gan_k_steps": Truth("data-bound", "read", DATA,
                            "generator steps 20 discriminator steps 40 passes 3\n"),
+    # a conditional GAN: real images from one loader, the generator's labels from another
+    "v_cgan_label_loader": Truth("data-bound", "read", DATA,
+                                 "generator steps 20 discriminator steps 40\n"),
     # contrastive learning: two augmented views per sample, the transform's CPU doubled
     "v_two_views": Truth("data-bound", "decode", DATA,
                          "epoch 0: 10 batches of pairs\nepoch 1: 10 batches of pairs\n"),

@@ -262,22 +262,31 @@ class LoaderClock:
                          list(zip(self.pass_starts, ends, strict=False)))
 
 
+IN_TURN = 8
+"""A loader taken in turn with another steps at least once every this many of its steps
+(a GAN's generator loader beside ``n_critic`` discriminator draws, 5 in WGAN)."""
+
+
 def lockstep(a: LoaderClock, b: LoaderClock) -> bool:
-    """Whether ``b`` is stepped once between each two steps of ``a`` on the same thread:
-    loaders zipped together (``for x, u in zip(labelled, unlabelled)``), so every step
-    waits for both. A validation loader run every N steps is not: its passes put
-    several steps between two of ``a``'s, and none between the others."""
+    """Whether ``a`` and ``b`` are stepped in turn on the same thread: loaders zipped
+    together (``for x, u in zip(labelled, unlabelled)``), tasks taken in turn, or k draws
+    of one per draw of the other (a GAN's discriminator and generator loaders), so the
+    steps wait for both. The one with fewer steps steps at most once between two steps of
+    the other, and most of its steps fall so, spread over the run. A validation loader
+    run every N steps is not: its passes put several steps between two of the other's,
+    and none between the rest."""
     if not (a.tids & b.tids) or min(len(a.starts), len(b.starts)) < 4:
         return False
-    if not 0.5 <= len(b.starts) / len(a.starts) <= 2.0:
+    more, fewer = (a, b) if len(a.starts) >= len(b.starts) else (b, a)
+    if len(fewer.starts) * IN_TURN < len(more.starts):
         return False
     one = many = 0
-    for lo, hi in zip(a.starts, a.starts[1:], strict=False):
-        k = bisect.bisect_left(b.starts, hi) - bisect.bisect_left(b.starts, lo)
+    for lo, hi in zip(more.starts, more.starts[1:], strict=False):
+        k = bisect.bisect_left(fewer.starts, hi) - bisect.bisect_left(fewer.starts, lo)
         one += k == 1
         many += k > 1
-    gaps = len(a.starts) - 1
-    return one >= 0.8 * gaps and many <= 0.1 * gaps
+    gaps = len(more.starts) - 1
+    return one >= 0.8 * (len(fewer.starts) - 1) and many <= 0.1 * gaps
 
 
 def fold_waits(view: StepsView, partners: list[StepsView]) -> StepsView:
@@ -434,7 +443,7 @@ class StepClocks:
         elif c.inside is not None and c.steps == c.pass_step0:
             c.inside = None  # a new pass straight after its own: it runs on its own
         if (self.steps is not None and c.steps >= self.steps and c.counts
-                and self.on_limit is not None and self._may_train(c)):
+                and self.on_limit is not None and self.may_train(c)):
             return self.on_limit(c)
         workers = bool(c.config.get("num_workers"))
         q0 = self._runq() if workers else 0.0
@@ -538,7 +547,7 @@ class StepClocks:
         for c in list(self.clocks.values()):
             self._close_body(c)
 
-    def _may_train(self, c: LoaderClock) -> bool:
+    def may_train(self, c: LoaderClock) -> bool:
         """Whether ``c`` may be the training loader as far as the optimizer and autograd
         tell: not :meth:`evaluation`, and it began a pass with autograd enabled, or no
         loader did (an inference run)."""

@@ -219,9 +219,11 @@ class Session:
             end = min(end, self._limit_at)
         clocks = sorted(self.clocks.clocks.values(), key=lambda c: c.order)
         train = self.clocks.training()
-        # Loaders zipped with the training loader are one data path: the step is the one
-        # that waits most, and it waits for all of them (their waits fold into its own).
-        zipped = [c for c in clocks if train is not None and c is not train and lockstep(train, c)]
+        # Loaders zipped with the training loader (or taken in turn with it) are one data
+        # path: the step is the one that waits most, and it waits for all of them (their
+        # waits fold into its own). One that may not train (no_grad only) is evaluation.
+        zipped = [c for c in clocks if train is not None and c is not train
+                  and self.clocks.may_train(c) and lockstep(train, c)]
         if zipped and train is not None and self.clocks.primary is None:
             group = [train, *zipped]
             train = max(group, key=lambda c: sum(c.waits[1:]))
