@@ -25,7 +25,14 @@ Round 6 (``z_*.py``) adds a hand-written update (``p.data -= lr * p.grad``, no
 sharded by ``worker_init_fn``, ``DistributedSampler`` with world size 1 over
 ``ConcatDataset`` of ``Subset``s, ``pin_memory``/``non_blocking`` on a CPU host, a dataset
 raising and catching its own errors, ``torch.set_num_threads`` changed mid-run, a step
-that drifts from slow to fast, and a batch built from two ``next()`` calls.
+that drifts from slow to fast, and a batch built from two ``next()`` calls. Round 7
+(``v_*.py``) adds loops of other shapes: a GAN with two discriminator draws per generator
+step (and a conditional one whose labels come from a second loader taken in turn), a
+contrastive two-view transform, an RL loop with a replay buffer and no DataLoader,
+``torch.save`` every few steps, rows read from SQLite, ready batches through
+``batch_size=None``, a time-limited ``while`` loop, a package run with ``-m`` and through
+``runpy`` from ``-c``, DDP ``no_sync()`` accumulation, and spawned persistent workers with
+``prefetch_factor=1``.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -308,9 +315,9 @@ TRUTH = {
     # RL: no DataLoader, an environment stepped in the loop and a replay buffer sampled
     "v_rl_replay": Truth("unknown", "unknown", (0.0, 0.0),
                          "episodes 6 updates 119 buffer 150\n"),
-    # torch.save of a 16 MB state_dict every 10 steps: a blocking stall that is not data
+    # torch.save of a 64 MB state_dict every 5 steps: a blocking stall that is not data
     "v_save_every_n": Truth("compute-bound", "gpu", COMPUTE,
-                            "steps 60 checkpoints 6 files 6\n"),
+                            "steps 60 checkpoints 12 files 12\n"),
     # __getitem__ reads rows from SQLite (unindexed lookups) and parses JSON, 1 worker
     "v_sqlite_rows": Truth("data-bound", "decode", DATA,
                            "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
@@ -338,13 +345,14 @@ TRUTH = {
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
-        "z_manual_sgd_val_grad")
+        "z_manual_sgd_val_grad", "v_cgan_label_loader")
 """The default suite's share (40-50 s on two busy cores): one of each fix (start-up
 binding, run-queue wait of process workers, zipped loaders, ranks in processes the
 command starts, a loader rebuilt every epoch, torchrun's ranks judged by the one waiting
 for data, thread workers whose Python holds the GIL or the cores, a no_grad validation loader with
 more steps than training, a dataset decoding on its own thread pool, a hand-written
-update whose backward passes name the training loader)."""
+update whose backward passes name the training loader, a loader drawn once per two steps
+of another as training data taken in turn)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
@@ -473,6 +481,28 @@ def test_a_hand_written_update_names_the_training_loader(fast_runs: dict) -> Non
     assert data["steps"] == 35 and val["steps"] == 72 and val["role"] == "other"
 
 
+@pytest.mark.timeout(400)
+def test_a_loader_taken_in_turn_is_training_data(fast_runs: dict) -> None:
+    data = fast_runs["v_cgan_label_loader"][1]
+    (labels,) = data["loaders"]  # one label draw per two image draws: not evaluation
+    assert labels["role"] == "lockstep" and data["loader"]["zipped_with"] == [labels["label"]]
+    assert data["steps"] == 39 and labels["steps"] == 20
+
+
+def round7_checks(results: dict) -> None:
+    """Round 7's findings, beyond the verdict."""
+    # a torch.save every 5 steps: periodic work in the loop, named before "speed up the step"
+    save = results["v_save_every_n"][1]
+    assert "long-steps" in {f["code"] for f in save["findings"]}
+    assert "make that work rarer" in save["recommendation"]
+    # no DataLoader at all: unknown, and how to measure it
+    assert "feedline.watch" in results["v_rl_replay"][1]["fix"]
+    # a whole batch per item: a copied call keeps batch_size=None
+    assert "batch_size=None" in results["v_ready_batches"][1]["recommendation"]
+    (labels,) = results["v_cgan_label_loader"][1]["loaders"]
+    assert labels["role"] == "lockstep"
+
+
 def round6_checks(results: dict) -> None:
     """Round 6's advice, beyond the verdict."""
     # GPU habits on a CPU host: no pinning advice
@@ -545,3 +575,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         assert int(rec.split("num_workers=")[1].split(",")[0]) > 6, rec
         round5_checks(results)
         round6_checks(results)
+        round7_checks(results)

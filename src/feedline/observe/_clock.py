@@ -443,7 +443,7 @@ class StepClocks:
         elif c.inside is not None and c.steps == c.pass_step0:
             c.inside = None  # a new pass straight after its own: it runs on its own
         if (self.steps is not None and c.steps >= self.steps and c.counts
-                and self.on_limit is not None and self.may_train(c)):
+                and self.on_limit is not None and self._may_train(c)):
             return self.on_limit(c)
         workers = bool(c.config.get("num_workers"))
         q0 = self._runq() if workers else 0.0
@@ -547,7 +547,7 @@ class StepClocks:
         for c in list(self.clocks.values()):
             self._close_body(c)
 
-    def may_train(self, c: LoaderClock) -> bool:
+    def _may_train(self, c: LoaderClock) -> bool:
         """Whether ``c`` may be the training loader as far as the optimizer and autograd
         tell: not :meth:`evaluation`, and it began a pass with autograd enabled, or no
         loader did (an inference run)."""

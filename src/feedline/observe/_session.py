@@ -221,9 +221,10 @@ class Session:
         train = self.clocks.training()
         # Loaders zipped with the training loader (or taken in turn with it) are one data
         # path: the step is the one that waits most, and it waits for all of them (their
-        # waits fold into its own). One that may not train (no_grad only) is evaluation.
+        # waits fold into its own). One iterated under no_grad only, beside a training
+        # loader that is not, is evaluation.
         zipped = [c for c in clocks if train is not None and c is not train
-                  and self.clocks.may_train(c) and lockstep(train, c)]
+                  and (c.grad or not train.grad) and lockstep(train, c)]
         if zipped and train is not None and self.clocks.primary is None:
             group = [train, *zipped]
             train = max(group, key=lambda c: sum(c.waits[1:]))
