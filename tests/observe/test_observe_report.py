@@ -414,3 +414,21 @@ def test_a_save_every_n_steps_is_named_as_periodic_work_not_data() -> None:
     plain = build_report(Measurements(**{**vars(m), "body": steady, "gpu": steady}))
     assert "long-steps" not in {f.code for f in plain.findings}
     assert "once every" not in plain.recommendation
+
+
+def test_no_loader_at_all_and_a_loader_with_no_batch_are_told_apart() -> None:
+    import time
+
+    from feedline.observe._session import Session
+
+    # an RL loop or the user's own generator: nothing iterated a loader
+    none = Session("rl", "cpu").start().report().to_dict()
+    assert none["verdict"] == "unknown" and "its own code" in none["reason"]
+    assert "feedline.watch(batches)" in none["fix"]
+    # a loader iterated (a pass begun) that yielded nothing
+    session = Session("empty", "cpu").start()
+    now = time.perf_counter()
+    session.clocks.on_iter(object(), now, now)
+    empty = session.report().to_dict()
+    assert empty["verdict"] == "unknown" and "yielded no batch" in empty["reason"]
+    assert "yields batches" in empty["fix"]

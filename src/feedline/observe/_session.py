@@ -306,13 +306,22 @@ class Session:
 
     def _build(self, final: bool) -> Report:
         m, others = self.measurements(final)
-        if m is None:
+        if m is None and not self.clocks.clocks:
             rep = Report.unknown(
                 self.name, self.device_type,
-                "no training step was measured: no DataLoader or feedline.Loader was iterated "
-                "through a hooked next() (a custom loader, or zero batches)",
-                "wrap the consumer side: `for batch in feedline.watch(loader): ...`, or check "
-                "that the loader yields batches", loaders=others)
+                "no training step was measured: no DataLoader or feedline.Loader was iterated, "
+                "so the loop takes its batches from its own code (a generator, an environment "
+                "or replay buffer, a queue), whose steps diagnose cannot see",
+                "wrap what the loop iterates: `for batch in feedline.watch(batches): ...` "
+                "(any iterable; make one of a `while` loop's draws with a generator)",
+                loaders=others)
+        elif m is None:
+            rep = Report.unknown(
+                self.name, self.device_type,
+                "no training step was measured: a loader was iterated but yielded no batch "
+                "(an empty dataset, or a sampler with nothing to draw)",
+                "check that the loader yields batches, or wrap the consumer side: "
+                "`for batch in feedline.watch(loader): ...`", loaders=others)
         else:
             rep = build_report(m)
         if self.notes:
