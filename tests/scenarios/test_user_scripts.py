@@ -309,6 +309,9 @@ TRUTH = {
     # a conditional GAN: real images from one loader, the generator's labels from another
     "v_cgan_label_loader": Truth("data-bound", "read", DATA,
                                  "generator steps 20 discriminator steps 40\n"),
+    # two live iterators of one DataLoader (discriminator and generator draws)
+    "v_two_iterators": Truth("data-bound", "read", DATA,
+                             "discriminator draws 40 generator draws 20\n"),
     # contrastive learning: two augmented views per sample, the transform's CPU doubled
     "v_two_views": Truth("data-bound", "decode", DATA,
                          "epoch 0: 10 batches of pairs\nepoch 1: 10 batches of pairs\n"),
