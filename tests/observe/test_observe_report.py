@@ -410,6 +410,7 @@ def test_a_save_every_n_steps_is_named_as_periodic_work_not_data() -> None:
     slow = build_report(Measurements(**{**vars(m48), "body": drift, "gpu": drift}))
     (f,) = [f for f in slow.findings if f.code == "long-steps"]
     assert "a slow phase" in f.message and "once every" not in f.message
+    assert "make that work rarer" not in slow.recommendation
     steady = [0.015 + 0.001 * (i % 3) for i in range(n)]
     plain = build_report(Measurements(**{**vars(m), "body": steady, "gpu": steady}))
     assert "long-steps" not in {f.code for f in plain.findings}

@@ -115,10 +115,9 @@ class LongSteps:
     """Steps between them when they recur at a fixed period, else None."""
 
     def said(self) -> str:
-        when = (f"once every {self.every} steps" if self.every else
-                "a slow phase or occasional work")
+        when = f" (once every {self.every} steps)" if self.every else ""
         return (f"{self.count} of {self.steps} steps took {self.typical * 1e3:.0f} ms against a "
-                f"median of {self.median * 1e3:.0f} ms ({when}), {self.share:.0%} of the "
+                f"median of {self.median * 1e3:.0f} ms{when}, {self.share:.0%} of the "
                 "measured time")
 
 

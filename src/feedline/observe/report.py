@@ -407,7 +407,8 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
     ``step_contention``: the share of the step body the training thread spent queued for
     a core (a compute-bound step slowed by the loader's workers or other jobs).
 
-    ``long``: long step bodies (periodic work in the loop), named first when compute binds.
+    ``long``: long step bodies; when they recur at a period (work in the loop every N
+    steps), a compute-bound recommendation names them first.
 
     ``restarts``: the share of the data stall spent in the first wait of each later
     epoch, those waits' seconds per measured step, and the mean steps per pass
@@ -423,7 +424,7 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return step / after if after > 0 else None
 
     first = (f"{long.said()}: make that work rarer or take it off the training thread; "
-             if long is not None and verdict == "compute-bound" else "")
+             if long is not None and long.every and verdict == "compute-bound" else "")
     if verdict == "compute-bound" and step_contention >= STEP_CONTENTION:
         advice = set_threads_advice(cfg.get("torch_threads"), cores, workers)
         give = (f"give it its cores ({advice} beside {workers} workers on {cores} cores, fewer "
