@@ -404,6 +404,11 @@ def test_a_save_every_n_steps_is_named_as_periodic_work_not_data() -> None:
     assert "periodic work" in f.message and "background thread" in f.fix
     assert rep.recommendation.index("once every 10 steps") < rep.recommendation.index(
         "speed up the step")
+    # the same long bodies spent queued for a CPU core (a busy host) are no work in the loop
+    queued = [0.080 if i % 10 == 9 else 0.0 for i in range(n)]
+    busy = build_report(Measurements(**{**vars(m), "body": body, "gpu": body,
+                                        "body_runq": queued}))
+    assert "long-steps" not in {f.code for f in busy.findings}
     # a slow start (8 steps) is named without a period; steady steps say nothing
     drift = [0.040] * 8 + [0.003] * 40
     m48 = meas(wait=0.021, body=0.003, fetch=0.024, cpu=0.001, workers=1, n=48)

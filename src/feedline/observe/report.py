@@ -661,7 +661,9 @@ def build_report(m: Measurements) -> Report:
             and not m.loader.get("feedline") and (not m.loader.get("persistent_workers")
                                                    or int(m.loader.get("instances") or 1) > 1)):
         binding = "startup"  # worker start-up at each new iterator is most of the stall
-    long = long_steps(body, total)
+    # a step's own time: a body that waited for a CPU core (a busy host) is not long work
+    queued_all = list(queued_body) + [0.0] * max(0, len(body) - len(queued_body))
+    long = long_steps([max(0.0, b - q) for b, q in zip(body, queued_all, strict=False)], total)
     rec, gain = _recommend(m, pb, verdict, binding, step.mean, w_rec, step.p50, restarts,
                            step_contention, long)
     facts = RunFacts(
