@@ -155,3 +155,70 @@ def test_the_probe_stops_by_itself() -> None:
     reading = probe.stop()
     assert not probe._thread.is_alive() and reading.wakes > 3 and 0.2 <= reading.elapsed < 1.0
     assert reading.fraction is not None and reading.fraction <= auto.GIL_HELD[0]  # nothing else runs here
+
+
+class _Seen(GilProbe):
+    """A probe that has seen ``reading`` (not started: what it saw is given)."""
+
+    def __init__(self, reading: GilReading) -> None:
+        super().__init__()
+        self.seen = reading
+
+    def peek(self) -> GilReading:
+        return self.seen
+
+    def stop(self) -> GilReading:
+        return self.seen
+
+
+def test_clear_evidence_decides_before_the_measurement_is_long() -> None:
+    """Short batches of a long epoch: a probe that has run CLEAR_PROBE_SECONDS and reads the
+    GIL held (or free while the threads run) decides after `measure` batches, not after a
+    quarter of the epoch; a reading in the middle keeps measuring."""
+    def run(held: float, cpu: float) -> tuple[int, AutoChoice]:
+        choice = AutoChoice(workers=2, cores=2, epoch_batches=400)
+        choice.gil = _Seen(GilReading(wakes=100, elapsed=auto.CLEAR_PROBE_SECONDS, waited=held * auto.CLEAR_PROBE_SECONDS))
+        choice.timed(True, cpu=0.001, wall=0.001)
+        for n in range(1, 101):
+            if choice.timed(False, cpu=cpu * 0.001, wall=0.001) is not None:
+                return n, choice
+        return 0, choice
+
+    n, held = run(0.9, cpu=0.5)
+    assert (n, held.decided) == (4, "process") and "hold the GIL" in held.why
+    n, free = run(0.05, cpu=0.95)
+    assert (n, free.decided) == (4, "thread")
+    assert run(0.45, cpu=0.95)[0] == 100  # in between: the full measurement (a quarter)
+    assert run(0.05, cpu=0.5)[0] == 100  # free GIL, low share: not clear either
+    young = AutoChoice(workers=2, cores=2, epoch_batches=400)  # the probe ran too briefly
+    young.gil = _Seen(GilReading(wakes=100, elapsed=auto.CLEAR_PROBE_SECONDS / 2, waited=0.09))
+    young.timed(True, cpu=0.001, wall=0.001)
+    assert [young.timed(False, cpu=0.0005, wall=0.001) for _ in range(8)] == [None] * 8
+
+
+def test_leaning_follows_the_rule_on_what_was_seen_so_far() -> None:
+    def lean(held: float, cpu: float, runq: float = 0.0) -> bool:
+        choice = AutoChoice(workers=2, cores=2, epoch_batches=400)
+        choice.gil = _Seen(GilReading(wakes=100, elapsed=1.0, waited=held))
+        assert not choice.leaning()  # nothing timed yet
+        choice.timed(True, cpu=0.9, wall=1.0)
+        choice.timed(False, cpu=cpu, wall=1.0, runq=runq)
+        return choice.leaning()
+
+    assert lean(0.9, cpu=0.95) and lean(0.05, cpu=0.4)  # GIL held; take turns on a quiet host
+    assert not lean(0.05, cpu=0.95) and not lean(0.05, cpu=0.4, runq=0.5)  # runs; busy host
+
+
+@pytest.mark.timeout(60)
+def test_the_forkserver_starts_ahead_of_a_move() -> None:
+    from multiprocessing import forkserver
+
+    from feedline.pipeline.workers_process import start_forkserver
+
+    start_forkserver("spawn")  # nothing to start ahead
+    start_forkserver("forkserver")
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    assert server._forkserver_pid is not None and server._forkserver_address is not None
+    pid = server._forkserver_pid
+    start_forkserver("forkserver")  # running: kept
+    assert server._forkserver_pid == pid

@@ -71,6 +71,12 @@ EPOCH_SHARE = 4
 """...or until a quarter (``1 / EPOCH_SHARE``) of the epoch's batches were timed: a short
 epoch still decides within its first pass instead of never."""
 
+CLEAR_PROBE_SECONDS = 0.2
+"""...unless the evidence is clear sooner: once the first ``measure`` batches are timed and
+the probe has run this long (not waiting for a core), a probe reading outside
+``GIL_HELD``'s middle that the share agrees with (:meth:`AutoChoice.clear`) decides at
+once. On a one-epoch run every batch decided earlier runs on the better kind."""
+
 
 def thread_clock() -> tuple[float, float]:
     """(CPU seconds, seconds runnable but waiting for a core) of the calling thread; the
@@ -140,6 +146,10 @@ class GilProbe:
             self._runq += runq
             self._waited += max(0.0, cycle - self.interval - (c1 - c0) - runq - self.slack)
             t0, c0, q0 = t1, c1, q1
+
+    def peek(self) -> GilReading:
+        """What the probe has seen so far, while it goes on."""
+        return GilReading(self._wakes, self._elapsed, self._waited, self._runq)
 
     def restart_count(self) -> None:
         """Forget what was seen so far (start-up, before the batches are timed)."""
@@ -211,18 +221,41 @@ class AutoChoice:
             if self.workers == 1:
                 return self._decide("thread", "one worker: nothing for processes to run in "
                                     "parallel, and threads copy nothing")
-            enough = max(self.measure, self.epoch_batches // EPOCH_SHARE)
-            if len(self.ratios) < self.measure or (
-                    self.seconds < MIN_SECONDS and len(self.ratios) < enough):
+            if len(self.ratios) < self.measure:
                 return None
-            return self._decide(*self._judge())
+            enough = max(self.measure, self.epoch_batches // EPOCH_SHARE)
+            if self.seconds < MIN_SECONDS and len(self.ratios) < enough and not self.clear():
+                return None
+            return self._decide(*self._judge(self.stop_probe()))
 
-    def _judge(self) -> tuple[str, str]:
+    def clear(self) -> bool:
+        """Whether the probe, having run :data:`CLEAR_PROBE_SECONDS`, already reads the GIL
+        as held (processes) or free while the threads run (threads): the rest of the
+        measurement would not change the choice."""
+        if self.gil is None or self.reading is not None:
+            return False
+        now = self.gil.peek()
+        held = now.fraction
+        if held is None or now.elapsed - now.runq < CLEAR_PROBE_SECONDS:
+            return False
+        return held >= GIL_HELD[1] or (held <= GIL_HELD[0] and statistics.median(self.ratios) >= GIL_BOUND)
+
+    def leaning(self) -> bool:
+        """Whether the rule, applied to what was measured so far (the probe's reading while
+        it goes on), picks processes: the runtime then starts what processes need that is
+        slow to start (the forkserver's imports) before the decision, so a move does not
+        wait for it, and a measurement that stays on threads costs nothing more."""
+        if self.decided is not None or not self.ratios:
+            return False
+        with self._lock:
+            reading = self.gil.peek() if self.gil is not None and self.reading is None else self.reading
+            return self._judge(reading)[0] == "process"
+
+    def _judge(self, reading: GilReading | None) -> tuple[str, str]:
         share = statistics.median(self.ratios)
         queued = statistics.median(self.queued) if self.queued else 0.0
         figures = (f"each thread got {share:.2f} CPU-s per second not waiting for a core, "
                    f"with {self.workers} workers on {self.cores} cores")
-        reading = self.stop_probe()
         held = reading.fraction if reading is not None else None
         if held is not None:
             probed = f"a probe thread spent {held:.0%} of its time (not waiting for a core) waiting for the GIL"

@@ -38,7 +38,12 @@ from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_bat
 from feedline.pipeline.scheduler import Scheduler
 from feedline.pipeline.slots import Fence, Slot, SlotPool
 from feedline.pipeline.transfer import Engine
-from feedline.pipeline.workers_process import ProcessWorkers, Result, refuse_while_bootstrapping
+from feedline.pipeline.workers_process import (
+    ProcessWorkers,
+    Result,
+    refuse_while_bootstrapping,
+    start_forkserver,
+)
 from feedline.pipeline.workers_thread import ThreadWorkers
 from feedline.placement import Placement
 
@@ -99,6 +104,7 @@ class Runtime:
         """With ``worker_type="auto"``: the measurement and the decision."""
         self._retired: ThreadWorkers | None = None  # threads left after moving to processes
         self._mover: threading.Thread | None = None
+        self._warmed = False  # auto: the forkserver was started ahead of a move
         self.closed = False
         self.pid = os.getpid()
         """The process that made the runtime: its workers, slots and arena are that
@@ -161,6 +167,9 @@ class Runtime:
         ready = self.run_job(job, worker)
         c1, q1 = thread_clock()
         decision = self.auto.timed(job.probe, c1 - c0, time.perf_counter() - t0 - (q1 - q0), q1 - q0)
+        if decision is None and not self._warmed and self.auto.leaning():
+            self._warmed = True  # the forkserver's imports run in its process from now on
+            start_forkserver(self.opts.start_method)
         if decision == "process":  # started aside: this batch is not held up
             mover = threading.Thread(target=self._move_to_processes, name="feedline-auto",
                                      daemon=True)

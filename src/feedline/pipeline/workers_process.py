@@ -268,6 +268,23 @@ def preload_forkserver(mpctx: Any) -> None:
     mpctx.set_forkserver_preload(current + [m for m in wanted if m not in current])
 
 
+def start_forkserver(start_method: str) -> None:
+    """Start the forkserver now (with :func:`preload_forkserver`'s modules) if
+    ``start_method`` uses one and it is not running: its imports (torch, seconds) then run
+    in its own process while the caller goes on, and the first workers fork from it
+    without waiting for them. ``worker_type="auto"`` calls it once its measurement leans
+    to processes. A server that cannot start is left for the workers' start to report."""
+    if start_method != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    preload_forkserver(mp.get_context("forkserver"))
+    try:
+        forkserver.ensure_running()
+    except OSError:
+        pass  # ProcessWorkers() raises it with its place and fix
+
+
 _lost_servers: list[int] = []  # "alive" pipes of unreachable forkservers: their workers live on
 
 
