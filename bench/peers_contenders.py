@@ -30,6 +30,7 @@ from peers_data import Workload, import_streaming
 REQUIRES: dict[str, tuple[str, ...]] = {
     "feedline Loader (threads)": (),
     "feedline Loader (processes)": (),
+    "feedline Loader (auto)": (),
     "torch DataLoader (files)": (),
     "torch DataLoader (ds[i])": (),
     "torchdata.nodes": ("torchdata",),
@@ -38,7 +39,7 @@ REQUIRES: dict[str, tuple[str, ...]] = {
     "MosaicML Streaming": ("streaming", "transformers"),
     "LitData": ("litdata",),
 }
-FEEDLINE = ("feedline Loader (threads)", "feedline Loader (processes)")
+FEEDLINE = ("feedline Loader (threads)", "feedline Loader (processes)", "feedline Loader (auto)")
 DATALOADERS = ("torch DataLoader (files)", "torch DataLoader (ds[i])")
 
 
@@ -272,6 +273,8 @@ def make(name: str, w: Workload, root: Path, workers: int) -> Runner:
         return _feedline(w, root, workers, "thread")
     if name == "feedline Loader (processes)":
         return _feedline(w, root, workers, "process")
+    if name == "feedline Loader (auto)":
+        return _feedline(w, root, workers, "auto")
     if name == "torch DataLoader (files)":
         return _dataloader(FileSamples(w, root / "src"), w.batch, workers, shuffle=True)
     if name == "torch DataLoader (ds[i])":
