@@ -365,3 +365,24 @@ def test_a_loader_drawn_once_per_k_steps_of_another_is_taken_in_turn() -> None:
         if k % 10 == 9:
             next(val_steps)
     assert not lockstep(sc.clock(train), sc.clock(val))
+
+
+class AutoLoader:
+    """A feedline-Loader-like object with worker_type="auto" that moves to processes."""
+
+    def __init__(self) -> None:
+        self.workers, self.worker_type, self.prefetch = 2, "auto", 2
+        self.worker_kind = "thread"
+
+
+def test_an_auto_loader_reports_the_kind_it_runs_now_and_stays_one_data_path() -> None:
+    sc, built = clocks(), []
+    for epoch in range(2):
+        loader = AutoLoader()  # rebuilt each epoch at one place
+        built.append(loader)
+        for step in run(sc, loader, 4):
+            if step == 1:
+                loader.worker_kind = "process"  # auto decided after a few batches
+    first = sc.clock(built[0])
+    assert first.config["worker_type"] == "auto" and first.config["worker_kind"] == "process"
+    assert sc.find(built[1]) is first and first.config["instances"] == 2

@@ -72,6 +72,19 @@ def test_gil_bound_thread_workers_are_told_to_use_processes() -> None:
     assert "gil-bound-threads" in {f.code for f in rep.findings}
 
 
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_an_auto_loader_is_read_as_the_kind_it_chose(kind: str) -> None:
+    """worker_type="auto": threads are modelled as threads (GIL) only when it runs on them."""
+    spans = [Span("transform", i * 0.02, i * 0.02 + 0.015, 1, 2, {"cpu": 0.004}) for i in range(30)]
+    rep = build_report(Measurements(
+        name="g", device_type="cpu", wait=[0.001] * 30, body=[0.030] * 30, gpu=[0.030] * 30,
+        spans=spans, cores=2, host={"gil_wait_ms": 8.0},
+        loader={"num_workers": 4, "worker_type": "auto", "worker_kind": kind, "feedline": True,
+                "batch_size": 8}))
+    assert ("gil-bound-threads" in {f.code for f in rep.findings}) == (kind == "thread")
+
+
+
 def test_serial_cpu_bound_run_binds_on_decode() -> None:
     rep = build_report(meas(wait=0.030, body=0.010, fetch=0.030, cpu=0.028, workers=0))
     assert rep.verdict == "data-bound" and rep.binding == "decode"

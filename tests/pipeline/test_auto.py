@@ -33,6 +33,7 @@ def test_auto_never_changes_content_or_order(monkeypatch: pytest.MonkeyPatch,
     want, _ = _epochs("thread")
     monkeypatch.setattr(auto, "GIL_HELD", (-1.0, 2.0))  # the probe never decides: the share does
     monkeypatch.setattr(auto, "GIL_BOUND", bound)
+    monkeypatch.setattr(auto, "SHORT_PASS_SECONDS", 0.0)  # 24 short batches: move all the same
     got, stats = _epochs("auto")
     assert got == want
     chosen = "process" if bound else "thread"
@@ -41,7 +42,8 @@ def test_auto_never_changes_content_or_order(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.timeout(180)
-def test_auto_reports_what_it_measured_and_follows_its_rule() -> None:
+def test_auto_reports_what_it_measured_and_follows_its_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auto, "SHORT_PASS_SECONDS", 0.0)
     _, stats = _epochs("auto", epochs=1)
     report = stats["auto"]
     assert report["chosen"] in ("thread", "process") and "CPU-s per second" in report["why"]
@@ -176,7 +178,7 @@ def test_clear_evidence_decides_before_the_measurement_is_long() -> None:
     GIL held (or free while the threads run) decides after `measure` batches, not after a
     quarter of the epoch; a reading in the middle keeps measuring."""
     def run(held: float, cpu: float) -> tuple[int, AutoChoice]:
-        choice = AutoChoice(workers=2, cores=2, epoch_batches=400)
+        choice = AutoChoice(workers=2, cores=2, epoch_batches=4000)
         choice.gil = _Seen(GilReading(wakes=100, elapsed=auto.CLEAR_PROBE_SECONDS, waited=held * auto.CLEAR_PROBE_SECONDS))
         choice.timed(True, cpu=0.001, wall=0.001)
         for n in range(1, 101):
@@ -188,9 +190,9 @@ def test_clear_evidence_decides_before_the_measurement_is_long() -> None:
     assert (n, held.decided) == (4, "process") and "hold the GIL" in held.why
     n, free = run(0.05, cpu=0.95)
     assert (n, free.decided) == (4, "thread")
-    assert run(0.45, cpu=0.95)[0] == 100  # in between: the full measurement (a quarter)
-    assert run(0.05, cpu=0.5)[0] == 100  # free GIL, low share: not clear either
-    young = AutoChoice(workers=2, cores=2, epoch_batches=400)  # the probe ran too briefly
+    assert run(0.45, cpu=0.95)[0] == 0  # in between: the full measurement (0.6 s) goes on
+    assert run(0.05, cpu=0.5)[0] == 0  # free GIL, low share: not clear either
+    young = AutoChoice(workers=2, cores=2, epoch_batches=4000)  # the probe ran too briefly
     young.gil = _Seen(GilReading(wakes=100, elapsed=auto.CLEAR_PROBE_SECONDS / 2, waited=0.09))
     young.timed(True, cpu=0.001, wall=0.001)
     assert [young.timed(False, cpu=0.0005, wall=0.001) for _ in range(8)] == [None] * 8
@@ -198,7 +200,7 @@ def test_clear_evidence_decides_before_the_measurement_is_long() -> None:
 
 def test_leaning_follows_the_rule_on_what_was_seen_so_far() -> None:
     def lean(held: float, cpu: float, runq: float = 0.0) -> bool:
-        choice = AutoChoice(workers=2, cores=2, epoch_batches=400)
+        choice = AutoChoice(workers=2, cores=2, epoch_batches=400)  # 200 s on the threads
         choice.gil = _Seen(GilReading(wakes=100, elapsed=1.0, waited=held))
         assert not choice.leaning()  # nothing timed yet
         choice.timed(True, cpu=0.9, wall=1.0)
@@ -222,3 +224,20 @@ def test_the_forkserver_starts_ahead_of_a_move() -> None:
     pid = server._forkserver_pid
     start_forkserver("forkserver")  # running: kept
     assert server._forkserver_pid == pid
+
+
+def test_a_short_epoch_stays_on_threads() -> None:
+    """GIL-bound batches whose epoch would take less than SHORT_PASS_SECONDS on the threads:
+    starting processes would not pay within it (a tiny dataset, a test's loader)."""
+    def choose(epoch_batches: int) -> AutoChoice:
+        choice = AutoChoice(workers=2, cores=2, epoch_batches=epoch_batches)
+        choice.reading = GilReading(wakes=100, elapsed=1.0, waited=0.9)
+        choice.timed(True, cpu=0.01, wall=0.01)
+        while choice.decided is None:
+            choice.timed(False, cpu=0.005, wall=0.01)
+        return choice
+
+    short = choose(16)  # 16 x 10 ms over 2 workers: 0.08 s
+    assert short.decided == "thread" and "too short for processes" in short.why and "hold the GIL" in short.why
+    assert choose(400).decided == "process"  # 2 s
+    assert not AutoChoice(workers=2, cores=2, epoch_batches=16).leaning()

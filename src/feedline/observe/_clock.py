@@ -64,6 +64,14 @@ def loader_config(obj: Any) -> dict[str, Any]:
     return out
 
 
+def _same_settings(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two loaders' settings are the same (how many instances, and the kind of
+    workers ``worker_type="auto"`` has moved to by now, aside)."""
+    def settings(c: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in c.items() if k not in ("instances", "worker_kind")}
+    return settings(a) == settings(b)
+
+
 def _grad_enabled() -> bool:
     """Whether autograd records on this thread (True where torch is not loaded)."""
     torch = sys.modules.get("torch")
@@ -392,7 +400,7 @@ class StepClocks:
                     site = call_site(_library_dirs())
                     key = next((k for k, o in self.clocks.items() if o.site == site and site
                                 and len(o.pass_starts) == len(o.pass_ends)
-                                and {**o.config, "instances": 1} == {**config, "instances": 1}),
+                                and _same_settings(o.config, config)),
                                None)
                     self._owners.append(owner)  # keeps its id its own
                     if key is not None:
@@ -459,6 +467,10 @@ class StepClocks:
         finally:
             tls.clock = None
         t1 = time.perf_counter()
+        if c.config.get("worker_type") == "auto":  # threads or processes: what it runs now
+            kind = getattr(owner, "worker_kind", None)
+            if isinstance(kind, str):
+                c.config["worker_kind"] = kind
         c.starts.append(t0)
         c.waits.append(t1 - t0)
         c.runq.append(max(0.0, self._runq() - q0) if workers else 0.0)

@@ -275,7 +275,8 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
         c = min(s.duration, cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)), runq))
         cpu["decode"] += c
         read += s.duration - c
-    threads = m.loader.get("worker_type") == "thread" and int(m.loader.get("num_workers") or 0) >= 1
+    kind = m.loader.get("worker_kind") or m.loader.get("worker_type")  # auto: what it chose
+    threads = kind == "thread" and int(m.loader.get("num_workers") or 0) >= 1
     pb.threads = int(m.loader.get("num_workers") or 0) if threads else 0
     stage_cpu = sum(float(s.attrs.get("cpu", s.duration)) for k in ("decode", "transform")
                     for s in by.get(k, []))

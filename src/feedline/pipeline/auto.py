@@ -71,6 +71,13 @@ EPOCH_SHARE = 4
 """...or until a quarter (``1 / EPOCH_SHARE``) of the epoch's batches were timed: a short
 epoch still decides within its first pass instead of never."""
 
+SHORT_PASS_SECONDS = 0.5
+"""A pass (epoch) that the timed batches project to take less than this on the threads
+stays on them: the processes' start (0.2-0.4 s with the forkserver running, seconds
+when it imports torch first) and their first batches would not pay for themselves within
+it, and a test's or a tiny dataset's loader starts no processes. Where the epoch's length
+is unknown, the rule does not apply."""
+
 CLEAR_PROBE_SECONDS = 0.2
 """...unless the evidence is clear sooner: once the first ``measure`` batches are timed and
 the probe has run this long (not waiting for a core), a probe reading outside
@@ -226,7 +233,7 @@ class AutoChoice:
             enough = max(self.measure, self.epoch_batches // EPOCH_SHARE)
             if self.seconds < MIN_SECONDS and len(self.ratios) < enough and not self.clear():
                 return None
-            return self._decide(*self._judge(self.stop_probe()))
+            return self._decide(*self._choose(self.stop_probe()))
 
     def clear(self) -> bool:
         """Whether the probe, having run :data:`CLEAR_PROBE_SECONDS`, already reads the GIL
@@ -249,7 +256,18 @@ class AutoChoice:
             return False
         with self._lock:
             reading = self.gil.peek() if self.gil is not None and self.reading is None else self.reading
-            return self._judge(reading)[0] == "process"
+            return self._choose(reading)[0] == "process"
+
+    def _choose(self, reading: GilReading | None) -> tuple[str, str]:
+        """:meth:`_judge`, except that a short pass (:data:`SHORT_PASS_SECONDS`) stays on
+        threads."""
+        kind, why = self._judge(reading)
+        if kind == "process" and self.epoch_batches and self.ratios:
+            projected = self.seconds / len(self.ratios) * self.epoch_batches / self.workers
+            if projected < SHORT_PASS_SECONDS:
+                return "thread", (f"{why}; but an epoch takes about {projected:.2f} s on the threads, "
+                                  "too short for processes to pay for their start")
+        return kind, why
 
     def _judge(self, reading: GilReading | None) -> tuple[str, str]:
         share = statistics.median(self.ratios)

@@ -92,8 +92,8 @@ class Loader:
             Python work that holds the GIL; dataset and functions must pickle), or
             ``"auto"``: start with threads, measure the first batches' CPU time against
             wall time, and move to processes when the threads wait for the GIL (see
-            :mod:`feedline.pipeline.auto`; what it chose and why is in ``stats["auto"]``).
-            Batch content and order never depend on it.
+            :mod:`feedline.pipeline.auto`; what it chose and why is in ``stats["auto"]``,
+            the kind in use in :attr:`worker_kind`). Batch content and order never depend on it.
         prefetch: finished batches allowed to wait ahead of the consumer.
         pinned_budget: byte cap of the slot pool (``"2GiB"``); a batch bigger than it is a
             ResourceError at the first batch.
@@ -306,6 +306,13 @@ class Loader:
         self._rt.sched.drop_ahead()
         self._pos, self._restored = pos, True
         self._counters.update(counters)
+
+    @property
+    def worker_kind(self) -> str:
+        """The kind of workers batches go to now: ``"thread"`` or ``"process"``
+        (``worker_type="auto"`` starts with threads and may move to processes)."""
+        kind = self._rt.kind
+        return "thread" if kind == "auto" else kind
 
     @property
     def stats(self) -> dict[str, Any]:
