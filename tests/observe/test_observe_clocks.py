@@ -377,7 +377,7 @@ class AutoLoader:
 
 def test_an_auto_loader_reports_the_kind_it_runs_now_and_stays_one_data_path() -> None:
     sc, built = clocks(), []
-    for epoch in range(2):
+    for _ in range(2):
         loader = AutoLoader()  # rebuilt each epoch at one place
         built.append(loader)
         for step in run(sc, loader, 4):
