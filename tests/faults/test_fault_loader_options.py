@@ -187,14 +187,15 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> No
 @pytest.mark.timeout(120)
 def test_auto_moving_to_processes_never_runs_an_unguarded_script_again(tmp_path: Path) -> None:
     """``worker_type="auto"`` deciding on processes in a script without the guard: the
-    workers would import the script and run its loop again, unseen (three epochs printed
-    for one). The workers refuse, the loader stays on threads and says why; the script's
-    own loop runs once."""
+    workers would import the script and run its top level again, up to the loop. The
+    loader sees the loop runs at the script's top level outside a guard, starts no
+    process, stays on threads and says why; the script's own loop runs once."""
     script = tmp_path / "train_auto_unguarded.py"
     script.write_text(
         "import numpy as np, feedline\n"
         "from feedline.pipeline import auto\n"
         "auto.GIL_HELD, auto.GIL_BOUND = (-1.0, 2.0), 100.0  # every measure: processes\n"
+        "auto.SHORT_PASS_SECONDS = 0.0  # however short the epoch\n"
         "class Data:\n"
         "    def __len__(self): return 64\n"
         "    def __getitem__(self, i): return {'x': np.full(2, i, np.float32)}\n"
@@ -207,4 +208,5 @@ def test_auto_moving_to_processes_never_runs_an_unguarded_script_again(tmp_path:
                          cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
     assert run.stdout.count("EPOCH") == 1, run.stdout
-    assert "could not start" in run.stdout and "__main__" in run.stdout, run.stdout
+    assert "processes were not started" in run.stdout and "line 9" in run.stdout, run.stdout
+    assert "__main__" in run.stdout and "Traceback" not in run.stderr, run.stderr

@@ -41,8 +41,11 @@ from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import (
     ProcessWorkers,
     Result,
+    main_is_file,
+    main_references,
     refuse_while_bootstrapping,
     start_forkserver,
+    unguarded_main,
 )
 from feedline.pipeline.workers_thread import ThreadWorkers
 from feedline.placement import Placement
@@ -105,6 +108,7 @@ class Runtime:
         self._retired: ThreadWorkers | None = None  # threads left after moving to processes
         self._mover: threading.Thread | None = None
         self._warmed = False  # auto: the forkserver was started ahead of a move
+        self._unguarded: str | None = None  # auto: why the script forbids processes
         self.closed = False
         self.pid = os.getpid()
         """The process that made the runtime: its workers, slots and arena are that
@@ -135,6 +139,7 @@ class Runtime:
         if custom:
             self.plan = make_plan(self.ctx, None, custom=True)
         if self.opts.worker_type == "auto":
+            self._unguarded = unguarded_main()  # read on the thread running the loop
             self.auto = AutoChoice(self.opts.workers, usable_cores(), epoch_batches=epoch_batches)
             if self.opts.workers > 1:
                 self.auto.start_probe()
@@ -167,7 +172,8 @@ class Runtime:
         ready = self.run_job(job, worker)
         c1, q1 = thread_clock()
         decision = self.auto.timed(job.probe, c1 - c0, time.perf_counter() - t0 - (q1 - q0), q1 - q0)
-        if decision is None and not self._warmed and self.auto.leaning():
+        if (decision is None and not self._warmed and not self._unguarded and main_is_file()
+                and self.auto.leaning()):
             self._warmed = True  # the forkserver's imports run in its process from now on
             start_forkserver(self.opts.start_method)
         if decision == "process":  # started aside: this batch is not held up
@@ -189,6 +195,11 @@ class Runtime:
         """``auto`` decided on processes: start them with the plan; later jobs go there."""
         plan, auto = self.plan, self.auto
         assert plan is not None and auto is not None
+        issue = self._unguarded or main_references(self.ctx, self.opts.collate_fn)
+        if issue:
+            auto.decided = "thread"
+            auto.why += f"; but processes were not started: {issue}"
+            return
         try:
             spec = None
             if plan.layout is not None:
