@@ -158,6 +158,9 @@ class DeviceDecode:
         self.compressed_bytes = 0
         self.decoded_bytes = 0
         self.batches = 0
+        self.decode_ahead = True
+        """Whether :meth:`ahead` starts the next batch's decode (False: each batch decodes
+        inside the ``next()`` that delivers it, as a benchmark's baseline)."""
         self.ahead_batches = 0
         """Batches whose decode had been started ahead, during the consumer's previous step."""
         self._cpu_s: float | None = None
@@ -236,7 +239,7 @@ class DeviceDecode:
         """Start decoding ``job``'s batch on the decode-ahead thread once ``future`` (the
         workers' result, whose ``tree`` is the batch) is done. Not while ``auto`` measures:
         its step time must be the consumer's alone."""
-        if self.decoder is None or self._pending or self._closed:
+        if not self.decode_ahead or self.decoder is None or self._pending or self._closed:
             return
         entry = _Decoded(getattr(job, "batch_id", None))
         with self._lock:
