@@ -114,8 +114,9 @@ class _Ring:
 class _Decoded:
     """One batch's decode: its JPEG fields' outputs (or its error) once :attr:`done` is set."""
 
-    def __init__(self, batch_id: int | None) -> None:
-        self.batch_id = batch_id
+    def __init__(self, job: object) -> None:
+        span_attrs = getattr(job, "span_attrs", None)  # batch and pass, as the workers' spans
+        self.attrs: dict[str, Any] = span_attrs("decode-ahead") if span_attrs is not None else {}
         self.batch: dict[str, Any] | None = None
         self.queued = False
         self.cancelled = False
@@ -206,7 +207,7 @@ class DeviceDecode:
         if nxt is not None and entry is None:
             nxt[1].cancelled = True  # a pass given up: its next batch is not this one
         if entry is None:
-            entry = _Decoded(getattr(job, "batch_id", None))
+            entry = _Decoded(job)
             entry.batch, entry.queued = batch, True
             self._run(entry)
         elif not self._start(entry, batch):  # the loader closed under it: decode it here
@@ -241,7 +242,7 @@ class DeviceDecode:
         its step time must be the consumer's alone."""
         if not self.decode_ahead or self.decoder is None or self._pending or self._closed:
             return
-        entry = _Decoded(getattr(job, "batch_id", None))
+        entry = _Decoded(job)
         with self._lock:
             old, self._next = self._next, (job, entry)
         if old is not None:
@@ -334,7 +335,7 @@ class DeviceDecode:
             entry.batch = None
             entry.done.set()
         if spans.active():
-            spans.emit("decode", t0, time.perf_counter(), batch=entry.batch_id,
+            spans.emit("decode", t0, time.perf_counter(), **entry.attrs,
                        cpu=time.thread_time() - c0, after_delivery=True)
 
     def _decode_fields(self, entry: _Decoded) -> None:
