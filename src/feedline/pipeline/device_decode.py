@@ -11,6 +11,12 @@ decode that read it has completed. Any decoder of the same interface fits
 (``decode_on=CpuJpegDecoder(threads=4)`` runs the same plumbing on the CPU:
 what the CPU tests exercise).
 
+Decode-ahead: each delivery starts the next batch's decode on one background
+thread (its own CUDA stream; the consumer's stream waits on the event recorded
+after it), so the training step and the decode overlap: see :class:`DeviceDecode`.
+The loader's position still counts delivered batches only, and a decode's error
+is raised by the ``next()`` that delivers its batch.
+
 ``"auto"`` starts on the compressed plumbing, decodes the first batch once on
 one CPU core to measure it, takes the consumer's time per batch from the next
 delivery, and then keeps the GPU decoder if the CPU decode would bind (CPU time
