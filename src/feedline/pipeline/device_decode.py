@@ -179,7 +179,7 @@ class DeviceDecode:
         self._init_threads()
 
     def _init_threads(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # close() may run from a finalizer on any thread
         self._decoding = threading.Lock()  # one decode at a time: the ring and decoder
         self._next: tuple[object, _Decoded] | None = None  # the batch decoding ahead, by job
         self._queue: queue.SimpleQueue[_Decoded | None] = queue.SimpleQueue()
