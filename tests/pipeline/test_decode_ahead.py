@@ -98,11 +98,13 @@ def test_the_next_batch_decodes_during_the_consumers_step(tmp_path):
     assert len([s for s in sink.spans if s[0] == "device_decode"]) == 6
 
 
-def test_resume_counts_delivered_batches_only(tmp_path):
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_resume_counts_delivered_batches_only(tmp_path, worker_type):
     """Batch 3 is decoding ahead when the state is taken after batch 2: it is not counted,
-    and a resumed loader delivers it (order and images as an uninterrupted pass)."""
+    and a resumed loader delivers it (order and images as an uninterrupted pass). Process
+    workers hand their batches over on another thread: the decode ahead starts there."""
     ds = _dataset(tmp_path)
-    kw = {"batch_size": 4, "workers": 2, "seed": 7}
+    kw = {"batch_size": 4, "workers": 2, "seed": 7, "worker_type": worker_type}
     with feedline.Loader(ds, decode_on=CpuJpegDecoder(threads=2), **kw) as full:
         want = [(int(c), img.clone()) for b in full for c, img in zip(b["cls"], b["jpg"], strict=True)]
     with feedline.Loader(ds, decode_on=CpuJpegDecoder(), **kw) as first:
@@ -111,6 +113,7 @@ def test_resume_counts_delivered_batches_only(tmp_path):
                 for c, img in zip(b["cls"], b["jpg"], strict=True)]
         state = first.state_dict()
         assert first.stats["decode_on"]["batches"] == 3
+        assert first.stats["decode_on"]["decoded_ahead"] == 2
     with feedline.Loader(ds, decode_on=CpuJpegDecoder(), **kw) as again:
         again.load_state_dict(state)
         tail = [(int(c), img) for b in again for c, img in zip(b["cls"], b["jpg"], strict=True)]
