@@ -93,7 +93,8 @@ def test_the_next_batch_decodes_during_the_consumers_step(tmp_path):
     assert not _decode_threads()  # close() stopped it
     # diagnose still sees the decode: a decode span per batch, from the decode-ahead thread
     decodes = [s for s in sink.spans if s[0] == "decode" and s[3].get("after_delivery")]
-    assert sorted(s[3]["batch"] for s in decodes) == list(range(6))
+    run = decodes[0][3]["run"]  # the pass's (the next epoch's first batch may follow)
+    assert sorted(s[3]["batch"] for s in decodes if s[3]["run"] == run) == list(range(6))
     assert all(s[3]["cpu"] >= 0 and s[3]["owner"] == id(loader) for s in decodes[1:])
     assert len([s for s in sink.spans if s[0] == "device_decode"]) == 6
 
@@ -153,3 +154,22 @@ def test_a_pass_given_up_mid_epoch_and_close_leave_nothing_running(tmp_path):
         next(iter(loader))
     assert again == list(range(12, 24))
     assert not _decode_threads()
+
+
+def test_the_next_epochs_first_batch_decodes_during_the_last_step(tmp_path):
+    """After an epoch's last batch, the next epoch's first (prepared ahead by the workers)
+    decodes during the last step and is used when that epoch's pass adopts it."""
+    ds = _dataset(tmp_path)
+    with feedline.Loader(ds, batch_size=4, workers=2, seed=1,
+                         decode_on=CpuJpegDecoder()) as loader, \
+            feedline.Loader(ds, batch_size=4, workers=2, seed=1) as ref:
+        got, want = [], []
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            ref.set_epoch(epoch)
+            got += [(int(c), img) for b in loader for c, img in zip(b["cls"], b["jpg"], strict=True)]
+            want += [(int(c), img) for b in ref for c, img in zip(b["cls"], b["jpg"], strict=True)]
+        info = loader.stats["decode_on"]
+    assert info["batches"] == 18 and info["decoded_ahead"] == 17, info
+    assert [c for c, _ in got] == [c for c, _ in want]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, want, strict=True))

@@ -140,7 +140,8 @@ class DeviceDecode:
     Decode-ahead: when the loader delivers batch N it calls :meth:`ahead` with batch N+1's
     future; once the workers have it, one background thread decodes it (on CUDA on its own
     stream of the loader's device, an event recorded after the decode and any resize), while
-    the consumer computes on batch N. At N+1's delivery the consumer's current stream waits on
+    the consumer computes on batch N (after a pass's last batch: the next pass's first, as
+    the workers prepared it ahead). At N+1's delivery the consumer's current stream waits on
     that event (a device-side wait) and each output is ``record_stream``-ed to it, as
     :mod:`~feedline.pipeline.transfer` does for the copies; an error of N+1's decode is raised
     there, at the batch it belongs to. A batch without a decode ahead (the first of a pass,

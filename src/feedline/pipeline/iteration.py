@@ -114,9 +114,13 @@ class Pass:
                 spans.emit(after.name, t1, time.perf_counter(), batch=job.batch_id)
         self._delivered(ready)
         self._fill()  # keep the window full while the user computes
-        if after is not None and self._in_order and self._inflight:
-            after.owner = self._rt.owner  # the next batch decodes while the user computes
-            after.ahead(*self._inflight[0])
+        if after is not None and self._in_order:
+            # the next batch decodes while the user computes: this pass's next, or after its
+            # last the next pass's first (prepared ahead; used only if that pass adopts it)
+            following = self._inflight[0] if self._inflight else self._rt.sched.first_ahead()
+            if following is not None:
+                after.owner = self._rt.owner
+                after.ahead(*following)
         return batch
 
     def _pass_gate(self) -> None:
