@@ -79,7 +79,7 @@ class Step:
 
 # (name, script, extra arguments, timeout s, device). Each script accepts --device and --json PATH.
 GPU_BENCHES: list[tuple[str, str, list[str], float, str]] = [
-    ("gpu_decode", "bench/gpu_decode.py", ["--repeat", "3"], 120, "cuda"),
+    ("gpu_decode", "bench/gpu_decode.py", ["--repeat", "3"], 180, "cuda"),
     ("loader_h2d", "bench/loader_h2d.py", ["--repeat", "3"], 90, "cuda"),
     # {scratch}: a folder on the machine's disk (GDS cannot read tmpfs, which /tmp may be)
     ("read_gds", "bench/read_gds.py", ["--repeat", "3", "--dir", "{scratch}"], 90, "cuda"),

@@ -70,9 +70,10 @@ def test_loader_small(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_loader_jpeg(tmp_path: Path) -> None:
     doc = _run("loader_jpeg.py", tmp_path, "--samples", "70")
-    assert len(doc["comparisons"]) == 4
-    plumbing = doc["comparisons"][-1]
+    assert len(doc["comparisons"]) == 5
+    ahead, plumbing = doc["comparisons"][-2:]
     assert plumbing["baseline"] == "feedline Loader" and "decode_on" in plumbing["ours"]
+    assert "no decode-ahead" in ahead["baseline"] and ahead["ours"] == plumbing["ours"]
 
 
 @pytest.mark.timeout(300)

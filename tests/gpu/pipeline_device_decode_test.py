@@ -63,3 +63,26 @@ def test_decode_on_auto_delivers_every_field_on_the_device(tmp_path: Path) -> No
         assert b["cls"].device.type == "cuda"
         assert all(img.device.type == "cuda" and img.shape == (96, 128, 3) for img in b["jpg"]), info
     assert info["reason"] and info["batches"] == 4
+
+
+def test_decode_ahead_on_cuda_gives_the_images_of_a_decode_in_next(tmp_path: Path) -> None:
+    """With decode-ahead (the next batch decoded on its own stream while the consumer steps)
+    the images equal those decoded inside next(); the consumer's stream reads them at once
+    (it waits on the decode's event: no host sync), and every batch after the first of the
+    pass was decoded ahead."""
+    assert torch.cuda.is_available(), "this test needs a CUDA device (run it on the GPU box)"
+    ds = _dataset(tmp_path, n=64)
+    kw = {"batch_size": 8, "workers": 2, "shuffle": False, "decode_size": (48, 64),
+          "device": "cuda:0", "decode_on": "gpu"}
+    runs = {}
+    for ahead in (True, False):
+        with feedline.Loader(ds, **kw) as loader:
+            stage = loader._device_decode
+            assert stage is not None
+            stage.decode_ahead = ahead
+            # a reduction queued on the consumer's stream right away, kept on the device
+            runs[ahead] = [(b["cls"].tolist(), b["jpg"].clone(), b["jpg"].float().sum()) for b in loader]
+            info = loader.stats["decode_on"]
+        assert info["decoded_ahead"] == (7 if ahead else 0), info
+    for (c1, a, s1), (c2, b, s2) in zip(runs[True], runs[False], strict=True):
+        assert c1 == c2 and torch.equal(a, b) and s1.item() == s2.item()

@@ -272,7 +272,11 @@ class TorchvisionJpegDecoder:
 
 
 class NvImageCodecDecoder:
-    """nvImageCodec (``pip install nvidia-nvimgcodec-cu12``): hardware JPEG engines where present."""
+    """nvImageCodec (``pip install nvidia-nvimgcodec-cu12``): hardware JPEG engines where present.
+
+    The batch is decoded on the caller's current CUDA stream (``Decoder.decode(...,
+    cuda_stream=...)``), so the images are ordered before later work on that stream.
+    """
 
     name = "nvimgcodec"
 
@@ -294,7 +298,11 @@ class NvImageCodecDecoder:
 
         check_headers(batch, self.limits)
         blobs = [bytes(batch.item(i)) for i in range(len(batch))]
-        images = self._decoder.decode(blobs)
+        # the decode is queued on the caller's current stream (a decode-ahead thread's own
+        # stream), so later work on that stream is ordered after it: the keyword is
+        # ``cuda_stream`` (a cudaStream_t as an int) in nvImageCodec's Decoder.decode
+        stream = torch.cuda.current_stream(torch.device(self.device)).cuda_stream
+        images = self._decoder.decode(blobs, cuda_stream=stream)
         out = []
         for i, im in enumerate(images):
             if im is None:

@@ -213,7 +213,9 @@ class PerBatch:
     h2d: float = 0.0
     gpu: float = 0.0
     after: float = 0.0
-    """Stages run after delivery, in the loop (:data:`AFTER_STAGES`): not shared by workers."""
+    """Stages run after delivery (:data:`AFTER_STAGES`), in the loop or ahead of it on one
+    thread (a decode-ahead's ``decode`` spans, when present, are this time): not shared by
+    workers."""
     measured: bool = False
     """Whether any loader stage was seen (else ``read`` is only the wait)."""
     gil_bound: bool = False
@@ -261,6 +263,11 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     by: dict[str, list[Span]] = {}
     for s in window:
         by.setdefault(s.stage, []).append(s)
+    # A Loader's decode after delivery runs ahead on its own thread (``decode`` spans marked
+    # ``after_delivery``): the after-delivery stage's work, which workers do not share.
+    after_decode = [s for s in by.get("decode", []) if s.attrs.get("after_delivery")]
+    if after_decode:
+        by["decode"] = [s for s in by["decode"] if not s.attrs.get("after_delivery")]
     pb = PerBatch()
     # Fetches on the consumer thread carry a sampled run-queue delay (see RUNQ_EVERY):
     # the unsampled ones get the sampled fetches' delay per second.
@@ -319,7 +326,8 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0)) for s in fetches)
                    + cpu["collate"]) / n
     pb.transform, pb.collate = cpu["transform"] / n, cpu["collate"] / n
-    after = [s.duration for k in AFTER_STAGES for s in by.get(k, [])]
+    after = ([s.duration for s in after_decode] if after_decode else
+             [s.duration for k in AFTER_STAGES for s in by.get(k, [])])
     pb.after = sum(after) / len(after) if after else 0.0
     pb.h2d = sum(m.copy_times) / max(steps, 1) if m.copy_times else (
         sum(s.duration for s in by.get("h2d", [])) / n)
@@ -466,7 +474,7 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return f"{call}: {why}", gain(data_time_with(pb, w_rec, cores))
     if binding == "device_decode":
         w = max(workers, 1)
-        where = "on the device" if cuda else "on the training thread"
+        where = "on the device" if cuda else "on one thread"
         return (f"decoding after delivery (decode_on) takes {pb.after * 1e3:.1f} ms per batch "
                 f"{where}, inside the loop, where the {w} workers do not share it: decode in the "
                 f"workers instead, ahead of the loop, Loader(..., decode_on=\"cpu\")"), gain(

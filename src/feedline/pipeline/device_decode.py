@@ -11,6 +11,12 @@ decode that read it has completed. Any decoder of the same interface fits
 (``decode_on=CpuJpegDecoder(threads=4)`` runs the same plumbing on the CPU:
 what the CPU tests exercise).
 
+Decode-ahead: each delivery starts the next batch's decode on one background
+thread (its own CUDA stream; the consumer's stream waits on the event recorded
+after it), so the training step and the decode overlap: see :class:`DeviceDecode`.
+The loader's position still counts delivered batches only, and a decode's error
+is raised by the ``next()`` that delivers its batch.
+
 ``"auto"`` starts on the compressed plumbing, decodes the first batch once on
 one CPU core to measure it, takes the consumer's time per batch from the next
 delivery, and then keeps the GPU decoder if the CPU decode would bind (CPU time
@@ -39,13 +45,17 @@ fields (PNG...) are still resized in the workers.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from feedline import spans
 from feedline.decode import Decoders, Limits
 from feedline.decode.jpeg_batch import (
     DECODE_ON,
@@ -107,8 +117,37 @@ class _Ring:
             self._events[i] = event
 
 
+class _Decoded:
+    """One batch's decode: its JPEG fields' outputs (or its error) once :attr:`done` is set."""
+
+    def __init__(self, job: object) -> None:
+        span_attrs = getattr(job, "span_attrs", None)  # batch and pass, as the workers' spans
+        self.attrs: dict[str, Any] = span_attrs("decode-ahead") if span_attrs is not None else {}
+        self.batch: dict[str, Any] | None = None
+        self.queued = False
+        self.cancelled = False
+        self.done = threading.Event()
+        self.out: dict[str, Any] = {}
+        self.error: BaseException | None = None
+        self.event: Any = None  # CUDA: recorded on the decode stream after decode and resize
+        self.compressed = 0
+        self.decoded = 0
+
+
 class DeviceDecode:
-    """The after-delivery stage: JPEG fields as lists of compressed bytes -> decoded tensors."""
+    """The after-delivery stage: JPEG fields as lists of compressed bytes -> decoded tensors.
+
+    Decode-ahead: when the loader delivers batch N it calls :meth:`ahead` with batch N+1's
+    future; once the workers have it, one background thread decodes it (on CUDA on its own
+    stream of the loader's device, an event recorded after the decode and any resize), while
+    the consumer computes on batch N (after a pass's last batch: the next pass's first, as
+    the workers prepared it ahead). At N+1's delivery the consumer's current stream waits on
+    that event (a device-side wait) and each output is ``record_stream``-ed to it, as
+    :mod:`~feedline.pipeline.transfer` does for the copies; an error of N+1's decode is raised
+    there, at the batch it belongs to. A batch without a decode ahead (the first of a pass,
+    ``in_order=False``, ``auto`` deciding) is decoded the same way on the consumer's thread.
+    One decode runs at a time (a lock), so the ring and the decoder are never shared.
+    """
 
     name = "device_decode"
 
@@ -127,16 +166,188 @@ class DeviceDecode:
         self.compressed_bytes = 0
         self.decoded_bytes = 0
         self.batches = 0
+        self.decode_ahead = True
+        """Whether :meth:`ahead` starts the next batch's decode (False: each batch decodes
+        inside the ``next()`` that delivers it, as a benchmark's baseline)."""
+        self.ahead_batches = 0
+        """Batches whose decode had been started ahead, during the consumer's previous step."""
         self._cpu_s: float | None = None
         self._returned_at: float | None = None
         self._pending = False  # auto: first batch measured, the decision comes at the next step
         self.cpu_fallbacks: list[str] = []
+        self.owner: int | None = None
+        """The loader's ``id()``: the decode-ahead thread files its spans under it."""
+        self._init_threads()
 
-    def __call__(self, batch: Any) -> Any:
+    def _init_threads(self) -> None:
+        self._lock = threading.RLock()  # close() may run from a finalizer on any thread
+        self._decoding = threading.Lock()  # one decode at a time: the ring and decoder
+        self._next: tuple[object, _Decoded] | None = None  # the batch decoding ahead, by job
+        self._queue: queue.SimpleQueue[_Decoded | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stream: Any = None
+        self._closed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        skip = ("_lock", "_decoding", "_next", "_queue", "_thread", "_stream", "_closed")
+        return {k: v for k, v in self.__dict__.items() if k not in skip}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_threads()
+
+    # -- the consumer's side ------------------------------------------------------------
+    def __call__(self, batch: Any, job: object = None) -> Any:
+        """``batch`` with its JPEG fields decoded: the decode started ahead for ``job`` (the
+        key given to :meth:`ahead`), else one run now.
+
+        Raises:
+            DecodeError: an image neither the decoder nor the CPU could decode (its key named).
+        """
         if not isinstance(batch, dict):
             return batch
         if self.decoder is None:
             self._decide(batch)
+        with self._lock:
+            nxt, self._next = self._next, None
+        entry = nxt[1] if nxt is not None and nxt[0] is job and job is not None else None
+        if nxt is not None and entry is None:
+            nxt[1].cancelled = True  # a pass given up: its next batch is not this one
+        if entry is None:
+            entry = _Decoded(job)
+            entry.batch, entry.queued = batch, True
+            self._run(entry)
+        elif not self._start(entry, batch):  # the loader closed under it: decode it here
+            self._run(entry)
+        else:
+            self.ahead_batches += 1
+        entry.done.wait()
+        return self._apply(batch, entry)
+
+    def _apply(self, batch: dict[str, Any], entry: _Decoded) -> dict[str, Any]:
+        if entry.error is not None:
+            raise entry.error
+        if entry.event is not None:
+            import torch
+
+            consumer = torch.cuda.current_stream(torch.device(self.device))
+            consumer.wait_event(entry.event)
+            for out in entry.out.values():
+                for t in out if isinstance(out, list) else [out]:
+                    if t is not None and t.device.type == "cuda":
+                        t.record_stream(consumer)
+        batch.update(entry.out)
+        self.compressed_bytes += entry.compressed
+        self.decoded_bytes += entry.decoded
+        self.batches += 1
+        self._returned_at = time.perf_counter()
+        return batch
+
+    def ahead(self, job: object, future: Future[Any]) -> None:
+        """Start decoding ``job``'s batch on the decode-ahead thread once ``future`` (the
+        workers' result, whose ``tree`` is the batch) is done. Not while ``auto`` measures:
+        its step time must be the consumer's alone."""
+        if not self.decode_ahead or self.decoder is None or self._pending or self._closed:
+            return
+        entry = _Decoded(job)
+        with self._lock:
+            old, self._next = self._next, (job, entry)
+        if old is not None:
+            old[1].cancelled = True
+        future.add_done_callback(partial(self._arrived, entry))
+
+    def discard(self) -> None:
+        """Forget the batch decoding ahead (its pass was given up)."""
+        with self._lock:
+            old, self._next = self._next, None
+        if old is not None:
+            old[1].cancelled = True
+
+    def close(self) -> None:
+        """Stop the decode-ahead thread (after the decode it is running); a decode still
+        queued fails with a ``ConfigError`` in whoever waits for it. Idempotent."""
+        with self._lock:
+            self._closed = True
+            thread, self._thread = self._thread, None
+            self._queue.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        while True:
+            try:
+                entry = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if entry is not None and not entry.done.is_set():
+                entry.error = ConfigError("the loader was closed while this batch was decoding",
+                                          field="decode_on", fix="iterate before close()")
+                entry.done.set()
+
+    # -- the decode-ahead thread --------------------------------------------------------
+    def _arrived(self, entry: _Decoded, future: Future[Any]) -> None:
+        """The workers' result is in (any thread): queue its decode unless it failed (the
+        consumer raises that error when it takes the batch) or nobody wants it any more."""
+        if future.cancelled() or future.exception() is not None or entry.cancelled:
+            return
+        tree = getattr(future.result(), "tree", None)
+        if isinstance(tree, dict):
+            self._start(entry, tree)
+
+    def _start(self, entry: _Decoded, batch: dict[str, Any]) -> bool:
+        """Queue ``entry``'s decode on the thread (once); False when the stage is closed."""
+        with self._lock:
+            if entry.queued:
+                return True
+            if self._closed:
+                return False
+            entry.batch, entry.queued = batch, True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="feedline-decode-ahead",
+                                                daemon=True)
+                self._thread.start()
+            self._queue.put(entry)
+        return True
+
+    def _work(self) -> None:
+        spans.bind(self.owner)
+        while True:
+            entry = self._queue.get()
+            if entry is None:
+                return
+            if entry.cancelled:
+                entry.done.set()
+                continue
+            self._run(entry)
+
+    def _run(self, entry: _Decoded) -> None:
+        """Decode ``entry``'s JPEG fields (on the decode stream on CUDA); its error kept for
+        the consumer; a ``decode`` span with the thread's CPU time."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            with self._decoding:
+                if self._ring.pinned:
+                    import torch
+
+                    dev = torch.device(self.device)
+                    if self._stream is None:
+                        self._stream = torch.cuda.Stream(device=dev)
+                    with torch.cuda.device(dev), torch.cuda.stream(self._stream):
+                        self._decode_fields(entry)
+                        entry.event = torch.cuda.Event()
+                        entry.event.record(self._stream)
+                else:
+                    self._decode_fields(entry)
+        except BaseException as exc:  # raised in the consumer, at this batch
+            entry.error = exc
+        finally:
+            entry.batch = None
+            entry.done.set()
+        if spans.active():
+            spans.emit("decode", t0, time.perf_counter(), **entry.attrs,
+                       cpu=time.thread_time() - c0, after_delivery=True)
+
+    def _decode_fields(self, entry: _Decoded) -> None:
+        batch = entry.batch
+        assert batch is not None
         keys = batch.get("__key__")
         for f in self.fields:
             blobs = batch.get(f)
@@ -157,13 +368,10 @@ class DeviceDecode:
                 for k, image in zip(present, out, strict=True):
                     images[k] = image
                 out = images
-            batch[f] = out
-            self.compressed_bytes += packed.nbytes
-            self.decoded_bytes += sum(int(t.numel()) for t in (out if isinstance(out, list) else [out])
-                                      if t is not None)
-        self.batches += 1
-        self._returned_at = time.perf_counter()
-        return batch
+            entry.out[f] = out
+            entry.compressed += packed.nbytes
+            entry.decoded += sum(int(t.numel()) for t in (out if isinstance(out, list) else [out])
+                                 if t is not None)
 
     def _to_loader_device(self, out: Any) -> Any:
         """Images a CPU decoder produced (``auto`` deciding the CPU, or after a switch to it)
@@ -254,7 +462,8 @@ class DeviceDecode:
         dec = self.decoder
         return {"fields": self.fields, "decoder": dec.name if dec else None,
                 "device": dec.device if dec else None, "reason": self.reason,
-                "batches": self.batches, "compressed_bytes": self.compressed_bytes,
+                "batches": self.batches, "decoded_ahead": self.ahead_batches,
+                "compressed_bytes": self.compressed_bytes,
                 "decoded_bytes": self.decoded_bytes,
                 "cpu_decode_s_first_batch": self._cpu_s,
                 "cpu_fallbacks": len(self.cpu_fallbacks),

@@ -13,6 +13,9 @@ is in flight: nothing else is submitted until it has arrived, and waiting for
 it obeys ``timeout`` like any batch. Each ``next()`` records how full the
 window is (batches ready and waiting for the consumer) and how long the
 consumer waited, in the runtime's :class:`~feedline.pipeline.gauges.Gauges`.
+With a decode after delivery (``decode_on``), each delivery starts the next
+batch's decode ahead (:meth:`~feedline.pipeline.device_decode.DeviceDecode.ahead`),
+so it runs while the user computes.
 """
 
 from __future__ import annotations
@@ -105,12 +108,19 @@ class Pass:
         if spans.active():
             spans.emit("wait", t0, t1, batch=job.batch_id, ready=ready_now,
                        window=self._window)
-        if after is not None:  # decode on the device: its own span, not a wait
-            batch = after(batch)
+        if after is not None:  # decode on the device: its own span (the time the consumer
+            batch = after(batch, job)  # waits for it), not a wait
             if spans.active():
                 spans.emit(after.name, t1, time.perf_counter(), batch=job.batch_id)
         self._delivered(ready)
         self._fill()  # keep the window full while the user computes
+        if after is not None and self._in_order:
+            # the next batch decodes while the user computes: this pass's next, or after its
+            # last the next pass's first (prepared ahead; used only if that pass adopts it)
+            following = self._inflight[0] if self._inflight else self._rt.sched.first_ahead()
+            if following is not None:
+                after.owner = self._rt.owner
+                after.ahead(*following)
         return batch
 
     def _pass_gate(self) -> None:
@@ -149,6 +159,8 @@ class Pass:
         )
 
     def _abandon(self) -> None:
+        if self._rt.opts.after_delivery is not None:
+            self._rt.opts.after_delivery.discard()
         for _, fut in self._inflight:
             fut.cancel()
         self._inflight.clear()

@@ -383,6 +383,8 @@ class Runtime:
             return
         if self.auto is not None:
             self.auto.stop_probe()
+        if self.opts.after_delivery is not None:
+            self.opts.after_delivery.close()  # its thread, after the decode it is running
         self.sched.close()
         self.pool.close()  # first: wakes producers waiting for a slot
         try:

@@ -80,6 +80,11 @@ class Scheduler:
             job = make_job(len(ahead.jobs), ahead.run)
             ahead.jobs.append((job, submit(job)))
 
+    def first_ahead(self) -> tuple[Job, Future[Any]] | None:
+        """The first batch prepared ahead for the next pass (None: none)."""
+        ahead = self._ahead
+        return ahead.jobs[0] if ahead is not None and ahead.jobs else None
+
     def keep_ahead_for(self, epoch: int) -> None:
         """Drop the batches prepared ahead unless they are for ``epoch``."""
         if self._ahead is not None and self._ahead.epoch != epoch:
