@@ -198,34 +198,6 @@ def test_clear_evidence_decides_before_the_measurement_is_long() -> None:
     assert [young.timed(False, cpu=0.0005, wall=0.001) for _ in range(8)] == [None] * 8
 
 
-def test_leaning_follows_the_rule_on_what_was_seen_so_far() -> None:
-    def lean(held: float, cpu: float, runq: float = 0.0) -> bool:
-        choice = AutoChoice(workers=2, cores=2, epoch_batches=400)  # 200 s on the threads
-        choice.gil = _Seen(GilReading(wakes=100, elapsed=1.0, waited=held))
-        assert not choice.leaning()  # nothing timed yet
-        choice.timed(True, cpu=0.9, wall=1.0)
-        choice.timed(False, cpu=cpu, wall=1.0, runq=runq)
-        return choice.leaning()
-
-    assert lean(0.9, cpu=0.95) and lean(0.05, cpu=0.4)  # GIL held; take turns on a quiet host
-    assert not lean(0.05, cpu=0.95) and not lean(0.05, cpu=0.4, runq=0.5)  # runs; busy host
-
-
-@pytest.mark.timeout(60)
-def test_the_forkserver_starts_ahead_of_a_move() -> None:
-    from multiprocessing import forkserver
-
-    from feedline.pipeline.workers_process import start_forkserver
-
-    start_forkserver("spawn")  # nothing to start ahead
-    start_forkserver("forkserver")
-    server = forkserver._forkserver  # type: ignore[attr-defined]
-    assert server._forkserver_pid is not None and server._forkserver_address is not None
-    pid = server._forkserver_pid
-    start_forkserver("forkserver")  # running: kept
-    assert server._forkserver_pid == pid
-
-
 def test_a_short_epoch_stays_on_threads() -> None:
     """GIL-bound batches whose epoch would take less than SHORT_PASS_SECONDS on the threads:
     starting processes would not pay within it (a tiny dataset, a test's loader)."""
@@ -240,4 +212,3 @@ def test_a_short_epoch_stays_on_threads() -> None:
     short = choose(16)  # 16 x 10 ms over 2 workers: 0.08 s
     assert short.decided == "thread" and "too short for processes" in short.why and "hold the GIL" in short.why
     assert choose(400).decided == "process"  # 2 s
-    assert not AutoChoice(workers=2, cores=2, epoch_batches=16).leaning()

@@ -247,17 +247,6 @@ class AutoChoice:
             return False
         return held >= GIL_HELD[1] or (held <= GIL_HELD[0] and statistics.median(self.ratios) >= GIL_BOUND)
 
-    def leaning(self) -> bool:
-        """Whether the rule, applied to what was measured so far (the probe's reading while
-        it goes on), picks processes: the runtime then starts what processes need that is
-        slow to start (the forkserver's imports) before the decision, so a move does not
-        wait for it, and a measurement that stays on threads costs nothing more."""
-        if self.decided is not None or not self.ratios:
-            return False
-        with self._lock:
-            reading = self.gil.peek() if self.gil is not None and self.reading is None else self.reading
-            return self._choose(reading)[0] == "process"
-
     def _choose(self, reading: GilReading | None) -> tuple[str, str]:
         """:meth:`_judge`, except that a short pass (:data:`SHORT_PASS_SECONDS`) stays on
         threads."""

@@ -41,10 +41,8 @@ from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import (
     ProcessWorkers,
     Result,
-    main_is_file,
     main_references,
     refuse_while_bootstrapping,
-    start_forkserver,
     unguarded_main,
 )
 from feedline.pipeline.workers_thread import ThreadWorkers
@@ -107,7 +105,6 @@ class Runtime:
         """With ``worker_type="auto"``: the measurement and the decision."""
         self._retired: ThreadWorkers | None = None  # threads left after moving to processes
         self._mover: threading.Thread | None = None
-        self._warmed = False  # auto: the forkserver was started ahead of a move
         self._unguarded: str | None = None  # auto: why the script forbids processes
         self.closed = False
         self.pid = os.getpid()
@@ -172,10 +169,6 @@ class Runtime:
         ready = self.run_job(job, worker)
         c1, q1 = thread_clock()
         decision = self.auto.timed(job.probe, c1 - c0, time.perf_counter() - t0 - (q1 - q0), q1 - q0)
-        if (decision is None and not self._warmed and not self._unguarded and main_is_file()
-                and self.auto.leaning()):
-            self._warmed = True  # the forkserver's imports run in its process from now on
-            start_forkserver(self.opts.start_method)
         if decision == "process":  # started aside: this batch is not held up
             mover = threading.Thread(target=self._move_to_processes, name="feedline-auto",
                                      daemon=True)

@@ -302,12 +302,6 @@ def _guarded_blocks(path: str) -> list[tuple[int, int]] | None:
 _GUARDS: dict[tuple[str, int], list[tuple[int, int]] | None] = {}
 
 
-def main_is_file() -> bool:
-    """Whether ``__main__`` was run from a file the workers can import again."""
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return isinstance(path, str) and os.path.isfile(path)
-
-
 def main_references(*objs: Any) -> str | None:
     """Why process workers cannot load ``objs``, or ``None``. A script read from stdin
     (``__main__.__file__`` is ``"<stdin>"``) cannot be imported again by any worker. With
@@ -355,23 +349,6 @@ def preload_forkserver(mpctx: Any) -> None:
     current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
     wanted = [m for m in (*PRELOAD, __name__) if m == __name__ or m in sys.modules]
     mpctx.set_forkserver_preload(current + [m for m in wanted if m not in current])
-
-
-def start_forkserver(start_method: str) -> None:
-    """Start the forkserver now (with :func:`preload_forkserver`'s modules) if
-    ``start_method`` uses one and it is not running: its imports (torch, seconds) then run
-    in its own process while the caller goes on, and the first workers fork from it
-    without waiting for them. ``worker_type="auto"`` calls it once its measurement leans
-    to processes. A server that cannot start is left for the workers' start to report."""
-    if start_method != "forkserver":
-        return
-    from multiprocessing import forkserver
-
-    preload_forkserver(mp.get_context("forkserver"))
-    try:
-        forkserver.ensure_running()
-    except OSError:
-        pass  # ProcessWorkers() raises it with its place and fix
 
 
 _lost_servers: list[int] = []  # "alive" pipes of unreachable forkservers: their workers live on
