@@ -230,12 +230,13 @@ class DeviceDecode:
         if entry.event is not None:
             import torch
 
+            from feedline.pipeline import nested
+
             consumer = torch.cuda.current_stream(torch.device(self.device))
             consumer.wait_event(entry.event)
-            for out in entry.out.values():
-                for t in out if isinstance(out, list) else [out]:
-                    if t is not None and t.device.type == "cuda":
-                        t.record_stream(consumer)
+            for t in nested.tensors(entry.out):
+                if t.device.type == "cuda":
+                    t.record_stream(consumer)
         batch.update(entry.out)
         self.compressed_bytes += entry.compressed
         self.decoded_bytes += entry.decoded
