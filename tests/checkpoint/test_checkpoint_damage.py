@@ -160,6 +160,34 @@ def test_load_into_is_strict_about_tensors_the_checkpoint_lacks(tmp_path: Path) 
         assert float(partial["model"]["weight"].abs().sum()) > 0
 
 
+
+def test_load_into_a_model_saved_wrapped_names_the_key_prefix(tmp_path: Path) -> None:
+    # DDP/DataParallel save 'module.'-prefixed keys, torch.compile '_orig_mod.' ones (inside the key for a
+    # compiled submodule). Before: "not in the checkpoint" and a strict=False hint, which loads nothing.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Sequential(torch.nn.Linear(3, 2)))
+    ddp = {"module." + k: v for k, v in model.state_dict().items()}
+    compiled = torch.compile(model.get_submodule("1")).state_dict()  # the real '_orig_mod.' keys
+    sub = {k: v for k, v in model.state_dict().items() if k.startswith("0.")} | {f"1.{k}": v for k, v in compiled.items()}
+    with Checkpointer(tmp_path) as ck:
+        ck.save(1, {"model": ddp})
+        with pytest.raises(StateError, match="prefix 'module.'.*DistributedDataParallel") as e:
+            ck.load(into={"model": model.state_dict()})
+        assert "model.module.state_dict()" in e.value.fix and "consume_prefix_in_state_dict_if_present" in e.value.fix
+        sd = ck.load()["model"]
+        torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, "module.")  # the recipe works
+        model.load_state_dict(sd)
+        ck.save(2, {"model": sub})
+        with pytest.raises(StateError, match=r"segment '_orig_mod\.'.*'model/1\._orig_mod\.0\.weight'") as e:
+            ck.load(into={"model": model.state_dict()})
+        assert "replace('_orig_mod.', '', 1)" in e.value.fix
+        ck.save(3, {"model": model.state_dict()})  # the reverse: saved plain, loaded into the wrapped keys
+        with pytest.raises(StateError, match="state loaded into has keys with the prefix 'module.'"):
+            ck.load(into={"model": ddp})
+        with pytest.raises(StateError, match="not in the checkpoint: 'model/x'") as e:
+            ck.load(into={"model": {"x": torch.zeros(1)}})  # no renaming explains it: the plain message
+        assert "strict=False" in e.value.fix
+
+
 _RESIDENT = """
 import gc, json, sys
 import torch

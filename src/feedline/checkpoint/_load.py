@@ -192,9 +192,11 @@ def _copy_into(header: Header, leaves: list[Any], into: Any, *, strict: bool) ->
     already overwritten, a half-loaded model)."""
     pairs = []
     found: set[tuple[Any, ...]] = set()
+    unmatched: list[tuple[Any, ...]] = []  # checkpoint tensors with no counterpart in ``into``
     for path, i in iter_leaf_paths(header.skeleton):
         target = _lookup(into, path)
         if target is None:
+            unmatched.append(path)
             continue
         found.add(path)
         _check_target(header.entries[i], target)
@@ -204,6 +206,11 @@ def _copy_into(header: Header, leaves: list[Any], into: Any, *, strict: bool) ->
         if missing:
             names = ", ".join(repr("/".join(map(str, p))) for p in missing[:5])
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            renamed = key_renaming(missing, unmatched)
+            if renamed is not None:
+                raise StateError(f"{len(missing)} tensor(s) of the state loaded into are not in the checkpoint "
+                                 f"under their names ({names}{more}): {renamed[0]}; nothing was loaded",
+                                 tensor="/".join(map(str, missing[0])), fix=renamed[1])
             raise StateError(f"{len(missing)} tensor(s) of the state loaded into are not in the checkpoint: "
                              f"{names}{more}; nothing was loaded", tensor="/".join(map(str, missing[0])),
                              fix="load(..., strict=False) loads the tensors both have and leaves these as "
@@ -222,6 +229,87 @@ def _copy_into(header: Header, leaves: list[Any], into: Any, *, strict: bool) ->
                              f"({type(e).__name__}: {str(e)[:160]})", tensor=entry.name,
                              fix="pass writable tensors, or load without into=") from e
         leaves[i] = target
+
+
+def key_renaming(missing: list[tuple[Any, ...]], unmatched: list[tuple[Any, ...]]) -> tuple[str, str] | None:
+    """Why ``missing`` (paths of ``into``) are absent when one dotted key segment explains it, and the fix.
+
+    Wrappers rename a model's ``state_dict()`` keys: ``DistributedDataParallel``
+    and ``DataParallel`` prefix every key with ``module.``, ``torch.compile``
+    with ``_orig_mod.`` (inside the key for a compiled submodule:
+    ``encoder._orig_mod.0.weight``). When ``unmatched`` (the checkpoint's
+    paths ``into`` lacks) are ``missing`` with one such run of segments added
+    (saved wrapped, loaded unwrapped) or removed (the reverse) for every one
+    of ``missing``, returns (the reason, the fix); else ``None`` (another
+    model structure: ``0.weight`` missing beside a checkpoint's ``weight`` is
+    not a renaming when ``1.weight`` is missing too).
+    """
+    by_parent: dict[tuple[Any, ...], set[str]] = {}
+    for q in unmatched:
+        if q and isinstance(q[-1], str):
+            by_parent.setdefault(q[:-1], set()).add(q[-1])
+    for p in missing[:8]:  # the segment is found from one pair, then checked on every missing path
+        if not p or not isinstance(p[-1], str):
+            continue
+        for q in sorted(by_parent.get(p[:-1], ()))[:1000]:
+            for in_checkpoint, seg in ((True, _inserted(q, p[-1])), (False, _inserted(p[-1], q))):
+                if seg is not None and _explained(missing, by_parent, seg, in_checkpoint) == len(missing):
+                    return _renaming_advice(seg, in_checkpoint, "/".join(map(str, (*p[:-1], q))),
+                                            (q if in_checkpoint else p[-1]).startswith(seg))
+    return None
+
+
+def _without(key: str, seg: str) -> str:
+    """``key`` with the dotted run ``seg`` removed once at a segment boundary."""
+    return ("." + key).replace("." + seg, ".", 1)[1:]
+
+
+def _explained(missing: list[tuple[Any, ...]], by_parent: dict[tuple[Any, ...], set[str]], seg: str,
+               in_checkpoint: bool) -> int:
+    """How many ``missing`` paths the checkpoint has with ``seg`` added (``in_checkpoint``) or removed."""
+    stripped = {parent: {_without(n, seg) for n in names} for parent, names in by_parent.items()}
+    n = 0
+    for m in missing:
+        if m and isinstance(m[-1], str):
+            n += (m[-1] in stripped.get(m[:-1], ())) if in_checkpoint else (_without(m[-1], seg) in
+                                                                             by_parent.get(m[:-1], ()))
+    return n
+
+
+def _renaming_advice(seg: str, in_checkpoint: bool, example: str, prefix: bool) -> tuple[str, str]:
+    wrapper = {"module.": " (as DistributedDataParallel and DataParallel name a model's keys)",
+               "_orig_mod.": " (as a torch.compile'd model names its keys)"}.get(seg, "")
+    where = "prefix" if prefix else "segment"
+    if prefix:
+        rename = f"torch.nn.modules.utils.consume_prefix_in_state_dict_if_present(sd, {seg!r})"
+    else:
+        rename = f"sd = {{k.replace({seg!r}, '', 1): v for k, v in sd.items()}}"
+    if in_checkpoint:
+        why = (f"the checkpoint's keys have the {where} {seg!r}{wrapper}, which the state loaded into lacks "
+               f"(the checkpoint has {example!r})")
+        unwrapped = {"module.": "model.module.state_dict()", "_orig_mod.": "model._orig_mod.state_dict()"}
+        save = f"save {unwrapped[seg]} from now on, and " if prefix and seg in unwrapped else ""
+        return why, (f"{save}load this one without into= and rename its keys before model.load_state_dict(): "
+                     f"sd = load(dir)[...]; {rename}")
+    why = (f"the state loaded into has keys with the {where} {seg!r}{wrapper}, which the checkpoint lacks "
+           f"(it has {example!r})")
+    return why, ("load into the unwrapped model's state_dict() (model.module or model._orig_mod), or load "
+                 f"without into=, add {seg!r} to the keys and call model.load_state_dict()")
+
+
+def _inserted(longer: str, shorter: str) -> str | None:
+    """The dotted segments ``longer`` has beyond ``shorter`` when they are one contiguous run
+    (``_inserted("module.fc.weight", "fc.weight") == "module."``), else None."""
+    lp, sp = longer.split("."), shorter.split(".")
+    k = len(lp) - len(sp)
+    if k <= 0:
+        return None
+    for i in range(len(sp) + 1):
+        if lp[:i] == sp[:i] and lp[i + k :] == sp[i:]:
+            return ".".join(lp[i : i + k]) + "."
+        if i < len(sp) and lp[i] != sp[i]:
+            break
+    return None
 
 
 def _check_target(entry: TensorEntry, target: Any) -> None:
