@@ -141,6 +141,11 @@ def _leaf_meta(value: Any, name: str) -> tuple[str, str, tuple[int, ...], int]:
     dname = _DTYPE_NAMES.get(dtype)
     if dname is None:
         dname = _DTYPE_NAMES.setdefault(dtype, str(dtype).removeprefix("torch."))
+    if dname.startswith(("qint", "quint")):  # a raw view as a quantized dtype, with no scale: load refuses it
+        raise ConfigError(f"tensor {name!r} has the quantized dtype {dname} but no quantization parameters "
+                          "(a .view() of raw bytes); a checkpoint of it would not load", tensor=name,
+                          fix="save the raw bytes (t.view(torch.uint8)) or the quantized tensor's "
+                              "dequantize()")
     return "torch", dname, tuple(value.shape), value.numel() * value.element_size()  # torch.Size holds ints
 
 

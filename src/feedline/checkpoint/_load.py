@@ -21,7 +21,7 @@ import numpy as np
 import xxhash
 
 from feedline.checkpoint._layout import Header, TensorEntry, iter_leaf_paths, place, rebuild
-from feedline.checkpoint._staging import bytes_view
+from feedline.checkpoint._staging import bytes_view, copyable
 from feedline.checkpoint._store import committed_steps, header_path, read_header
 from feedline.errors import ArgumentError, ChecksumError, FormatError, ReadError, StateError
 from feedline.format._files import open_fd, path_argument
@@ -223,7 +223,7 @@ def _copy_into(header: Header, leaves: list[Any], into: Any, *, strict: bool) ->
                 np.copyto(target, src)
             else:
                 with _no_grad():  # a Parameter (requires_grad) is a valid target
-                    target.copy_(src)
+                    copyable(target).copy_(copyable(src))
         except (ValueError, RuntimeError, TypeError) as e:  # a read-only array, an inference tensor...
             raise StateError(f"tensor {entry.name!r} cannot be overwritten in the state loaded into "
                              f"({type(e).__name__}: {str(e)[:160]})", tensor=entry.name,

@@ -205,14 +205,14 @@ def stage_into(layout: Layout, buf: Any, *, streams: CopyStreams | None = None) 
                 raw = np.ascontiguousarray(leaf).reshape(-1).view(np.uint8)
                 buf[entry.offset : entry.offset + entry.nbytes].copy_(_torch_from(raw))
             continue
-        dst = bytes_view(buf, entry)
+        dst = copyable(bytes_view(buf, entry))
         if leaf.device.type == "cuda":
             first = leaf.device not in copied  # one wait per device covers every kernel queued before
             copied[leaf.device] = None
             with _on(None if streams is None else streams.on(leaf.device), leaf, wait=first):
-                dst.copy_(leaf, non_blocking=True)
+                dst.copy_(copyable(leaf), non_blocking=True)
         else:
-            dst.copy_(leaf)
+            dst.copy_(copyable(leaf))
     for device in copied:
         if streams is not None:
             streams.on(device).synchronize()
@@ -220,6 +220,33 @@ def stage_into(layout: Layout, buf: Any, *, streams: CopyStreams | None = None) 
             import torch
 
             torch.cuda.synchronize(device)
+
+
+def copyable(t: Any) -> Any:
+    """``t``, or, for a dtype ``Tensor.copy_`` has no kernel for (the sub-byte shells ``torch.uint1``-``7``
+    and ``int1``-``7``: "copy_kernel not implemented" from every save before), the same bytes viewed as
+    the integer dtype of its item size, which copies them as they are (strides kept)."""
+    ok = _COPIES.get(t.dtype)
+    if ok is None:
+        ok = _COPIES[t.dtype] = _has_copy(t.dtype)
+    return t if ok else t.view(_INT_OF_SIZE[t.element_size()])
+
+
+_COPIES: dict[Any, bool] = {}  # torch dtype -> whether Tensor.copy_ takes it (probed once, on the CPU)
+_INT_OF_SIZE: dict[int, Any] = {}
+
+
+def _has_copy(dtype: Any) -> bool:
+    import torch
+
+    if not _INT_OF_SIZE:
+        _INT_OF_SIZE.update({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64})
+    try:
+        torch.zeros(dtype.itemsize, dtype=torch.uint8).view(dtype).copy_(
+            torch.zeros(dtype.itemsize, dtype=torch.uint8).view(dtype))
+    except (NotImplementedError, RuntimeError):
+        return dtype.itemsize not in _INT_OF_SIZE  # no integer twin: let copy_ say what it says
+    return True
 
 
 def _torch_from(arr: np.ndarray) -> Any:
