@@ -76,6 +76,21 @@ def test_keep_rotates_after_commit_and_removes_leftovers(tmp_path: Path) -> None
     assert load(tmp_path, 3)["v"][0] == 3
 
 
+def test_asking_for_a_step_whose_save_did_not_finish_names_its_leftover(tmp_path: Path) -> None:
+    with Checkpointer(tmp_path, io="buffered") as ck:
+        ck.save(1, {"v": np.arange(3)})
+        ck.wait()
+    left = tmp_path / "step-0000000002.0badc0de.bin"  # what kill -9 during step 2's write leaves
+    left.write_bytes(b"\0" * 100)
+    with pytest.raises(ReadError, match="step 2 .*did not finish .step-0000000002.0badc0de.bin has no header") as e:
+        load(tmp_path, 2)
+    assert "[1]" in e.value.fix
+    assert load(tmp_path)["v"][2] == 2  # the latest is step 1
+    with Checkpointer(tmp_path, io="buffered") as ck:
+        ck.save(3, {"v": np.arange(4)})
+    assert not left.exists()
+
+
 def test_resaving_a_step_replaces_it_atomically(tmp_path: Path) -> None:
     with Checkpointer(tmp_path, io="buffered") as ck:
         ck.save(5, {"v": np.zeros(3)})

@@ -19,6 +19,7 @@ import pytest
 from ckstate import assert_same, make_state
 
 from feedline.checkpoint import load
+from feedline.errors import ReadError
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -57,6 +58,12 @@ def _kill_rounds(tmp_path: Path, rounds: int, seed: int) -> list[int]:
         # Every committed header loads and equals what was saved at its step.
         for step in steps:
             assert_same(make_state(step), load(tmp_path, step))
+        # A save killed mid-write is not a checkpoint, and asking for it names its leftover data file.
+        for data in tmp_path.glob("step-*.bin"):
+            step = int(data.name[5:15])
+            if step not in steps:
+                with pytest.raises(ReadError, match=f"did not finish .{data.name} has no header"):
+                    load(tmp_path, step)
         if committed:
             assert steps[-1] >= committed[-1] or proc.returncode == 0
         assert not list(tmp_path.glob(".*.partial")) or proc.returncode == -signal.SIGKILL

@@ -59,6 +59,16 @@ def committed_steps(directory: Path) -> list[int]:
     return sorted(int(m.group(1)) for n in names if (m := _HEADER.match(n)))
 
 
+def unfinished(directory: Path, step: int) -> list[str]:
+    """Data files of ``step`` that no header names (a save stopped before its commit), by name."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    prefix = f"step-{step:010d}."
+    return [n for n in names if n.startswith(prefix) and _DATA.match(n)]
+
+
 def read_header(directory: Path, step: int) -> Header:
     """Parse and validate step ``step``'s header.
 
@@ -71,7 +81,10 @@ def read_header(directory: Path, step: int) -> Header:
         text = read_regular(path, HEADER_LIMIT + 1)  # a FIFO, folder or device is refused, never waited on
     except FileNotFoundError:
         have = committed_steps(directory)
-        raise ReadError(f"no checkpoint for step {step} in {directory}", path=str(directory),
+        left = unfinished(directory, step)
+        why = (f": its save did not finish ({', '.join(left)} has no header: the process stopped before "
+               "the commit; the next save removes it)") if left else ""
+        raise ReadError(f"no checkpoint for step {step} in {directory}{why}", path=str(directory),
                         fix=f"committed steps are {have[-5:]}" if have else "save one first") from None
     except OSError as e:
         raise ReadError(f"cannot read checkpoint header: {e.strerror}", path=str(path),
