@@ -126,11 +126,37 @@ def save_dcp_feedline(state: dict[str, Any], where: Path, ck: Any) -> tuple[floa
     return t1 - t0, time.perf_counter() - t0
 
 
+_ROUND_INFO: dict[str, Any] = {}  # what a contender measured besides (blocked, durable), per round
+
+
+def run_queue_wait() -> float | None:
+    """Seconds the calling thread has so far waited for a core while runnable (Linux schedstat), or None."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def dirty_mib() -> float | None:
+    """Dirty + Writeback page cache of the whole host, MiB (Linux), or None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in fh)}
+        return (kib["Dirty"] + kib["Writeback"]) / 1024
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def save_feedline(state: dict[str, Any], where: Path, ck: Checkpointer) -> tuple[float, float]:
+    q0 = run_queue_wait()
     t0 = time.perf_counter()
     ck.save(len(ck.stats.blocked_s), state)
     t1 = time.perf_counter()
+    q1 = run_queue_wait()
     ck.wait()
+    _ROUND_INFO.update(cpu_s=ck.stats.last_blocked_cpu_s,
+                       runq_wait_s=None if q0 is None or q1 is None else q1 - q0)
     return t1 - t0, time.perf_counter() - t0
 
 
@@ -140,21 +166,28 @@ CONTENDERS = {"torch.save": save_torch, "dcp.save": save_dcp, "dcp.async_save": 
 
 def bench_saves(state: dict[str, Any], root: Path, repeat: int) -> dict[str, dict[str, Any]]:
     ck = Checkpointer(root / "feedline", keep=1, io="auto")
-    runs: dict[str, dict[str, list[float]]] = {n: {"blocked": [], "durable": []} for n in CONTENDERS}
+    runs: dict[str, dict[str, list[Any]]] = {n: {"blocked": [], "durable": [], "info": []} for n in CONTENDERS}
     names = list(CONTENDERS)
     for r in range(repeat + 1):  # round 0 is a warm-up (first allocations, imports), not counted
         for name in names[r % len(names):] + names[: r % len(names)]:
             where = Path(tempfile.mkdtemp(dir=root, prefix="round-"))
+            os.sync()  # the same start for every contender: no dirty pages of the one before (nor the host's)
+            dirty = dirty_mib()
+            _ROUND_INFO.clear()
             blocked, durable = CONTENDERS[name](state, where, ck)
             shutil.rmtree(where)
             if r:
                 runs[name]["blocked"].append(blocked)
                 runs[name]["durable"].append(durable)
+                runs[name]["info"].append({"dirty_mib_before": dirty, **_ROUND_INFO})
     ck.close()
     while _DCP_STAGER:
         _DCP_STAGER.pop().close()
     out = {n: {"blocked_s": statistics.median(v["blocked"]), "durable_s": statistics.median(v["durable"]),
-               "blocked_runs": v["blocked"], "durable_runs": v["durable"]} for n, v in runs.items()}
+               "blocked_runs": v["blocked"], "durable_runs": v["durable"], "rounds": v["info"]}
+           for n, v in runs.items()}
+    cpu = [i["cpu_s"] for i in runs["Checkpointer.save"]["info"]]
+    out["Checkpointer.save"]["blocked_cpu_s"] = statistics.median(cpu)
     out["Checkpointer.save"]["writer"] = ck.writer_choice.name if ck.writer_choice else None
     out["Checkpointer.save"]["writer_reason"] = ck.writer_choice.reason if ck.writer_choice else None
     out["Checkpointer.save"]["staging_allocations"] = ck.staging_allocations
@@ -370,6 +403,10 @@ def bench_gpu(device: str, d_model: int, layers: int, root: Path, repeat: int) -
     return out
 
 
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1e3:.0f}"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny state for smoke tests")
@@ -436,6 +473,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  {name:24s} {row['blocked_s'] * 1e3:11.1f} ms {row['durable_s']:8.2f} s")
     print(f"  Checkpointer writer: {saves['Checkpointer.save']['writer']} "
           f"({saves['Checkpointer.save']['writer_reason']})")
+    ours_row = saves["Checkpointer.save"]
+    print("  Checkpointer.save rounds, blocked = loop CPU in save() + waiting for a core (run queue): " +
+          ", ".join(f"{b * 1e3:.0f} = {_ms(i['cpu_s'])} + {_ms(i['runq_wait_s'])} ms"
+                    for b, i in zip(ours_row["blocked_runs"], ours_row["rounds"], strict=True)))
     print(f"  write {write['bytes'] / 2**20:.0f} MiB: feedline direct {write['feedline_MBps']:.0f} MB/s, "
           f"dd oflag=direct bs=8M {write['dd_MBps']:.0f} MB/s")
     every = loop["save_every"]

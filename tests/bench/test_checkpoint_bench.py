@@ -28,7 +28,11 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
                                  "Checkpointer.save"}
     for row in doc["saves"].values():
         assert 0 < row["blocked_s"] <= row["durable_s"] and len(row["blocked_runs"]) == 1
-    assert doc["saves"]["Checkpointer.save"]["staging_allocations"] == 1
+    ours = doc["saves"]["Checkpointer.save"]
+    assert ours["staging_allocations"] == 1
+    [rnd] = ours["rounds"]  # per round: the loop's CPU in save() and its wait for a core, to explain outliers
+    assert rnd["cpu_s"] > 0 and (rnd["runq_wait_s"] is None or rnd["runq_wait_s"] >= 0)
+    assert ours["blocked_cpu_s"] > 0 and "waiting for a core" in proc.stdout
     assert doc["write"]["feedline_MBps"] > 0 and doc["write"]["dd_MBps"] > 0
     loop = doc["loop"]
     assert loop["segment_plain_s"] > 0 and loop["segment_saving_s"] > 0 and len(loop["pair_ratios"]) == 2

@@ -170,7 +170,7 @@ def test_load_into_a_model_saved_wrapped_names_the_key_prefix(tmp_path: Path) ->
     sub = {k: v for k, v in model.state_dict().items() if k.startswith("0.")} | {f"1.{k}": v for k, v in compiled.items()}
     with Checkpointer(tmp_path) as ck:
         ck.save(1, {"model": ddp})
-        with pytest.raises(StateError, match="prefix 'module.'.*DistributedDataParallel") as e:
+        with pytest.raises(StateError, match=r"prefix 'module\.'.*DistributedDataParallel") as e:
             ck.load(into={"model": model.state_dict()})
         assert "model.module.state_dict()" in e.value.fix and "consume_prefix_in_state_dict_if_present" in e.value.fix
         sd = ck.load()["model"]
@@ -181,7 +181,7 @@ def test_load_into_a_model_saved_wrapped_names_the_key_prefix(tmp_path: Path) ->
             ck.load(into={"model": model.state_dict()})
         assert "replace('_orig_mod.', '', 1)" in e.value.fix
         ck.save(3, {"model": model.state_dict()})  # the reverse: saved plain, loaded into the wrapped keys
-        with pytest.raises(StateError, match="state loaded into has keys with the prefix 'module.'"):
+        with pytest.raises(StateError, match=r"state loaded into has keys with the prefix 'module\.'"):
             ck.load(into={"model": ddp})
         with pytest.raises(StateError, match="not in the checkpoint: 'model/x'") as e:
             ck.load(into={"model": {"x": torch.zeros(1)}})  # no renaming explains it: the plain message

@@ -82,7 +82,7 @@ def test_asking_for_a_step_whose_save_did_not_finish_names_its_leftover(tmp_path
         ck.wait()
     left = tmp_path / "step-0000000002.0badc0de.bin"  # what kill -9 during step 2's write leaves
     left.write_bytes(b"\0" * 100)
-    with pytest.raises(ReadError, match="step 2 .*did not finish .step-0000000002.0badc0de.bin has no header") as e:
+    with pytest.raises(ReadError, match=r"step 2 .*did not finish \(step-0000000002\.0badc0de\.bin has no header") as e:
         load(tmp_path, 2)
     assert "[1]" in e.value.fix
     assert load(tmp_path)["v"][2] == 2  # the latest is step 1
@@ -160,6 +160,26 @@ def test_blocked_time_is_a_checkpoint_span(tmp_path: Path) -> None:
     [(_stage, start, end, attrs)] = [g for g in got if g[0] == "checkpoint"]
     assert end >= start and attrs["step"] == 4 and attrs["nbytes"] == 4000
     assert ck.stats.last_blocked_s == pytest.approx(end - start)
+    assert 0 < attrs["cpu_s"] == pytest.approx(ck.stats.last_blocked_cpu_s, abs=1e-6)
+
+
+def test_blocked_cpu_time_tells_staging_from_waiting(tmp_path: Path) -> None:
+    # The loop thread's CPU time in save() is what staging cost; the rest of the blocked time is waiting
+    # (here for the previous write; in the benchmark's slow rounds, for a core other processes held).
+    ck = Checkpointer(tmp_path, io="buffered")
+    ck.save(1, {"v": np.full(1000, 1)})
+    ck.wait()
+    gate = _SlowWriter(ck._writer)
+    ck._writer = gate
+    ck.save(2, {"v": np.full(1000, 2)})
+    assert gate.entered.wait(30)
+    timer = threading.Timer(0.3, gate.release.set)
+    timer.start()
+    ck.save(3, {"v": np.full(1000, 3)})  # waits for save 2's write: blocked, not busy
+    timer.join()
+    ck.close()
+    assert ck.stats.last_blocked_s >= 0.3 > 0.2 > ck.stats.last_blocked_cpu_s > 0
+    assert len(ck.stats.blocked_cpu_s) == len(ck.stats.blocked_s) == 3
 
 
 def test_unstorable_values_name_their_path(tmp_path: Path) -> None:

@@ -64,9 +64,14 @@ class CheckpointStats:
     skipped: int = 0
     committed: int = 0
     last_blocked_s: float = 0.0
+    # CPU time the calling thread spent in the last save(): ~ last_blocked_s when the loop had a core;
+    # far below it when other processes held the cores or the save waited for the previous write
+    # (if_busy="wait"): the rest of the blocked time was waiting, not staging
+    last_blocked_cpu_s: float = 0.0
     last_durable_s: float = 0.0
     last_writer_cpu_s: float = 0.0  # CPU time the writer thread spent on the last save
     blocked_s: list[float] = field(default_factory=list)
+    blocked_cpu_s: list[float] = field(default_factory=list)  # last_blocked_cpu_s of every save
 
 
 class Checkpointer:
@@ -173,6 +178,7 @@ class Checkpointer:
 
     def _save(self, step: int, state: Any) -> bool:
         t0 = time.perf_counter()
+        cpu0 = time.thread_time()
         if self._busy() and self.if_busy == "skip":
             self.stats.skipped += 1
             return False
@@ -184,10 +190,13 @@ class Checkpointer:
         buf = self._arena.buffer(layout.data_bytes)
         stage_into(layout, buf, streams=self._streams)
         t1 = time.perf_counter()
+        cpu = time.thread_time() - cpu0
         self.stats.saves += 1
         self.stats.last_blocked_s = t1 - t0
         self.stats.blocked_s.append(t1 - t0)
-        spans.emit("checkpoint", t0, t1, step=step, nbytes=layout.data_bytes)
+        self.stats.last_blocked_cpu_s = cpu
+        self.stats.blocked_cpu_s.append(cpu)
+        spans.emit("checkpoint", t0, t1, step=step, nbytes=layout.data_bytes, cpu_s=round(cpu, 6))
         self._pending = self._pool.submit(self._write, step, layout, buf, t0)
         return True
 

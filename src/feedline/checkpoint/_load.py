@@ -248,14 +248,15 @@ def key_renaming(missing: list[tuple[Any, ...]], unmatched: list[tuple[Any, ...]
     for q in unmatched:
         if q and isinstance(q[-1], str):
             by_parent.setdefault(q[:-1], set()).add(q[-1])
-    for p in missing[:8]:  # the segment is found from one pair, then checked on every missing path
-        if not p or not isinstance(p[-1], str):
+    for path in missing[:8]:  # the segment is found from one pair, then checked on every missing path
+        if not path or not isinstance(path[-1], str):
             continue
-        for q in sorted(by_parent.get(p[:-1], ()))[:1000]:
-            for in_checkpoint, seg in ((True, _inserted(q, p[-1])), (False, _inserted(p[-1], q))):
+        key: str = path[-1]
+        for name in sorted(by_parent.get(path[:-1], ()))[:1000]:
+            for in_checkpoint, seg in ((True, _inserted(name, key)), (False, _inserted(key, name))):
                 if seg is not None and _explained(missing, by_parent, seg, in_checkpoint) == len(missing):
-                    return _renaming_advice(seg, in_checkpoint, "/".join(map(str, (*p[:-1], q))),
-                                            (q if in_checkpoint else p[-1]).startswith(seg))
+                    return _renaming_advice(seg, in_checkpoint, "/".join(map(str, (*path[:-1], name))),
+                                            (name if in_checkpoint else key).startswith(seg))
     return None
 
 
