@@ -82,13 +82,37 @@ def test_asking_for_a_step_whose_save_did_not_finish_names_its_leftover(tmp_path
         ck.wait()
     left = tmp_path / "step-0000000002.0badc0de.bin"  # what kill -9 during step 2's write leaves
     left.write_bytes(b"\0" * 100)
-    with pytest.raises(ReadError, match=r"step 2 .*did not finish \(step-0000000002\.0badc0de\.bin has no header") as e:
+    with pytest.raises(ReadError, match=r"step 2 .*: step-0000000002\.0badc0de\.bin is there without its header.*kill -9") as e:
         load(tmp_path, 2)
     assert "[1]" in e.value.fix
     assert load(tmp_path)["v"][2] == 2  # the latest is step 1
     with Checkpointer(tmp_path, io="buffered") as ck:
         ck.save(3, {"v": np.arange(4)})
     assert not left.exists()
+
+
+def test_a_step_rotated_away_while_it_loads_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # keep= removes a header, then its data. A reader beside the training job that read step 1's header just
+    # before was told "cannot open checkpoint data ... this checkpoint is damaged". The rotation here is a
+    # real save with keep=1, run at the one point in load() where the race lands.
+    import feedline.checkpoint._load as loading
+
+    ck = Checkpointer(tmp_path, keep=1, io="buffered")
+    ck.save(1, {"v": np.arange(3)})
+    ck.wait()
+    read_header = loading.read_header
+
+    def then_rotate(directory: Path, step: int) -> Any:
+        header = read_header(directory, step)
+        ck.save(2, {"v": np.arange(4)})
+        ck.wait()
+        return header
+
+    monkeypatch.setattr(loading, "read_header", then_rotate)
+    with pytest.raises(ReadError, match=r"step 1 was removed .* while it was being loaded \(keep= rotation") as e:
+        load(tmp_path, 1)
+    assert "[2]" in e.value.fix
+    ck.close()
 
 
 def test_resaving_a_step_replaces_it_atomically(tmp_path: Path) -> None:

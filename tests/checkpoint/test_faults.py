@@ -62,7 +62,7 @@ def _kill_rounds(tmp_path: Path, rounds: int, seed: int) -> list[int]:
         for data in tmp_path.glob("step-*.bin"):
             step = int(data.name[5:15])
             if step not in steps:
-                with pytest.raises(ReadError, match=f"did not finish .{data.name} has no header"):
+                with pytest.raises(ReadError, match=f"{data.name} is there without its header"):
                     load(tmp_path, step)
         if committed:
             assert steps[-1] >= committed[-1] or proc.returncode == 0

@@ -164,7 +164,17 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
 
 def _read(d: Path, step: int, verify: bool) -> tuple[Header, np.ndarray]:
     header = read_header(d, step)
-    return header, read_data(d, header, verify=verify)
+    try:
+        return header, read_data(d, header, verify=verify)
+    except ReadError as e:
+        if header_path(d, step).exists():
+            raise
+        # keep= rotation removes the header, then the data: the data went between our two opens (before:
+        # "cannot open checkpoint data ... this checkpoint is damaged" for a checkpoint that was fine)
+        have = committed_steps(d)
+        raise ReadError(f"step {step} was removed from {d} while it was being loaded (keep= rotation by the "
+                        "Checkpointer saving into this folder)", path=str(d),
+                        fix=f"load one of the committed steps {have[-5:]}, or save with a larger keep=") from e
 
 
 def _own(header: Header, buf: np.ndarray, leaves: list[Any], keep: list[int]) -> None:

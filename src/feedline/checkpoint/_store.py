@@ -82,8 +82,9 @@ def read_header(directory: Path, step: int) -> Header:
     except FileNotFoundError:
         have = committed_steps(directory)
         left = unfinished(directory, step)
-        why = (f": its save did not finish ({', '.join(left)} has no header: the process stopped before "
-               "the commit; the next save removes it)") if left else ""
+        why = (f": {', '.join(left)} is there without its header, so it is not a checkpoint (a save of "
+               "that step not committed yet, or stopped before its commit by kill -9 or a crash, or a "
+               "checkpoint keep= is removing; the next commit removes such leftovers)") if left else ""
         raise ReadError(f"no checkpoint for step {step} in {directory}{why}", path=str(directory),
                         fix=f"committed steps are {have[-5:]}" if have else "save one first") from None
     except OSError as e:
