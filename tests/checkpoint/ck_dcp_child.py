@@ -8,7 +8,8 @@ are the ones at save time. Then resharding: loads ``DIR/one`` (saved by the
 test in one process, plain tensors) into DTensors sharded over the ranks and
 checks them, and saves its own sharded state to ``DIR/many`` with
 ``dcp.async_save`` through the stager and ``DCPWriter``, for the test to load
-in one process. Prints one JSON line.
+in one process. Then an FSDP2 (``fully_shard``) model and optimizer through the
+same stager and ``DCPWriter``. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -60,6 +61,45 @@ def reshard(directory: str, world: int, stager: CheckpointStager) -> bool:
     return ok
 
 
+def fsdp2(directory: str, world: int, stager: CheckpointStager) -> bool:
+    """An FSDP2 (``fully_shard``) model and its AdamW state, saved through the stager and DCPWriter while
+    training goes on, loaded into a model built from another seed: equal to the values at save time."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+
+    def build(seed: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(33, 17), torch.nn.ReLU(), torch.nn.Linear(17, 5))
+        for layer in (model[0], model[2]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        model(torch.randn(4, 33)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        return model, opt
+
+    model, opt = build(0)
+    msd, osd = get_state_dict(model, opt)
+    expect = {k: v.full_tensor().clone() for k, v in msd.items()}
+    fut = dcp.async_save({"model": msd, "optim": osd}, storage_writer=DCPWriter(f"{directory}/fsdp2"),
+                         async_stager=stager)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(5.0)
+    fut.result()
+    model2, opt2 = build(1)
+    msd2, osd2 = get_state_dict(model2, opt2)
+    target = {"model": msd2, "optim": osd2}
+    dcp.load(target, checkpoint_id=f"{directory}/fsdp2")
+    set_state_dict(model2, opt2, model_state_dict=target["model"], optim_state_dict=target["optim"])
+    got = {k: v.full_tensor() for k, v in model2.state_dict().items()}
+    return all(type(v).__name__ == "DTensor" for v in msd.values()) and all(
+        torch.equal(got[k], expect[k]) for k in expect)
+
+
 def main(directory: str, rank: int, world: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     stager = CheckpointStager()
@@ -83,6 +123,7 @@ def main(directory: str, rank: int, world: int, port: int) -> None:
             out["writer"] = writer["storage_writer"].choice.name
     out["allocations"] = stager.allocations
     out["one_to_many"] = reshard(directory, world, stager)
+    out["fsdp2"] = fsdp2(directory, world, stager)
     stager.close()
     dist.destroy_process_group()
     print(json.dumps(out), flush=True)

@@ -53,6 +53,7 @@ def test_two_ranks_async_save_with_the_feedline_stager_and_resharding(tmp_path: 
             assert doc[f"step{step}"] == {"model_ok": True, "local_ok": True, "step": step}, doc
         assert doc["allocations"] == 1 and doc["writer"] in ("direct", "buffered"), doc
         assert doc["one_to_many"] is True, doc
+        assert doc["fsdp2"] is True, doc  # fully_shard params (DTensor) and AdamW state round trip
     assert (tmp_path / "s1" / ".metadata").exists() and (tmp_path / "s2" / ".metadata").exists()
     for d in ("s2", "many"):
         assert sorted(p.name for p in (tmp_path / d).iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
