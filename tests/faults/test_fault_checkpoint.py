@@ -38,6 +38,7 @@ from feedline.errors import (
     FormatError,
     ReadError,
     StateError,
+    WriteError,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -483,6 +484,48 @@ def small_tmpfs(tmp_path: Path) -> Any:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def no_odirect_fs(tmp_path: Path) -> Any:
+    """A real file system that refuses O_DIRECT at open (ramfs: EINVAL), where the test may mount one."""
+    mnt = tmp_path / "ramfs"
+    mnt.mkdir()
+    if shutil.which("mount") is None or subprocess.run(
+            ["mount", "-t", "ramfs", "ramfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a ramfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_file_system_that_refuses_o_direct_gets_buffered_writes_and_says_so(no_odirect_fs: Path) -> None:
+    # Checkpointer(io="direct") already fell back, but writer_choice kept saying "direct", "io='direct'
+    # requested"; DCPWriter(io="direct") failed the whole dcp.save with WriteError "Invalid argument".
+    import torch.distributed.checkpoint as dcp
+
+    from feedline.checkpoint import DCPWriter
+    from feedline.checkpoint._dcp_storage import DirectStream
+
+    state = {"x": torch.randn(5000), "tail": torch.arange(7, dtype=torch.int8)}
+    for io in ("direct", "auto"):
+        with Checkpointer(no_odirect_fs / f"ck-{io}", io=io) as ck:
+            ck.save(1, state)
+            ck.wait()
+            assert _same(state, ck.load())
+            assert ck.writer_choice is not None and ck.writer_choice.name == "buffered", ck.writer_choice
+            assert "O_DIRECT" in ck.writer_choice.reason and "buffered writes" in ck.writer_choice.reason
+        writer = DCPWriter(no_odirect_fs / f"dcp-{io}", io=io)
+        dcp.save(state, storage_writer=writer)
+        target = {k: torch.zeros_like(v) for k, v in state.items()}
+        dcp.load(target, checkpoint_id=no_odirect_fs / f"dcp-{io}")
+        assert _same(state, target)
+        assert writer.choice.name == "buffered" and "O_DIRECT" in writer.choice.reason, writer.choice
+    with pytest.raises(WriteError, match="refuses O_DIRECT"):
+        DirectStream(str(no_odirect_fs / "direct.distcp"))
 
 
 @pytest.mark.timeout(120)

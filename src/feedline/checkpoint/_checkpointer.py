@@ -370,6 +370,15 @@ class Checkpointer:
         """How many times staging memory was allocated (1 after any number of same-size saves)."""
         return 0 if self._arena is None else self._arena.allocations
 
+    def _note_fallback(self) -> None:
+        """``writer_choice`` says ``buffered``, and why, once the folder's file system refused O_DIRECT
+        (before: it kept saying ``direct``, "io='direct' requested", while every write went buffered)."""
+        refused = getattr(self._writer, "fallback_reason", None)
+        choice = self.writer_choice
+        if refused and choice is not None and choice.name == "direct":
+            self.writer_choice = WriterChoice(choice.requested, "buffered",
+                                              f"{choice.reason}; {refused}: buffered writes")
+
     def _write(self, step: int, layout: Layout, buf: Any, t0: float) -> None:
         cpu0 = time.thread_time()
         try:
@@ -389,6 +398,7 @@ class Checkpointer:
                     checksums.append(_checksum(buf, e.offset, e.nbytes, host) if layout.owns(i)
                                      else checksums[layout.first[i]])
             self._writer.write(str(path), buf, layout.data_bytes)
+            self._note_fallback()
             commit(self.directory, step, header_json(layout, checksums, step=step, data_name=name),
                    durable=self.durable)
             committed = True

@@ -34,15 +34,16 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, FileSystem
 
 from feedline.checkpoint._writers import (
-    _CREATE,
     _DIRECT_PIECE,
     _O_DIRECT,
     WriterChoice,
     _pwrite_all,
     _write_error,
     choose_writer,
+    open_direct,
+    refused_direct,
 )
-from feedline.errors import ArgumentError, ConfigError
+from feedline.errors import ArgumentError, ConfigError, WriteError
 from feedline.format._atomic import fsync_dir
 from feedline.io._buffers import PAGE, aligned_empty
 
@@ -57,18 +58,26 @@ class DirectStream(_io.RawIOBase):
     ``size % 4096`` bytes buffered), fsyncs (unless ``durable=False``) and closes. ``tell`` is the logical
     position (bytes written so far), as DCP records offsets with it.
 
+    Args:
+        fd: ``path`` already opened by :func:`~feedline.checkpoint._writers.open_direct`
+            (``None``: open it here).
+
     Raises:
-        WriteError: at open or on any write/fsync failure (full disk, ...), naming the file.
+        WriteError: at open (also where the file system refuses O_DIRECT) or on any
+            write/fsync failure (full disk, ...), naming the file.
     """
 
-    def __init__(self, path: str, *, piece: int = _DIRECT_PIECE, durable: bool = True) -> None:
+    def __init__(self, path: str, *, piece: int = _DIRECT_PIECE, durable: bool = True,
+                 fd: int | None = None) -> None:
         super().__init__()
         self._path = path
         self._durable = durable
-        try:
-            self._fd = os.open(path, _CREATE | _O_DIRECT, 0o644)
-        except OSError as e:
-            raise _write_error(path, e) from e
+        if fd is None:
+            fd = open_direct(path)
+            if fd is None:
+                raise WriteError(f"cannot write {path} with O_DIRECT: {refused_direct(path)}", path=path,
+                                 fix="write buffered there (DCPWriter(io='auto') falls back by itself)")
+        self._fd = fd
         self._mem = aligned_empty(piece)  # kept: owns the memory the view points into
         self._buf = self._mem.data.cast("B")
         self._fill = 0
@@ -141,11 +150,17 @@ class FeedlineFileSystem(FileSystem):
         super().__init__()
         self.direct = direct
         self.durable = durable
+        self.refused: str | None = None  # set when a data file's file system refused O_DIRECT (then buffered)
 
     @contextmanager
     def create_stream(self, path: str | os.PathLike[str], mode: str) -> Generator[Any, None, None]:
+        fd = None
         if self.direct and mode == "wb" and os.fspath(path).endswith(DEFAULT_SUFFIX):
-            direct = DirectStream(os.fspath(path), durable=self.durable)
+            fd = open_direct(os.fspath(path))
+            if fd is None:  # as Checkpointer's DirectWriter does (before: WriteError "Invalid argument")
+                self.refused = refused_direct(os.fspath(path))
+        if fd is not None:
+            direct = DirectStream(os.fspath(path), durable=self.durable, fd=fd)
             try:
                 yield direct
             finally:
@@ -208,9 +223,18 @@ class DCPWriter(FileSystemWriter):
         self._use(os.fspath(path))
 
     def _use(self, path: str) -> None:
-        self.choice: WriterChoice = _choose(self.io, path)
-        """The writes this checkpoint gets (``name``: direct or buffered) and why."""
-        self.fs = FeedlineFileSystem(self.choice.name == "direct", self.durable)
+        self._choice = _choose(self.io, path)
+        self._fs = FeedlineFileSystem(self._choice.name == "direct", self.durable)
+        self.fs = self._fs
+
+    @property
+    def choice(self) -> WriterChoice:
+        """The writes this checkpoint gets (``name``: direct or buffered) and why; ``buffered``,
+        with the reason, once a data file's file system refused O_DIRECT."""
+        refused = self._fs.refused
+        if refused is None or self._choice.name != "direct":
+            return self._choice
+        return WriterChoice(self._choice.requested, "buffered", f"{self._choice.reason}; {refused}: buffered writes")
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         super().reset(checkpoint_id)

@@ -69,6 +69,27 @@ def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
         done += n
 
 
+def open_direct(path: str) -> int | None:
+    """``path`` created (truncated) for O_DIRECT writes; ``None`` when its file system refuses
+    O_DIRECT (EINVAL at open: ramfs, older tmpfs, some FUSE and overlay mounts), for the caller
+    to write buffered and say why (:func:`refused_direct`).
+
+    Raises:
+        WriteError: any other failure to create it (permissions, full disk...).
+    """
+    try:
+        return os.open(path, _CREATE | _O_DIRECT, 0o644)
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            return None
+        raise _write_error(path, e) from e
+
+
+def refused_direct(path: str) -> str:
+    """Why writes to ``path`` went buffered after :func:`open_direct` returned None."""
+    return f"the file system of {os.path.dirname(path) or '.'} refuses O_DIRECT (EINVAL)"
+
+
 def drop_cached(fd: int) -> None:
     """Drop ``fd``'s clean pages from the page cache (a hint; no-op where unsupported)."""
     if hasattr(os, "posix_fadvise"):
@@ -125,12 +146,9 @@ class DirectWriter:
             return BufferedWriter().write(path, buf, nbytes)
         view = _bytes(buf, nbytes)
         body = nbytes - nbytes % PAGE
-        try:
-            fd = os.open(path, _CREATE | _O_DIRECT, 0o644)
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise _write_error(path, e) from e
-            self.fallback_reason = f"the file system of {os.path.dirname(path)} refuses O_DIRECT (EINVAL)"
+        fd = open_direct(path)
+        if fd is None:
+            self.fallback_reason = refused_direct(path)
             return BufferedWriter().write(path, buf, nbytes)
         try:
             for start in range(0, body, _DIRECT_PIECE):
