@@ -7,6 +7,12 @@ training loop blocked per save, and how long until the checkpoint is durable
 ``torch.save`` + fsync (blocking: the baseline), ``dcp.save``,
 ``dcp.async_save``, ``dcp.async_save`` with feedline's ``CheckpointStager`` and
 ``DCPWriter`` (O_DIRECT), and ``feedline.checkpoint.Checkpointer.save`` (io=auto).
+Every contender starts after ``os.sync()`` (the same for each: none inherits
+dirty pages; page caches are not dropped, the host is shared), and each
+``Checkpointer.save`` round is printed as the loop thread's CPU in ``save()``
+plus its wait for a core (``/proc/thread-self/schedstat``), with the host's
+Dirty + Writeback before it in the JSON: on a shared 2-core host the slow
+rounds were that wait, never the staging (docs/checkpoints.md).
 Also: write throughput of feedline's O_DIRECT writer vs
 ``dd if=/dev/zero oflag=direct bs=8M conv=fsync`` to the same folder
 (interleaved), and a training loop on the same model that saves every 50 steps
