@@ -61,7 +61,7 @@ def test_csv_class_names_become_sorted_indices(tmp_path: Path) -> None:
     got = _load(tmp_path / "ds")
     assert len(got) == 7
     for name, disease in zip(names, diseases, strict=True):
-        key = name.rsplit(".", 1)[0].replace(".", "%2E")
+        key = name.rsplit(".", 1)[0]  # the file's own name, dots and all
         assert classes[int(got[key]["cls"])] == disease
 
 
@@ -74,7 +74,7 @@ def test_jsonl_multi_label_lists_and_tsv_paths(tmp_path: Path) -> None:
             f.write(json.dumps({"path": n, "labels": t, "meta": {"gps": None, "iso": 100}}) + "\n")
     pack([tmp_path / "photos"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "tags.jsonl")))
     got = _load(tmp_path / "ds")
-    by_name = {k.replace("%2E", "."): v for k, v in got.items()}
+    by_name = got
     for n, t in zip(names, tags, strict=True):
         sample = by_name[n.rsplit(".", 1)[0]]
         assert "cls" not in sample  # a list per file is no single class

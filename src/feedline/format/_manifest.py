@@ -24,6 +24,7 @@ from feedline.format._checksum import ALGOS, checksum
 from feedline.format._files import path_argument, read_regular
 from feedline.format._index import READABLE_VERSIONS, ShardIndex
 from feedline.format._lock import writer_of
+from feedline.format._tar import KEY_ESCAPE, source_key
 
 MANIFEST_NAME = "manifest.json"
 DEFAULT_ALIGN = 4096
@@ -55,7 +56,13 @@ class Manifest:
     ``fields`` maps a field name (``"cam0.jpg"``) to ``{"extension", "count",
     "total_bytes", "min_size", "max_size"}``. ``classes`` are the class names of
     a dataset packed with labels from its folders, in label order (label ``i``
-    is ``classes[i]``), else None.
+    is ``classes[i]``), else None. ``key_escape`` is ``"percent"`` when pack
+    stored each key's last part escaped (``--key file``/``folder``: dots as
+    ``%2E``, see :func:`~feedline.format._tar.escape_key_part`), so readers give
+    ``__key__`` as the source name (``frame.000123``); None (absent, and in
+    datasets packed before it existed) when keys are as stored in the tars.
+    An older feedline ignores the field and shows the stored names, so it
+    still opens such a dataset and the version is unchanged.
     """
 
     version: int
@@ -65,6 +72,7 @@ class Manifest:
     fields: dict[str, dict[str, Any]]
     num_samples: int
     classes: tuple[str, ...] | None = None
+    key_escape: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document written to ``manifest.json``."""
@@ -79,6 +87,8 @@ class Manifest:
         }
         if self.classes is not None:
             doc["classes"] = list(self.classes)
+        if self.key_escape is not None:
+            doc["key_escape"] = self.key_escape
         return doc
 
 
@@ -123,6 +133,20 @@ def _classes(doc: dict[str, Any], path: Path) -> tuple[str, ...] | None:
     if not isinstance(value, list) or not all(isinstance(c, str) and c for c in value) or len(set(value)) != len(value):
         raise FormatError("manifest 'classes' must be a list of distinct non-empty names", path=str(path), fix=_FIX)
     return tuple(value)
+
+
+def _key_escape(doc: dict[str, Any], path: Path) -> str | None:
+    value = doc.get("key_escape")
+    if value is not None and value != KEY_ESCAPE:
+        raise FormatError(f"manifest 'key_escape' must be {KEY_ESCAPE!r} or absent, got {value!r}",
+                          path=str(path), fix="upgrade feedline, or repack the dataset")
+    return value
+
+
+def source_keys(key_escape: str | None, keys: list[str]) -> list[str]:
+    """The keys as the user named the files (``frame.000123``), from the keys stored in a
+    shard's index under a manifest's ``key_escape``."""
+    return [source_key(k) for k in keys] if key_escape == KEY_ESCAPE else keys
 
 
 _FIELD_INTS = ("count", "total_bytes", "min_size", "max_size")
@@ -270,6 +294,7 @@ def parse_manifest(data: bytes, path: str | os.PathLike[str] = MANIFEST_NAME) ->
         fields={name: _field(name, entry, path) for name, entry in fields.items()},
         num_samples=num_samples,
         classes=_classes(doc, path),
+        key_escape=_key_escape(doc, path),
     )
 
 

@@ -41,6 +41,7 @@ from feedline.format._manifest import (
 )
 from feedline.format._sources import PlannedSample, SourceFile, SourceRules, collect, plan_shards
 from feedline.format._writer import FilePayload, Payload, ShardWriter, check_align
+from feedline.format._tar import KEY_ESCAPE
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 STREAM_AT = 4 << 20
@@ -319,6 +320,7 @@ def pack(
             fields=field_stats(indexes),
             num_samples=sum(i.num_samples for i in infos),
             classes=found.classes,
+            key_escape=KEY_ESCAPE if (rules or SourceRules()).key_rule in ("file", "folder") else None,
         )
         write_manifest(out, manifest, durable=durable)
     finally:

@@ -17,7 +17,9 @@ How names become samples (:class:`SourceRules`):
     extension and the field is that extension, so ``IMG_2023.01.05_1234.jpg``
     is one sample. Dots left in the key's last part are stored as ``%2E``
     (and ``%`` as ``%25``) so that tar and WebDataset readers split the member
-    name back into the same key: ``cats/IMG_2023%2E01%2E05_1234.jpg``.
+    name back into the same key: ``cats/IMG_2023%2E01%2E05_1234.jpg``. The
+    manifest says so (``key_escape``), and feedline's readers give the key back
+    as the file was named (``__key__`` ``cats/IMG_2023.01.05_1234``).
 
 ``key="folder"``
     Every folder that holds files is one sample; each file in it is a field named
@@ -81,7 +83,7 @@ from typing import NamedTuple
 
 from feedline.errors import ConfigError
 from feedline.format._labels import SUFFIXES, LabelTable, nfc, read_table
-from feedline.format._tar import BLOCK, END_OF_ARCHIVE, header_upper_bound, round_up, split_name
+from feedline.format._tar import BLOCK, END_OF_ARCHIVE, escape_key_part, header_upper_bound, round_up, split_name
 
 KEY_RULES = ("webdataset", "file", "folder")
 LABEL_MODES = ("from-folder",)
@@ -234,6 +236,7 @@ class Collection:
         enclosing: ``key="folder"``: samples whose folder also holds sample folders
             (``scene_007/calib.json`` beside ``scene_007/frame_00012/``), with their fields.
         label_note: why a labels file gave no ``cls`` although it holds labels.
+        rule: the key rule the samples were grouped by.
     """
 
     samples: list[PlannedSample]
@@ -246,6 +249,26 @@ class Collection:
     unmatched: list[str] = field(default_factory=list)
     enclosing: dict[str, list[str]] = field(default_factory=dict)
     label_note: str | None = None
+    rule: str = "webdataset"
+
+    def _partial_fields(self, limit: int) -> list[str]:
+        """Fields only some samples hold: one line each, or one line for them all when there are
+        many (dotted names split at their first dot: ``frame.000123.jpg`` -> field ``000123.jpg``)."""
+        n = len(self.samples)
+        partial = [(name, count) for name, count in sorted(self.field_counts.items()) if count < n]
+        if len(partial) <= limit:
+            return [f"field {name!r} is in {count} of {n} samples only: a batch reads it per sample "
+                    "(use --exclude to leave such files out, or convert them to one format)"
+                    for name, count in partial]
+        shown = ", ".join(f"{name!r} ({count})" for name, count in partial[:limit])
+        line = (f"{len(partial)} fields are each in only some of the {n} samples: {shown} and "
+                f"{len(partial) - limit} more")
+        if self.rule == "webdataset":
+            return [line + ". The WebDataset rule (the default --key) ends a key at the first dot of the "
+                    "file name, so dotted names (frame.000123.jpg, scan.v2.npy) become one sample "
+                    "('frame') with a field per file: --key file makes each file its own sample, keyed "
+                    "by its name minus the final extension ('frame.000123')"]
+        return [line + " (use --exclude to leave such files out, or convert them to one format)"]
 
     def notes(self, limit: int = 5) -> list[str]:
         """One line per thing the user should hear about: skipped files, fields
@@ -269,13 +292,7 @@ class Collection:
                 f"{' '.join(repr('*/' + f) for f in fields[:3])} and read them by the sample's key, "
                 "or copy them into every sample folder"
             )
-        n = len(self.samples)
-        for name, count in sorted(self.field_counts.items()):
-            if count < n:
-                lines.append(
-                    f"field {name!r} is in {count} of {n} samples only: a batch reads it per sample "
-                    "(use --exclude to leave such files out, or convert them to one format)"
-                )
+        lines.extend(self._partial_fields(limit))
         pickled = sorted(f for f in self.field_counts if f.lower().rsplit(".", 1)[-1] in PICKLE_EXTENSIONS)
         if pickled:
             lines.append(
@@ -303,11 +320,6 @@ class Collection:
                 "(they keep their label numbers, as torchvision's ImageFolder would)"
             )
         return lines
-
-
-def escape_key_part(name: str) -> str:
-    """A name's last part made safe as a WebDataset key: ``%`` -> ``%25``, ``.`` -> ``%2E``."""
-    return name.replace("%", "%25").replace(".", "%2E")
 
 
 def normalise_field(field_name: str) -> str:
@@ -579,7 +591,7 @@ def collect(
                           fix="check that the labels file names files below SRC (paths or bare names)")
     enclosing = _enclosing(grouped) if rule == "folder" else {}
     return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched, enclosing,
-                      table.note if table is not None else None)
+                      table.note if table is not None else None, rule)
 
 
 def _enclosing(grouped: dict[str, dict[str, SourceFile]]) -> dict[str, list[str]]:

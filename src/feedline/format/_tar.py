@@ -9,6 +9,7 @@ on the requested boundary: every tar reader skips it.
 
 from __future__ import annotations
 
+import re
 import tarfile
 
 from feedline.errors import ConfigError
@@ -38,6 +39,37 @@ def split_name(name: str) -> tuple[str, str] | None:
     if dot <= slash or dot == len(name) - 1 or "\n" in name:
         return None
     return name[:dot], name[dot + 1 :]
+
+
+KEY_ESCAPE = "percent"
+"""The manifest's ``key_escape`` value when each key's last part is stored escaped (see :func:`escape_key_part`)."""
+
+
+def escape_key_part(name: str) -> str:
+    """A key's last part made safe for the WebDataset rule: ``%`` -> ``%25``, ``.`` -> ``%2E``.
+
+    ``frame.000123`` is stored as ``frame%2E000123``, so the member name
+    ``frame%2E000123.jpg`` splits back into the same key and field; the
+    reader gives the user their own name again with :func:`source_key`.
+    """
+    return name.replace("%", "%25").replace(".", "%2E")
+
+
+def source_key(key: str) -> str:
+    """The inverse of :func:`escape_key_part` on a stored key's last part (folders stay as stored).
+
+    ``cats/IMG_2023%2E01%2E05`` -> ``cats/IMG_2023.01.05``; a ``%`` followed by
+    anything else than ``2E``/``25`` (never written by :func:`escape_key_part`)
+    is kept as it is.
+    """
+    slash = key.rfind("/") + 1
+    last = key[slash:]
+    if "%" not in last:
+        return key
+    return key[:slash] + _ESCAPED.sub(lambda m: "." if m.group(1) == "2E" else "%", last)
+
+
+_ESCAPED = re.compile(r"%(2E|25)")
 
 
 def check_member_name(key: str, field: str) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 from feedline.errors import FeedlineError
 from feedline.format._checksum import checksum_function, hasher, hexdigest
 from feedline.format._files import open_regular
-from feedline.format._manifest import ShardInfo, load_index, read_manifest
+from feedline.format._manifest import ShardInfo, load_index, read_manifest, source_keys
 
 _CHUNK = 8 << 20
 
@@ -49,8 +49,9 @@ def _file_checksum(path: Path, algo: str, size: int) -> str | None:
     return hexdigest(h.intdigest())
 
 
-def _verify_members(root: Path, info: ShardInfo, algo: str) -> list[Problem]:
+def _verify_members(root: Path, info: ShardInfo, algo: str, key_escape: str | None) -> list[Problem]:
     index = load_index(root, info)
+    keys = source_keys(key_escape, index.keys)
     path = root / info.name
     fn = checksum_function(algo)
     problems: list[Problem] = []
@@ -65,14 +66,18 @@ def _verify_members(root: Path, info: ShardInfo, algo: str) -> list[Problem]:
                     rec["size"].tolist(), rec["checksum"].tolist(), strict=True)
             ):
                 if fn(view[off : off + size]) != want:
-                    problems.append(Problem(info.name, index.keys[s], index.fields[fid], f"member {i} checksum mismatch"))
+                    problems.append(Problem(info.name, keys[s], index.fields[fid], f"member {i} checksum mismatch"))
         finally:
             view.release()
     return problems
 
 
-def verify_shard(root: str | os.PathLike[str], info: ShardInfo, algo: str) -> list[Problem]:
-    """Check one shard: file sizes, whole-file checksums, index, every member."""
+def verify_shard(root: str | os.PathLike[str], info: ShardInfo, algo: str, *,
+                 key_escape: str | None = None) -> list[Problem]:
+    """Check one shard: file sizes, whole-file checksums, index, every member.
+
+    ``key_escape`` is the manifest's: problems then name keys as the source files were
+    named (``frame.000123``, not the stored ``frame%2E000123``)."""
     root = Path(root)
     problems: list[Problem] = []
     for name, want, what, size in ((info.name, info.checksum, "shard", info.size),
@@ -87,7 +92,7 @@ def verify_shard(root: str | os.PathLike[str], info: ShardInfo, algo: str) -> li
         if got != want:
             problems.append(Problem(info.name, None, None, f"{what} file checksum {got} != manifest {want}"))
     try:
-        problems.extend(_verify_members(root, info, algo))
+        problems.extend(_verify_members(root, info, algo, key_escape))
     except FeedlineError as e:
         problems.append(Problem(info.name, e.place.get("key"), e.place.get("field"), e.message))
     return problems
@@ -103,7 +108,7 @@ def verify(root: str | os.PathLike[str]) -> list[Problem]:
     manifest = read_manifest(root)
     problems: list[Problem] = []
     for info in manifest.shards:
-        problems.extend(verify_shard(root, info, manifest.checksum_algo))
+        problems.extend(verify_shard(root, info, manifest.checksum_algo, key_escape=manifest.key_escape))
     return problems
 
 

@@ -26,6 +26,7 @@ from feedline.format import (
     parse_manifest,
     read_manifest,
 )
+from feedline.format._manifest import source_keys
 from feedline.format._files import read_regular
 from feedline.format._schema import merge_schemas
 from feedline.io._remote import remote_error
@@ -174,6 +175,7 @@ def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
     # one byte more than the manifest's size: a longer index is refused by its size check
     data = storage.read(storage.join(info.index), info.name, info.index_size + 1)
     index = index_from_bytes(info, data, shard_size=size, checksum_algo=manifest.checksum_algo)
+    index.keys = source_keys(manifest.key_escape, index.keys)  # what the user named their files: frame.000123, not frame%2E000123
     first, end = _extents(index)
     return ShardEntry(info.name, path, size, index, first, end, stamp)
 
