@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import feedline
 from feedline.errors import FormatError
-from feedline.format import pack, read_manifest, split_name, verify
+from feedline.format import index_tars, pack, read_manifest, split_name, verify
 from feedline.format._manifest import write_manifest
 from feedline.format._pack import PackWarning
 from feedline.format._sources import SourceRules, collect
@@ -120,3 +120,11 @@ def test_dotted_names_under_the_default_rule_give_one_warning_that_names_the_fil
     assert "21 fields are each in only some of the 2 samples" in notes[0] and "--key file" in notes[0]
     with pytest.warns(PackWarning, match="--key file"):
         pack([root], tmp_path / "ds")
+
+
+def test_reindexing_a_packed_dataset_keeps_its_file_names(tmp_path: Path) -> None:
+    root = _tree(tmp_path / "src", ["frame.000123.jpg", "frame.000124.jpg"])
+    manifest = pack([root], tmp_path / "ds", rules=SourceRules(key="file"))
+    again = index_tars([tmp_path / "ds" / s.name for s in manifest.shards], tmp_path / "ds")
+    assert again.key_escape == "percent"
+    assert feedline.open_dataset(tmp_path / "ds").keys() == ["frame.000123", "frame.000124"]

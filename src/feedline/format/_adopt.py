@@ -229,12 +229,13 @@ def _link_into(root: Path, tar: Path, name: str) -> None:
     os.symlink(os.path.relpath(os.path.realpath(tar), os.path.realpath(root)), link)
 
 
-def _check_existing(root: Path, shard_names: list[str]) -> tuple[str, ...] | None:
+def _check_existing(root: Path, shard_names: list[str]) -> Manifest | None:
     """Refuse to replace the manifest of a dataset already in ``root`` unless these
     tars are exactly its shards (re-indexing it, e.g. to upgrade its format).
 
-    Returns that dataset's class names (kept by the re-index: the tars hold the
-    label numbers, not the names), else None.
+    Returns that dataset's manifest, else None: the re-index keeps its class names
+    (the tars hold the label numbers, not the names) and its ``key_escape`` (the
+    tars hold escaped keys, not the file names).
     """
     if not (root / MANIFEST_NAME).exists():
         return None
@@ -260,7 +261,7 @@ def _check_existing(root: Path, shard_names: list[str]) -> tuple[str, ...] | Non
             fix="give --out another folder for the adopted tars, or pass every shard of that dataset "
                 "to re-index it",
         )
-    return old.classes
+    return old
 
 
 def expand_tars(tars: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -347,7 +348,7 @@ def _index_into(root: Path, paths: list[Path], shard_names: list[str], algo: str
                 progress: Callable[[int, int], None] | None) -> Manifest:
     """index_tars() once it holds the folder's lock."""
     names = [p.name for p in paths]
-    classes = _check_existing(root, shard_names)
+    old = _check_existing(root, shard_names)
     for p, shard_name in zip(paths, shard_names, strict=True):
         _link_into(root, p, shard_name)
     remove_quietly(root / MANIFEST_NAME)  # the same dataset re-indexed: no manifest while its indexes change
@@ -385,7 +386,8 @@ def _index_into(root: Path, paths: list[Path], shard_names: list[str], algo: str
         shards=tuple(infos),
         fields=field_stats(indexes),
         num_samples=sum(i.num_samples for i in infos),
-        classes=classes,
+        classes=old.classes if old is not None else None,
+        key_escape=old.key_escape if old is not None else None,
     )
     write_manifest(root, manifest)
     return manifest

@@ -40,8 +40,8 @@ from feedline.format._manifest import (
     write_manifest,
 )
 from feedline.format._sources import PlannedSample, SourceFile, SourceRules, collect, plan_shards
-from feedline.format._writer import FilePayload, Payload, ShardWriter, check_align
 from feedline.format._tar import KEY_ESCAPE
+from feedline.format._writer import FilePayload, Payload, ShardWriter, check_align
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 STREAM_AT = 4 << 20

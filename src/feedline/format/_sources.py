@@ -83,7 +83,14 @@ from typing import NamedTuple
 
 from feedline.errors import ConfigError
 from feedline.format._labels import SUFFIXES, LabelTable, nfc, read_table
-from feedline.format._tar import BLOCK, END_OF_ARCHIVE, escape_key_part, header_upper_bound, round_up, split_name
+from feedline.format._tar import (
+    BLOCK,
+    END_OF_ARCHIVE,
+    escape_key_part,
+    header_upper_bound,
+    round_up,
+    split_name,
+)
 
 KEY_RULES = ("webdataset", "file", "folder")
 LABEL_MODES = ("from-folder",)

@@ -26,8 +26,8 @@ from feedline.format import (
     parse_manifest,
     read_manifest,
 )
-from feedline.format._manifest import source_keys
 from feedline.format._files import read_regular
+from feedline.format._manifest import source_keys
 from feedline.format._schema import merge_schemas
 from feedline.io._remote import remote_error
 
