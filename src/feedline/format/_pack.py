@@ -320,7 +320,7 @@ def pack(
             fields=field_stats(indexes),
             num_samples=sum(i.num_samples for i in infos),
             classes=found.classes,
-            key_escape=KEY_ESCAPE if (rules or SourceRules()).key_rule in ("file", "folder") else None,
+            key_escape=KEY_ESCAPE if (rules or SourceRules()).key_rule != "webdataset" else None,
         )
         write_manifest(out, manifest, durable=durable)
     finally:

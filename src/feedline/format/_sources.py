@@ -35,6 +35,18 @@ How names become samples (:class:`SourceRules`):
     are a sample's own entries (``__key__``), under every rule.
     With ``labels="from-folder"`` the samples are ``<class>/<sample>/`` folders.
 
+``key="parallel"``
+    Parallel folders, one per field, holding files of the same names (a
+    segmentation set ``images/x.jpg`` + ``masks/x.png``, Pascal VOC's
+    ``JPEGImages/`` + ``SegmentationClass/``): the top folder names the field and
+    the rest of the path minus its final extension is the key, so those two
+    files are fields ``images.jpg`` and ``masks.png`` of sample ``x`` (deeper
+    folders stay in the key: ``images/train/x.jpg`` is key ``train/x``). Dots
+    in the key are escaped as with ``file``. A file with no partner is a sample
+    missing that field (said by :meth:`Collection.notes`); files directly in a
+    source are skipped. Labels do not combine with it: put them in a folder of
+    their own (``labels/x.cls`` gives field ``labels.cls``).
+
 ``labels="from-folder"`` reads an ImageFolder tree (``root/<class>/.../<image>``):
 every sample gets an integer field ``cls``, the index of its top-level folder
 in the sorted list of class folders (Python's sort of the folder names,
@@ -92,7 +104,7 @@ from feedline.format._tar import (
     split_name,
 )
 
-KEY_RULES = ("webdataset", "file", "folder")
+KEY_RULES = ("webdataset", "file", "folder", "parallel")
 LABEL_MODES = ("from-folder",)
 LABEL_FIELD = "cls"
 EXTRA_FIELD = "json"
@@ -192,6 +204,11 @@ class SourceRules:
                               "file, which labels files one by one",
                               fix="label the sample folders by class folders (--labels from-folder), or "
                               "put a label file (000.cls) into each sample folder")
+        if self.key == "parallel" and self.labels is not None:
+            raise ConfigError("key: 'parallel' (the top folders name the fields: images/x.jpg + masks/x.png) "
+                              "does not combine with labels, which label files by their class folder or name",
+                              fix="put the labels in a folder of their own beside the others (labels/x.cls), "
+                              "or pack with --key file")
         if self.labels is not None and self.labels not in LABEL_MODES and not (
                 isinstance(self.labels, (str, os.PathLike))
                 and os.fspath(self.labels).lower().endswith(SUFFIXES)):
@@ -263,6 +280,12 @@ class Collection:
         many (dotted names split at their first dot: ``frame.000123.jpg`` -> field ``000123.jpg``)."""
         n = len(self.samples)
         partial = [(name, count) for name, count in sorted(self.field_counts.items()) if count < n]
+        if partial and self.rule == "webdataset" and self._parallel_folders():
+            tops = sorted({s.key.partition("/")[0] for s in self.samples if "/" in s.key})
+            return [f"field(s) {', '.join(repr(f) for f, _ in partial[:limit])} are each in only some samples, "
+                    f"and the folders {', '.join(map(repr, tops[:limit]))} hold files of the same names: if "
+                    "they are one sample's parts (images/x.jpg + masks/x.png), --key parallel packs them as "
+                    "fields of one sample (images.jpg, masks.png of key 'x')"]
         if len(partial) <= limit:
             return [f"field {name!r} is in {count} of {n} samples only: a batch reads it per sample "
                     "(use --exclude to leave such files out, or convert them to one format)"
@@ -276,6 +299,16 @@ class Collection:
                     "('frame') with a field per file: --key file makes each file its own sample, keyed "
                     "by its name minus the final extension ('frame.000123')"]
         return [line + " (use --exclude to leave such files out, or convert them to one format)"]
+
+    def _parallel_folders(self) -> bool:
+        """Whether most samples have a namesake in another top folder (images/x + masks/x)."""
+        tops: dict[str, set[str]] = {}
+        for s in self.samples:
+            top, slash, rest = s.key.partition("/")
+            if slash:
+                tops.setdefault(rest, set()).add(top)
+        paired = sum(len(t) for t in tops.values() if len(t) > 1)
+        return paired * 2 > len(self.samples)
 
     def notes(self, limit: int = 5) -> list[str]:
         """One line per thing the user should hear about: skipped files, fields
@@ -459,6 +492,10 @@ def _split(name: str, rule: str) -> tuple[str, str] | None:
             return None
         head, sep, last = name[:slash].rpartition("/")
         return head + sep + escape_key_part(last), normalise_field(base)
+    if rule == "parallel":  # images/train/x.jpg -> key train/x, field images.jpg
+        top, slash, rest = name.partition("/")
+        parts = _split(rest, "file") if slash and top and top[0] != "." else None
+        return None if parts is None else (parts[0], normalise_field(f"{top}.{parts[1]}"))
     if rule == "webdataset":
         parts = split_name(name)
         if parts is None:
@@ -531,6 +568,8 @@ def collect(
                 skipped.append(Skipped(name, "a newline in its name: WebDataset's readers cannot "
                                        "store it (rename the file)" if "\n" in name
                                        else "not inside a sample folder" if rule == "folder"
+                                       else "not inside a field folder (--key parallel: <field>/<name>)"
+                                       if rule == "parallel" and "/" not in name
                                        else "no field extension"))
                 continue
             if labelled and rule == "folder" and name.count("/") < 2:
