@@ -5,7 +5,8 @@ is cheap and never imports torch or touches CUDA. A resolved name is kept in
 this module's namespace, so later lookups return the same object and never go
 through the import system again (no submodule can shadow it).
 
-``feedline.vision`` (uint8 image helpers for ``transform=``) and
+``feedline.vision`` (uint8 image helpers for ``transform=``),
+``feedline.audio`` (WAV decode and fixed-size clips) and
 ``feedline.checkpoint`` are submodules, loaded on first use as well
 (``feedline.vision.ImageTransform`` works after ``import feedline``).
 """
@@ -25,7 +26,7 @@ _LAZY = {
     "FeedlineError": "feedline.errors",
 }
 
-_SUBMODULES = ("vision", "checkpoint")
+_SUBMODULES = ("vision", "audio", "checkpoint")
 
 __all__ = ["FeedlineError", "Loader", "__version__", "open_dataset", "watch", "wrap"]
 

@@ -77,5 +77,5 @@ def test_a_missing_partner_is_said_and_the_default_rule_points_to_parallel(tmp_p
 
 
 def test_parallel_folders_refuse_labels(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="labels/x.cls"):
+    with pytest.raises(ConfigError, match=r"labels/x\.cls"):
         SourceRules(key="parallel", labels="from-folder")
