@@ -37,7 +37,7 @@ from feedline.errors import ConfigError, DecodeError
 
 __all__ = ["ClipTransform", "crop_or_pad", "decode_wav", "resample", "to_float"]
 
-_DTYPES = {1: np.dtype("u1"), 2: np.dtype("<i2"), 4: np.dtype("<i4")}
+_DTYPES: dict[int, str] = {1: "u1", 2: "<i2", 4: "<i4"}
 
 
 def decode_wav(data: bytes | bytearray | memoryview) -> dict[str, Any]:

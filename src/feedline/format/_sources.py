@@ -493,9 +493,9 @@ def _split(name: str, rule: str) -> tuple[str, str] | None:
         head, sep, last = name[:slash].rpartition("/")
         return head + sep + escape_key_part(last), normalise_field(base)
     if rule == "parallel":  # images/train/x.jpg -> key train/x, field images.jpg
-        top, slash, rest = name.partition("/")
-        parts = _split(rest, "file") if slash and top and top[0] != "." else None
-        return None if parts is None else (parts[0], normalise_field(f"{top}.{parts[1]}"))
+        top, sep, rest = name.partition("/")
+        inner = _split(rest, "file") if sep and top and top[0] != "." else None
+        return None if inner is None else (inner[0], normalise_field(f"{top}.{inner[1]}"))
     if rule == "webdataset":
         parts = split_name(name)
         if parts is None:
