@@ -117,9 +117,14 @@ def test_dotted_names_under_the_default_rule_give_one_warning_that_names_the_fil
     root = _tree(tmp_path / "src", [f"frame.{i:06d}.jpg" for i in range(20)] + ["other.jpg"])
     notes = collect([root]).notes()
     assert len(notes) == 1
-    assert "21 fields are each in only some of the 2 samples" in notes[0] and "--key file" in notes[0]
+    assert "21 distinct fields in 2 sample(s) (sample 'frame' has 20: '000000.jpg'" in notes[0]
+    assert "--key file" in notes[0]
+    only = _tree(tmp_path / "only", [f"frame.{i:06d}.jpg" for i in range(20)])  # one sample: no field is partial
     with pytest.warns(PackWarning, match="--key file"):
-        pack([root], tmp_path / "ds")
+        assert pack([only], tmp_path / "ds").num_samples == 1
+    # a multi-camera log is not mistaken for dotted names
+    log = _tree(tmp_path / "log", [f"{i:06d}.cam{c}.jpg" for i in range(4) for c in range(6)])
+    assert collect([log]).notes() == []
 
 
 def test_reindexing_a_packed_dataset_keeps_its_file_names(tmp_path: Path) -> None:

@@ -277,9 +277,18 @@ class Collection:
 
     def _partial_fields(self, limit: int) -> list[str]:
         """Fields only some samples hold: one line each, or one line for them all when there are
-        many (dotted names split at their first dot: ``frame.000123.jpg`` -> field ``000123.jpg``)."""
+        many; one line naming ``--key file`` when dotted names were split at their first dot
+        (``frame.000123.jpg`` -> sample ``frame``, field ``000123.jpg``)."""
         n = len(self.samples)
         partial = [(name, count) for name, count in sorted(self.field_counts.items()) if count < n]
+        if self._dotted_names():
+            big = max(self.samples, key=lambda s: len(s.files))
+            shown = ", ".join(repr(f.field) for f in big.files[:3])
+            return [f"{len(self.field_counts)} distinct fields in {n} sample(s) (sample {big.key!r} has "
+                    f"{len(big.files)}: {shown}, ...). The WebDataset rule (the default --key) ends a key at "
+                    "the first dot of the file name, so dotted names (frame.000123.jpg, scan.v2.npy) become "
+                    "one sample per prefix ('frame') with a field per file: --key file makes each file its "
+                    "own sample, keyed by its name minus the final extension ('frame.000123')"]
         if partial and self.rule == "webdataset" and self._parallel_folders():
             tops = sorted({s.key.partition("/")[0] for s in self.samples if "/" in s.key})
             return [f"field(s) {', '.join(repr(f) for f, _ in partial[:limit])} are each in only some samples, "
@@ -291,14 +300,15 @@ class Collection:
                     "(use --exclude to leave such files out, or convert them to one format)"
                     for name, count in partial]
         shown = ", ".join(f"{name!r} ({count})" for name, count in partial[:limit])
-        line = (f"{len(partial)} fields are each in only some of the {n} samples: {shown} and "
-                f"{len(partial) - limit} more")
-        if self.rule == "webdataset":
-            return [line + ". The WebDataset rule (the default --key) ends a key at the first dot of the "
-                    "file name, so dotted names (frame.000123.jpg, scan.v2.npy) become one sample "
-                    "('frame') with a field per file: --key file makes each file its own sample, keyed "
-                    "by its name minus the final extension ('frame.000123')"]
-        return [line + " (use --exclude to leave such files out, or convert them to one format)"]
+        return [f"{len(partial)} fields are each in only some of the {n} samples: {shown} and "
+                f"{len(partial) - limit} more (use --exclude to leave such files out, or convert them to "
+                "one format)"]
+
+    def _dotted_names(self) -> bool:
+        """More distinct fields than samples (and more than a multi-camera log has): file names
+        with dots split at their first dot by the WebDataset rule."""
+        fields = len(self.field_counts)
+        return self.rule == "webdataset" and fields > 16 and fields > len(self.samples)
 
     def _parallel_folders(self) -> bool:
         """Whether most samples have a namesake in another top folder (images/x + masks/x)."""
