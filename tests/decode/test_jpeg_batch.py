@@ -109,3 +109,37 @@ def test_device_decoders_say_what_is_missing_at_construction() -> None:
         with pytest.raises(ConfigError, match="needs torchvision") as e:
             TorchvisionJpegDecoder("cpu")
         assert "pip install torchvision" in (e.value.fix or "")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_same_size_batch_decodes_into_the_rows_of_one_array(threads):
+    """Images of one size go straight into the rows of one (N, H, W, 3) array (no array per
+    image): the list holds views of it, each equal to the image decoded alone, in order; with
+    ``size`` equal to their size the array itself is the dense batch (no stack copy)."""
+    blobs = _jpegs([(24, 32)] * 7, seed=3)
+    decoder = CpuJpegDecoder(threads=threads)
+    images = decoder.decode(CompressedBatch.pack(blobs))
+    assert isinstance(images, list) and len(images) == 7
+    base = images[0].untyped_storage().data_ptr()
+    for k, (im, b) in enumerate(zip(images, blobs, strict=True)):
+        assert im.untyped_storage().data_ptr() == base  # one allocation for the batch
+        assert np.array_equal(im.numpy(), simplejpeg.decode_jpeg(b, colorspace="RGB")), k
+    dense = decoder.decode(CompressedBatch.pack(blobs), size=(24, 32))
+    assert isinstance(dense, torch.Tensor) and tuple(dense.shape) == (7, 24, 32, 3)
+    assert torch.equal(dense, torch.stack(images))
+
+
+def test_threads_keep_order_and_name_the_failing_image():
+    """Mixed sizes (an array per image) over 3 threads come back in order; an image whose
+    header reads but whose body does not is named by its key, whichever thread decoded it."""
+    shapes = [(24, 32), (32, 24), (16, 16), (40, 8), (24, 32)]
+    blobs = _jpegs(shapes, seed=4)
+    images = CpuJpegDecoder(threads=3).decode(CompressedBatch.pack(blobs))
+    assert [tuple(im.shape[:2]) for im in images] == shapes
+    for im, b in zip(images, blobs, strict=True):
+        assert np.array_equal(im.numpy(), simplejpeg.decode_jpeg(b, colorspace="RGB"))
+    broken = [*blobs[:3], blobs[3][: len(blobs[3]) // 2], blobs[4]]  # header intact, body cut
+    keys = ["a", "b", "c", "cut", "e"]
+    with pytest.raises(DecodeError) as e:
+        CpuJpegDecoder(threads=3).decode(CompressedBatch.pack(broken, keys=keys))
+    assert e.value.key == "cut" and e.value.field == "jpg"

@@ -282,7 +282,8 @@ def _fits_rgb(out: np.ndarray, height: int, width: int) -> bool:
     return bool(flags.c_contiguous and flags.writeable)
 
 
-def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> np.ndarray:
+def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None, *,
+                header: tuple[int, int] | None = None) -> np.ndarray:
     """An RGB ``uint8`` array (H, W, 3) via simplejpeg (libjpeg-turbo; releases the GIL).
 
     Args:
@@ -290,6 +291,9 @@ def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> 
             batch slot: when the image has exactly that shape it is decoded straight into
             ``out`` (no allocation, no later copy) and ``out`` is returned; otherwise a
             fresh array is returned and ``out`` is left untouched.
+        header: the (height, width) the caller already read from this JPEG's header and
+            checked against ``limits`` (:func:`feedline.decode.jpeg_batch.jpeg_shape`):
+            the header is then not parsed again.
     """
     import simplejpeg
 
@@ -299,11 +303,14 @@ def decode_jpeg(data: Buffer, limits: Limits, out: np.ndarray | None = None) -> 
     if isinstance(data, memoryview) and (data.format not in ("B", "b", "c")
                                          or not data.c_contiguous):
         buf = bytes(data)
-    try:
-        height, width, _, _ = simplejpeg.decode_jpeg_header(buf)
-    except ValueError as exc:
-        raise DecodeError(f"JPEG header unreadable: {exc}") from exc
-    check_pixels(height, width, limits)
+    if header is not None:
+        height, width = header
+    else:
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(buf)
+        except ValueError as exc:
+            raise DecodeError(f"JPEG header unreadable: {exc}") from exc
+        check_pixels(height, width, limits)
     try:
         if out is not None and _fits_rgb(out, height, width):
             simplejpeg.decode_jpeg(buf, colorspace="RGB", buffer=out)
