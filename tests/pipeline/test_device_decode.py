@@ -156,3 +156,36 @@ def test_images_decoded_on_the_cpu_go_to_the_loaders_device():
     assert [tuple(t.shape) for t in out["jpg"]] == [(16, 24, 3)] * 3
     dense = DeviceDecode(["jpg"], CpuJpegDecoder(), "cpu", device="meta", workers=1, size=(8, 8))
     assert dense({"jpg": list(blobs)})["jpg"].device.type == "meta"
+
+
+class _Seen(CpuJpegDecoder):
+    """The CPU decoder, keeping the batches it was handed."""
+
+    def __init__(self, packed: bool) -> None:
+        super().__init__()
+        self.packed = packed
+        self.seen: list = []
+
+    def decode(self, batch, *, size=None):
+        self.seen.append(batch)
+        return super().decode(batch, size=size)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_decoder_reading_image_by_image_gets_the_bytes_without_a_copy(packed):
+    """``packed = False`` (the CPU decoder's): the stage hands it a view of the workers' bytes,
+    no packing buffer taken; a decoder that wants ``data`` gets them packed. Same images."""
+    blobs = [simplejpeg.encode_jpeg(np.full((16, 24, 3), 40 * i, np.uint8)) for i in range(3)]
+    decoder = _Seen(packed)
+    stage = DeviceDecode(["jpg"], decoder, "cpu", device="cpu", workers=1)
+    out = stage({"jpg": list(blobs), "__key__": list("abc")})["jpg"]
+    (batch,) = decoder.seen
+    assert [bytes(batch.item(i)) for i in range(3)] == blobs and batch.keys == tuple("abc")
+    assert batch.nbytes == sum(map(len, blobs))
+    if packed:
+        assert batch.data.size >= batch.nbytes and stage._ring._bufs[0] is not None
+    else:
+        assert batch.data.size == 0 and all(b is None for b in stage._ring._bufs)
+        assert all(batch.item(i).obj is blobs[i] for i in range(3))  # the bytes themselves
+    for im, b in zip(out, blobs, strict=True):
+        assert np.array_equal(im.numpy(), simplejpeg.decode_jpeg(b, colorspace="RGB"))

@@ -45,6 +45,9 @@ class CompressedBatch:
     data: np.ndarray
     offsets: np.ndarray
     keys: tuple[str, ...] = ()
+    parts: tuple[Buffer, ...] = ()
+    """The images as separate buffers, for a batch made by :meth:`view` (``data`` is then
+    empty); ``()`` for a packed batch."""
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -55,11 +58,22 @@ class CompressedBatch:
         return int(self.offsets[-1])
 
     def item(self, i: int) -> memoryview:
+        if self.parts:
+            return memoryview(self.parts[i])
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.data.data[lo:hi]
 
     def key(self, i: int) -> str | None:
         return self.keys[i] if i < len(self.keys) else None
+
+    @classmethod
+    def view(cls, blobs: Sequence[Buffer], keys: Sequence[str] = ()) -> CompressedBatch:
+        """The batch over ``blobs`` as they are, with no copy: for a decoder that reads the
+        images one by one through :meth:`item` (``packed = False``, as
+        :class:`CpuJpegDecoder`), not the contiguous ``data`` a device copy needs."""
+        offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in blobs], out=offsets[1:])
+        return cls(np.empty(0, dtype=np.uint8), offsets, tuple(keys), tuple(blobs))
 
     @classmethod
     def pack(
@@ -137,7 +151,13 @@ def checked_jpeg(data: Buffer, limits: Limits) -> bytes:
 
 
 class JpegBatchDecoder(Protocol):
-    """Decode a :class:`CompressedBatch` into HWC uint8 tensors on :attr:`device`."""
+    """Decode a :class:`CompressedBatch` into HWC uint8 tensors on :attr:`device`.
+
+    A decoder may also say ``packed = False``: it reads the images one by one
+    (:meth:`CompressedBatch.item`), so the caller may hand it a
+    :meth:`CompressedBatch.view` of the bytes instead of packing them into one buffer
+    (a decoder without the attribute gets a packed batch).
+    """
 
     name: str
     device: str
@@ -184,6 +204,7 @@ class CpuJpegDecoder:
 
     name = "simplejpeg"
     device = "cpu"
+    packed = False  # reads batch.item(i): a view of the workers' bytes will do
 
     def __init__(self, limits: Limits | None = None, threads: int = 1) -> None:
         self.limits = limits or Limits()

@@ -9,7 +9,9 @@ device memory: only compressed bytes cross PCIe. Packing buffers form a small
 ring; on CUDA a buffer is refilled only after the event recorded behind the
 decode that read it has completed. Any decoder of the same interface fits
 (``decode_on=CpuJpegDecoder(threads=4)`` runs the same plumbing on the CPU:
-what the CPU tests exercise).
+what the CPU tests exercise). A decoder that reads the images one by one
+(``packed = False``, as the CPU's does) is handed a view of the workers' bytes
+instead (:meth:`~feedline.decode.jpeg_batch.CompressedBatch.view`): no copy.
 
 Decode-ahead: each delivery starts the next batch's decode on one background
 thread (its own CUDA stream; the consumer's stream waits on the event recorded
@@ -360,10 +362,14 @@ class DeviceDecode:
             names = keys if isinstance(keys, list) else []
             if len(present) < len(blobs):
                 blobs, names = [blobs[k] for k in present], [names[k] for k in present if k < len(names)]
-            i, buf = self._ring.take(sum(len(b) for b in blobs))
-            packed = CompressedBatch.pack(blobs, out=buf, keys=names)
-            out = self._to_loader_device(self._decode(packed, f))
-            self._ring.guard(i, self.device)
+            if getattr(self.decoder, "packed", True):
+                i, buf = self._ring.take(sum(len(b) for b in blobs))
+                packed = CompressedBatch.pack(blobs, out=buf, keys=names)
+                out = self._to_loader_device(self._decode(packed, f))
+                self._ring.guard(i, self.device)
+            else:  # a decoder reading image by image (the CPU's): the workers' bytes, no copy
+                packed = CompressedBatch.view(blobs, keys=names)
+                out = self._to_loader_device(self._decode(packed, f))
             if len(present) < len(batch[f]):  # the samples without the field keep None
                 images: list[Any] = [None] * len(batch[f])
                 for k, image in zip(present, out, strict=True):
