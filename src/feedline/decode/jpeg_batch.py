@@ -197,9 +197,9 @@ class CpuJpegDecoder:
     ``size`` the result is still a list, of row views of that one array (an image kept
     keeps its batch's memory). Images of mixed sizes each get their own array.
 
-    ``threads > 1`` decodes a batch in a thread pool (simplejpeg releases the GIL),
-    one contiguous run of images per thread (not one task per image: fewer hand-offs);
-    the pool is created on first use.
+    ``threads > 1`` splits a batch into ``threads`` contiguous runs of images (not one
+    task per image: fewer hand-offs): the calling thread decodes the first, a pool of
+    ``threads - 1`` (created on first use) the others; simplejpeg releases the GIL.
     """
 
     name = "simplejpeg"
@@ -230,13 +230,20 @@ class CpuJpegDecoder:
         n = len(batch)
         rows = np.empty((n, *shapes[0], 3), np.uint8) if n and len(set(shapes)) == 1 else None
         parts = min(self.threads, n)
+        bounds = [n * k // parts for k in range(parts + 1)] if parts else [0, 0]
         if parts > 1:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="feedline-jpeg")
-            bounds = [n * k // parts for k in range(parts + 1)]
-            runs = self._pool.map(lambda k: self._run(batch, shapes, rows, bounds[k], bounds[k + 1]),
-                                  range(parts))
-            arrays = [a for run in runs for a in run]
+                self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="feedline-jpeg")
+            rest = [self._pool.submit(self._run, batch, shapes, rows, bounds[k], bounds[k + 1])
+                    for k in range(1, parts)]
+            try:  # the first run on this thread: one hand-off fewer per batch
+                arrays = self._run(batch, shapes, rows, 0, bounds[1])
+            except BaseException:
+                for future in rest:  # the runs not started yet are not needed
+                    future.cancel()
+                raise
+            for future in rest:
+                arrays += future.result()
         else:
             arrays = self._run(batch, shapes, rows, 0, n)
         if rows is not None:
