@@ -74,6 +74,8 @@ def test_loader_jpeg(tmp_path: Path) -> None:
     ahead, plumbing = doc["comparisons"][-2:]
     assert plumbing["baseline"] == "feedline Loader" and "decode_on" in plumbing["ours"]
     assert "no decode-ahead" in ahead["baseline"] and ahead["ours"] == plumbing["ours"]
+    assert doc["plumbing_cpu"]["ratio"] > 0 and doc["plumbing_cpu"]["goal"] == 1.05
+    assert all(r["cpu_per_sample_us"] > 0 for r in doc["rows"] if "bare" in r["name"])
 
 
 @pytest.mark.timeout(300)
