@@ -345,6 +345,32 @@ TRUTH = {
     # multiprocessing_context="spawn", prefetch_factor=1, persistent_workers=True
     "v_spawn_persistent": Truth("data-bound", "decode", DATA,
                                 "".join(f"epoch {e}: 15 batches\n" for e in range(4))),
+    # -- round 8 (t_*.py)
+    # LBFGS with a closure: up to five backward passes per batch, one optimizer step
+    "t_lbfgs_closure": Truth("data-bound", "read", DATA,
+                             "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # data echoing: three optimizer steps on every batch
+    "t_data_echo": Truth("data-bound", "read", DATA, "batches 16 updates 48\n"),
+    # batch_size=None and 16 samples stacked by hand per step: 16 next() per step
+    "t_manual_batching": Truth("data-bound", "read", DATA,
+                               "epoch 0: 10 steps\nepoch 1: 10 steps\n"),
+    # k-fold cross-validation: train and no_grad val loaders over Subsets, rebuilt per fold
+    "t_kfold": Truth("data-bound", "read", DATA, "".join(
+        f"fold {k}: train 64 val batches 8\n" for k in range(3))),
+    # torchrun, 2 ranks; rank 1's shard is slow and rank 0 waits for it in the all-reduce
+    "t_torchrun_slow_rank": Truth("data-bound", "read", DATA, "rank 0 steps 20\n",
+                                  launcher=("-m", "torch.distributed.run", "--standalone",
+                                            "--nproc-per-node", "2")),
+    # an IterableDataset over 4 shards in 2 workers; one shard is 50x slower
+    "t_slow_shard": Truth("data-bound", "read", DATA,
+                          "epoch 0: 20 batches\nepoch 1: 20 batches\n"),
+    # mixup partner batches from a second live iterator of the same loader
+    "t_mixup_two_iters": Truth("data-bound", "read", DATA,
+                               "epoch 0: 20 steps, partner passes 0\n"
+                               "epoch 1: 20 steps, partner passes 1\n"),
+    # a batch-size finder (three short trial loaders), then the training loader
+    "t_batch_size_finder": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 10 batches (tried [8, 16, 32])\n" for e in range(2))),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",

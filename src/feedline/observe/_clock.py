@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
@@ -199,6 +200,8 @@ class LoaderClock:
     site: tuple[tuple[str, int], ...] = ()
     """Where in the user's code the loader was first iterated (its stack)."""
     last: Any = field(default=None, repr=False)
+    iterators: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet, repr=False)
+    """This loader's iterators not yet collected (see :meth:`StepClocks.on_iter`)."""
     timer: DeviceTimer | None = field(default=None, repr=False)
     token: Any = field(default=None, repr=False)
 
@@ -312,6 +315,39 @@ def fold_waits(view: StepsView, partners: list[StepsView]) -> StepsView:
     return StepsView(view.starts, out_w, out_b, view.runq, view.gpu, view.passes)
 
 
+DRAWS_PER_STEP = 1.5
+"""A training loader whose draws outnumber the updates between them by this much on
+average takes several ``next()`` calls per step (see :func:`group_draws`)."""
+
+
+def group_draws(view: StepsView, updates: list[float]) -> tuple[StepsView, list[int]]:
+    """``view`` with the draws between two updates made one step, and where each step
+    starts (draw indices).
+
+    A step is what lies between two updates (optimizer steps or backward passes on the
+    loader's thread, ``updates`` sorted): samples stacked by hand from
+    ``DataLoader(batch_size=None)`` (16 ``next()`` calls a step), a support and a query
+    batch, a mixup partner from a second iterator of the same loader. Their waits and
+    bodies add up. Several updates per draw (LBFGS's closure, data echoing) leave one
+    draw a step; so does a loop with fewer than two updates, or with about one a draw
+    (``view`` is returned as it is, with one start per draw).
+    """
+    n = len(view.starts)
+    firsts = [0] + [i for i in range(1, n)
+                    if bisect.bisect_right(updates, view.starts[i])
+                    > bisect.bisect_right(updates, view.starts[i - 1])]
+    if n == 0 or len(updates) < 2 or len(firsts) * DRAWS_PER_STEP > n:
+        return view, list(range(n))
+    bounds = list(zip(firsts, [*firsts[1:], n], strict=True))
+
+    def added(xs: list[float]) -> list[float]:
+        return [sum(xs[a:b]) for a, b in bounds] if len(xs) >= n else list(xs)
+
+    grouped = StepsView([view.starts[a] for a, _ in bounds], added(view.waits),
+                        added(view.bodies), added(view.runq), added(view.gpu), view.passes)
+    return grouped, firsts
+
+
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
@@ -379,6 +415,9 @@ class StepClocks:
         """The training loader when the caller names it (``feedline.watch``)."""
         self.opt_tids: set[int] = set()
         """Threads on which an optimizer stepped (or a backward pass ran after a step)."""
+        self.updates: dict[int, list[float]] = {}
+        """When each thread stepped an optimizer or ran a backward pass (after a draw):
+        what ends a training step that takes several draws (:func:`group_draws`)."""
 
     # -- naming
     def find(self, owner: Any) -> LoaderClock | None:
@@ -428,11 +467,24 @@ class StepClocks:
         return c.label if c is not None else None
 
     # -- events
-    def on_iter(self, owner: Any, t0: float, t1: float) -> None:
-        """``iter(owner)`` ran from ``t0`` to ``t1``: a new pass starts."""
+    def on_iter(self, owner: Any, t0: float, t1: float, it: Any = None) -> None:
+        """``iter(owner)`` ran from ``t0`` to ``t1`` and made ``it``: a new pass starts.
+
+        Iterators of one DataLoader alive at once (a mixup partner, a GAN's two draws)
+        each run their own ``num_workers`` processes: the most seen at once is the
+        config's ``live_iterators`` (a torch iterator whose workers are shut down, at its
+        end or when it was dropped, is not alive)."""
         c = self.clock(owner)
         c.gaps.append((t0, t1))
         c.begin_pass(t0, _grad_enabled())
+        if it is not None and c.config.get("num_workers"):
+            try:
+                c.iterators.add(it)
+            except TypeError:  # not weakly referenceable: not counted
+                return
+            live = sum(not getattr(i, "_shutdown", True) for i in list(c.iterators))
+            if live > int(c.config.get("live_iterators") or 1):
+                c.config["live_iterators"] = live
 
     def on_next(self, owner: Any, fetch: Callable[[], Any]) -> Any:
         """Run one ``next()`` of ``owner`` (``fetch()``), timed on its clock."""
@@ -517,6 +569,10 @@ class StepClocks:
         tid = threading.get_ident()
         if tid not in self.opt_tids:
             self.opt_tids.add(tid)
+        ups = self.updates.get(tid)
+        if ups is None:
+            ups = self.updates[tid] = []
+        ups.append(time.perf_counter())
         c = getattr(self._tls, "prev", None)
         if c is None or (c.trained and len(c.pass_starts) > len(c.pass_ends)):
             return
@@ -558,6 +614,10 @@ class StepClocks:
         """End every open body (at the end of the run)."""
         for c in list(self.clocks.values()):
             self._close_body(c)
+
+    def updates_of(self, c: LoaderClock) -> list[float]:
+        """The updates on the threads that consumed ``c``, in time order."""
+        return sorted(t for tid in c.tids for t in self.updates.get(tid, ()))
 
     def _may_train(self, c: LoaderClock) -> bool:
         """Whether ``c`` may be the training loader as far as the optimizer and autograd

@@ -112,6 +112,10 @@ def render_text(rep: Report, width: int = 100) -> str:
         built = int(rep.loader.get("instances") or 1)
         if built > 1:
             how += f"; built {built} times at the same place in the code, one data path"
+        draws = rep.loader.get("draws_per_step")
+        if draws:
+            how += (f"; {draws:g} batches taken per step (next() calls between two updates), "
+                    "so a step is those batches and the figures per batch are per step")
         con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, {how})")
     binding = stage_label(str(rep.binding), rep.device)
     # a stall counted inside the step (thread workers holding the GIL or the cores while

@@ -19,6 +19,7 @@ user's threads; :meth:`report` does all the arithmetic once.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import shutil
 import sys
@@ -36,6 +37,7 @@ from feedline.observe._clock import (
     StepsView,
     batch_info,
     fold_waits,
+    group_draws,
     loader_config,
     lockstep,
 )
@@ -240,6 +242,12 @@ class Session:
             views[c.label] = c.steps_view(end, others, final)
         if train is not None and zipped:
             views[train.label] = fold_waits(views[train.label], [views[c.label] for c in zipped])
+        firsts: list[int] = []
+        n_draws, draw_waits = 1, []
+        if train is not None:  # several draws between two updates: one step
+            n_draws, draw_waits = len(views[train.label].starts), views[train.label].waits
+            views[train.label], firsts = group_draws(views[train.label],
+                                                     self.clocks.updates_of(train))
         # the measured span: from the first loader activity (not the script's start-up)
         first = min((t for c in clocks for t in c.pass_starts[:1] + c.starts[:1]),
                     default=self._t0 or end)
@@ -255,6 +263,10 @@ class Session:
         if train is None:
             return None, others_out
         v = views[train.label]
+        draws = n_draws / max(len(v.starts), 1)
+        body_runq = train.body_runq()
+        if draws > 1:
+            body_runq = [sum(body_runq[a:b]) for a, b in itertools.pairwise(firsts)]
         copies = self.copy_log.durations(wait=final)
         cut = self._limit_at if self._limit_at is not None else float("inf")
         recs = [(r, d) for r, d in zip(self.copy_log.records, copies, strict=False) if r.start < cut]
@@ -264,19 +276,21 @@ class Session:
             spans=[s for s in all_spans + loop if s.attrs.get("loader") in (None, train.label)],
             extra_spans=[s for s in all_spans + loop
                          if s.attrs.get("loader") not in (None, train.label)],
-            step_starts=v.starts, wait_runq=v.runq, body_runq=train.body_runq(), copy_times=[d for _, d in recs],
+            step_starts=v.starts, wait_runq=v.runq, body_runq=body_runq, copy_times=[d for _, d in recs],
             blocking_copy_s=sum(d for r, d in recs if not (r.pinned and r.non_blocking)),
             copies=self.copy_log.summary(),
             loader=dict(train.config) | {"label": train.label, "consumer": (
                 "main" if threading.main_thread().ident in train.tids else "thread")}
-            | ({"zipped_with": [c.label for c in zipped]} if zipped else {}),
+            | ({"zipped_with": [c.label for c in zipped]} if zipped else {})
+            | ({"draws_per_step": round(draws, 2)} if draws > 1 else {}),
             batch_samples=self.batch_size or train.batch_samples, batch_bytes=train.batch_bytes,
             host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),
             cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
             wall=wall, loaders_other=others_out,
             quiet=max(0.0, end - max((c.starts[-1] + c.waits[-1] for c in clocks if c.waits),
                                      default=end)),
-            pass_first=_pass_first(v.starts, train.pass_starts),
+            pass_first=_pass_first(v.starts, train.pass_starts), draws_per_step=draws,
+            draw_waits=draw_waits if draws > 1 else [],
         )
         if self.replay is not None and self.replay.clock is train:
             m.ab = _ab(v, self.replay.steps(), m.warmup)

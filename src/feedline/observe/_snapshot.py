@@ -54,6 +54,7 @@ def snapshot(session: Session) -> dict[str, Any]:
         "notes": list(session.notes), "pinned": list(session.pinned), "clocks": clocks,
         "aliases": sorted(session.clocks.aliases.items()),
         "opt_tids": sorted(session.clocks.opt_tids),
+        "updates": [[tid, list(ts)] for tid, ts in list(session.clocks.updates.items())],
         "spans": spans,
         "worker_dir": session._worker_dir,
         "copies": [[r.start, r.end, r.nbytes, r.pinned, r.non_blocking, d]
@@ -111,6 +112,7 @@ def restore(data: dict[str, Any]) -> Session:
         s.clocks.clocks[row["key"]] = c
     s.clocks.aliases = {int(a): int(k) for a, k in data.get("aliases", [])}
     s.clocks.opt_tids = {int(t) for t in data.get("opt_tids", [])}
+    s.clocks.updates = {int(tid): [float(t) for t in ts] for tid, ts in data.get("updates", [])}
     s.recorder.add(Span.from_list(row) for row in data["spans"])
     for start, end, nbytes, pinned, non_blocking, dur in data["copies"]:
         s.copy_log.add(CopyRecord(start, end, nbytes, pinned, non_blocking, dur))

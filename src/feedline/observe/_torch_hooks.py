@@ -302,7 +302,8 @@ class HookTargets:
 
     ``sink`` gets consumer-side spans; ``copies`` the host-to-device copies;
     ``on_next(loader, fetch)`` runs one ``next()`` of a DataLoader (returns the
-    batch); ``on_iter(loader, t0, t1)`` is told of each ``iter()``;
+    batch); ``on_iter(loader, t0, t1, it)`` is told of each ``iter()`` (``it``: the
+    iterator it made);
     ``label(loader)`` names a loader; ``current()`` is the label of the loader
     the calling thread is fetching from (None: none); ``worker_dir`` receives
     worker-process spans (None: workers are not timed); ``forked()``, when given,
@@ -320,7 +321,7 @@ class HookTargets:
     sink: Sink
     copies: CopyLog
     on_next: Callable[[Any, Callable[[], Any]], Any]
-    on_iter: Callable[[Any, float, float], None]
+    on_iter: Callable[[Any, float, float, Any], None]
     label: Callable[[Any], str]
     current: Callable[[], str | None]
     worker_dir: str | None = None
@@ -445,7 +446,7 @@ class TorchHooks:
                 if wrap:
                     loader.worker_init_fn = inner
             it._feedline_owner = loader
-            hooks.t.on_iter(loader, t0, time.perf_counter())
+            hooks.t.on_iter(loader, t0, time.perf_counter(), it)
             return it
 
         return dl_iter

@@ -159,6 +159,13 @@ def shm_free_bytes(path: str = "/dev/shm") -> int | None:
     return shutil.disk_usage(path).free
 
 
+def worker_processes(loader: dict[str, Any]) -> int:
+    """The loader's workers running at once: ``num_workers`` for each of its iterators
+    alive at the same time (``live_iterators``, see
+    :meth:`~feedline.observe._clock.StepClocks.on_iter`)."""
+    return int(loader.get("num_workers") or 0) * int(loader.get("live_iterators") or 1)
+
+
 def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) -> str:
     """The loader construction the advice asks for, in the user's own loader's terms
     (its batch size, ``batch_size=None`` included, its sampler or batch sampler, shuffle,
@@ -178,7 +185,8 @@ def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) 
     # how it draws and batches (a copied call must keep them), then the advice
     args = [f"{k}=True" if v is True else f"{k}={v}" for k, v in loader.items()
             if k in ("batch_sampler", "sampler", "shuffle", "drop_last", "collate_fn")]
-    args.append(f"num_workers={workers}")
+    live = int(loader.get("live_iterators") or 1)
+    args.append(f"num_workers={math.ceil(workers / live)}")  # each live iterator starts them
     if loader.get("start_method") and workers > 0:
         args.append(f"multiprocessing_context={loader['start_method']!r}")
     if cuda:
@@ -186,6 +194,9 @@ def loader_call(loader: dict[str, Any], workers: int, cuda: bool, **extra: Any) 
     args.append("persistent_workers=True")
     args += [f"{k}={v!r}" for k, v in extra.items()]
     call = "DataLoader(dataset" + (f", batch_size={bs}" if bs else "") + ", " + ", ".join(args) + ")"
+    if live > 1 and workers > 1:
+        call += (f" ({live} iterators of this loader were alive at once, each with its own "
+                 f"workers: {math.ceil(workers / live) * live} worker processes in all)")
     if loader.get("iterable") and workers > 1 and int(loader.get("num_workers") or 0) <= 1:
         call += (" (an IterableDataset: split its stream between the workers in __iter__ with "
                  "torch.utils.data.get_worker_info(), or each worker yields every sample)")

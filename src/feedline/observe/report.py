@@ -44,6 +44,7 @@ from feedline.observe.findings import (
     prefetch_depth,
     recommended_workers,
     set_threads_advice,
+    worker_processes,
 )
 
 VERDICTS = ("data-bound", "compute-bound", "balanced", "unknown")
@@ -107,6 +108,12 @@ class Measurements:
     """Spans of other loaders: kept for the trace, not in the training figures."""
     pass_first: list[int] = field(default_factory=list)
     """Steps that open the second and later passes (epochs) over the loader."""
+    draw_waits: list[float] = field(default_factory=list)
+    """The waits of each ``next()`` when a step takes several (else empty: ``wait``)."""
+    draws_per_step: float = 1.0
+    """Loader batches (``next()`` calls) per step: more than 1 when a step takes several
+    (see :func:`~feedline.observe._clock.group_draws`); the per-batch figures are then per
+    step's batches."""
 
 
 @dataclass
@@ -321,16 +328,17 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
                for s in by.get(k, []) if "batch" in s.attrs}
     n = (len(fetches) or len(batches) or len(by.get("collate", []))
          or len(by.get("decode", [])) or len(by.get("read", [])) or max(steps, 1))
+    per = n / max(m.draws_per_step, 1.0)  # batches of one step: the figures are per step
     pb.measured = bool(fetches or any(by.get(k) for k in DATA_STAGES))
-    pb.read, pb.decode = max(0.0, read) / n, cpu["decode"] / n
+    pb.read, pb.decode = max(0.0, read) / per, cpu["decode"] / per
     pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0)) for s in fetches)
-                   + cpu["collate"]) / n
-    pb.transform, pb.collate = cpu["transform"] / n, cpu["collate"] / n
+                   + cpu["collate"]) / per
+    pb.transform, pb.collate = cpu["transform"] / per, cpu["collate"] / per
     after = ([s.duration for s in after_decode] if after_decode else
              [s.duration for k in AFTER_STAGES for s in by.get(k, [])])
-    pb.after = sum(after) / len(after) if after else 0.0
+    pb.after = sum(after) / len(after) * max(m.draws_per_step, 1.0) if after else 0.0
     pb.h2d = sum(m.copy_times) / max(steps, 1) if m.copy_times else (
-        sum(s.duration for s in by.get("h2d", [])) / n)
+        sum(s.duration for s in by.get("h2d", [])) / per)
     gpu_src = m.gpu[m.warmup:] or m.gpu
     pb.gpu = sum(gpu_src) / len(gpu_src) if gpu_src else 0.0
     pb.gpu_p50 = summarize(gpu_src).p50 if gpu_src else 0.0
@@ -424,7 +432,7 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
     (below 2: a new iterator every step).
     """
     cfg, cores = m.loader, m.cores
-    workers = int(cfg.get("num_workers") or 0)
+    workers = worker_processes(cfg)
     feedline = bool(cfg.get("feedline"))
     cuda = m.device_type == "cuda"
 
@@ -495,9 +503,10 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return ("pin host memory and copy with non_blocking=True on a copy stream "
                 "(DataLoader(pin_memory=True) and batch.to(device, non_blocking=True), or "
                 "feedline.Loader)"), gain(max(pb.data / max(workers, 1), pb.gpu))
-    if workers > 0 and pb.data / workers < 0.8 * pb.gpu_p50 and pb.fetch_p99 > step_p50:
+    per_draw = step_p50 / max(m.draws_per_step, 1.0)  # the loop takes a batch this often
+    if workers > 0 and pb.data / workers < 0.8 * pb.gpu_p50 and pb.fetch_p99 > per_draw:
         # The workers keep up on average; the stall comes from slow batches in the tail.
-        depth = prefetch_depth(pb.fetch_p99, step_p50, workers, feedline)
+        depth = prefetch_depth(pb.fetch_p99, per_draw, workers, feedline)
         knob = f"Loader(..., prefetch={depth})" if feedline else (
             f"DataLoader(..., prefetch_factor={depth})")
         return (f"the workers keep up on average but slow batches (p99 {pb.fetch_p99 * 1e3:.0f} "
@@ -584,7 +593,7 @@ def build_report(m: Measurements) -> Report:
     total = sum(iters)
     stall = min(1.0, max(0.0, stall_s) / total) if total > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
-    workers = int(m.loader.get("num_workers") or 0)
+    workers = worker_processes(m.loader)
     data_time = pb.data / max(workers, 1) + pb.after
     reason = fix = ""
     if not iters:
@@ -634,7 +643,9 @@ def build_report(m: Measurements) -> Report:
     serial_loader = ("num_workers" in m.loader and workers == 0) or not pb.measured
     # With workers, taking even a ready batch costs the loop something (a process worker's
     # batch crosses a queue and is unpickled): the floor of the waits, paid once per step.
-    receive = 0.0 if serial_loader or not wait else min(wait)
+    floor = m.draw_waits[k:] or m.draw_waits or wait  # a step of several draws pays it each
+    receive = 0.0 if serial_loader or not wait else min(floor) * (
+        m.draws_per_step if m.draw_waits else 1.0)
     predicted = an.serial if serial_loader else an.steady + receive
     analysis = an.to_dict() | {
         "predicted": predicted, "measured": step.mean,
@@ -698,7 +709,8 @@ def build_report(m: Measurements) -> Report:
         name=m.name, device=m.device_type, steps=len(iters),
         stages=_stage_table(m, wait, body, m.gpu[k:]), step_time=step,
         stall_fraction=stall,
-        samples_per_s=(m.batch_samples / step.mean) if m.batch_samples and step.mean else None,
+        samples_per_s=(m.batch_samples * m.draws_per_step / step.mean)
+        if m.batch_samples and step.mean else None,
         gpu_utilisation=util, verdict=verdict, binding=binding, analysis=analysis,
         findings=findings, predicted_gain=gain, recommendation=rec,
         host=m.host | {"wait_cpu_queue_fraction": round(facts.contention, 4)},
