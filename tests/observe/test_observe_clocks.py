@@ -386,3 +386,58 @@ def test_an_auto_loader_reports_the_kind_it_runs_now_and_stays_one_data_path() -
     first = sc.clock(built[0])
     assert first.config["worker_type"] == "auto" and first.config["worker_kind"] == "process"
     assert sc.find(built[1]) is first and first.config["instances"] == 2
+
+
+def test_draws_between_two_updates_are_one_step_and_several_updates_a_draw_are_not() -> None:
+    from feedline.observe._clock import group_draws
+
+    def loop(draws: int, updates: int) -> tuple[int, int]:
+        sc, loader = clocks(), object()
+        now = time.perf_counter()
+        sc.on_iter(loader, now, now)
+        for step in range(12):
+            for d in range(draws):
+                sc.on_next(loader, lambda d=d: d)
+            for _ in range(updates):  # LBFGS's closure, data echoing: several updates
+                sc.on_optimizer_step()
+            del step
+        c = sc.clock(loader)
+        view = c.steps_view(time.perf_counter(), [])
+        grouped, firsts = group_draws(view, sc.updates_of(c))
+        assert sum(grouped.waits) == pytest.approx(sum(view.waits))
+        assert firsts[0] == 0 and grouped.starts == [view.starts[i] for i in firsts]
+        return c.steps, len(grouped.starts)
+
+    assert loop(16, 1) == (192, 12)  # samples stacked by hand: 16 next() a step
+    assert loop(2, 1) == (24, 12)  # a support and a query batch, a mixup partner
+    assert loop(1, 1) == (12, 12)
+    assert loop(1, 4) == (12, 12)
+
+
+def test_a_session_counts_steps_of_two_batches_and_live_iterators_workers() -> None:
+    """Real DataLoaders and a real optimizer: two next() per update are one step; two
+    iterators of one loader alive at once run twice its num_workers."""
+    import torch
+    from obsdata import Slow
+    from torch.utils.data import DataLoader
+
+    from feedline.observe._session import Session
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    session = Session("pairs", "cpu").start()
+    try:
+        loader = DataLoader(Slow(n=48), batch_size=4, num_workers=1)
+        partner = iter(loader)
+        for x in loader:  # 12 steps, each with a partner batch
+            x2 = next(partner)
+            loss = model(x + x2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        session.stop()
+    rep = session.report()
+    assert rep.steps == 11  # 12 steps less the warm-up, not 23 draws
+    assert rep.loader["draws_per_step"] == 2.0 and rep.loader["live_iterators"] == 2
+    assert rep.analysis["workers"] == 2
