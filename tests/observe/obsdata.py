@@ -47,3 +47,21 @@ class Pooled(Slow):
 
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(Slow.__getitem__, self, i).result()
+
+
+class Shards(torch.utils.data.IterableDataset):
+    """``shards`` shards of ``records`` items dealt to the workers by ``get_worker_info()``
+    (worker w reads shards w, w + n, ...); every item of shard ``slow`` sleeps ``sleep``."""
+
+    def __init__(self, shards: int = 4, records: int = 8, slow: int = 3,
+                 sleep: float = 0.02) -> None:
+        self.shards, self.records, self.slow, self.sleep = shards, records, slow, sleep
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        info = torch.utils.data.get_worker_info()
+        wid, n = (info.id, info.num_workers) if info is not None else (0, 1)
+        for s in range(wid, self.shards, n):
+            for _ in range(self.records):
+                if s == self.slow:
+                    time.sleep(self.sleep)
+                yield torch.full((4,), float(s))

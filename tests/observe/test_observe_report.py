@@ -451,3 +451,31 @@ def test_no_loader_at_all_and_a_loader_with_no_batch_are_told_apart() -> None:
     empty = session.report().to_dict()
     assert empty["verdict"] == "unknown" and "yielded no batch" in empty["reason"]
     assert "yields batches" in empty["fix"]
+
+
+def test_one_slow_shard_of_an_iterable_dataset_is_named_not_more_workers() -> None:
+    """A real DataLoader over an IterableDataset whose shard 3 is slow: the worker that
+    streams it is named, and the advice is to split the shard, not to add workers (which
+    would leave shard 3 to one worker all the same)."""
+    import torch
+    from obsdata import Shards
+    from torch.utils.data import DataLoader
+
+    from feedline.observe._session import Session
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    session = Session("shards", "cpu").start()
+    try:
+        for x in DataLoader(Shards(records=12), batch_size=4, num_workers=2):
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        session.stop()
+    rep = session.report()
+    wid, slow_s, median_s = rep.analysis["uneven_worker"]
+    assert wid == 1 and slow_s > 3 * median_s  # worker 1 reads shards 1 and 3
+    assert "more workers would not split it" in rep.recommendation
+    assert "num_workers=" not in rep.recommendation

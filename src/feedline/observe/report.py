@@ -414,6 +414,38 @@ def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
     return max(1, min(needed, recommended_workers(cores, gpus)))
 
 
+UNEVEN = 3.0
+"""A worker of an IterableDataset that spends this many times the others' median
+preparing its batches reads a slower part of the stream (:func:`uneven_stream`)."""
+
+
+def uneven_stream(m: Measurements) -> tuple[int, float, float] | None:
+    """The worker of an ``IterableDataset`` whose part of the stream is the slow one, as
+    ``(worker id, its seconds, the others' median seconds)``, or None.
+
+    A map-style dataset deals batches to the workers in turn, so a slow batch lands on
+    any of them; an iterable one lets ``__iter__`` decide what each worker reads (shards
+    dealt by ``get_worker_info()``), so one slow shard stays with one worker, whatever
+    the number of workers. It counts when that worker's preparing time (fetch and
+    collate, all passes) is :data:`UNEVEN` times the others' median and a fifth of the run.
+    """
+    if not m.loader.get("iterable"):
+        return None
+    by: dict[int, float] = {}
+    for s in m.spans:
+        if s.stage in ("fetch", "collate") and isinstance(s.attrs.get("worker"), int):
+            w = int(s.attrs["worker"])
+            by[w] = by.get(w, 0.0) + s.duration
+    if len(by) < 2:
+        return None
+    slow = max(by, key=lambda w: by[w])
+    rest = sorted(v for w, v in by.items() if w != slow)
+    median = rest[len(rest) // 2]
+    if by[slow] >= UNEVEN * median and by[slow] >= 0.2 * m.wall:
+        return slow, by[slow], median
+    return None
+
+
 def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: float,
                w_rec: int, step_p50: float,
                restarts: tuple[float, float, float] = (0.0, 0.0, 0.0),
@@ -472,6 +504,15 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return (f"thread workers run Python {binding} one at a time under the GIL: use "
                 f"processes, Loader(..., worker_type=\"process\", workers={w})"), gain(
             data_time_with(pb, w, cores))
+    uneven = uneven_stream(m) if binding in DATA_STAGES else None
+    if uneven is not None:
+        wid, slow_s, median_s = uneven
+        return (f"worker {wid} spent {slow_s:.2f} s preparing its batches against "
+                f"{median_s:.2f} s for each of the others: its part of the IterableDataset's "
+                "stream (a shard) is the slow one, and more workers would not split it "
+                "(__iter__ decides what each worker reads): split the slow shard into smaller "
+                "ones, or deal its records rather than whole shards to the workers "
+                "(get_worker_info()), so every worker reads a share of it"), None
     if "num_workers" in cfg and w_rec > workers and binding in DATA_STAGES:
         if binding == "read":
             why = (f"{pb.blocked_fraction:.0%} of each fetch is blocked time (I/O, sleep, locks), "
@@ -655,7 +696,7 @@ def build_report(m: Measurements) -> Report:
         "per_batch": {"read": pb.read, "decode": pb.decode, "transform": pb.transform,
                       "collate": pb.collate, "h2d": pb.h2d, "gpu": pb.gpu},
         "gil_bound": pb.gil_bound, "gil_wait": pb.gil_wait, "fetch_p99": pb.fetch_p99,
-        "quiet_s": m.quiet,
+        "quiet_s": m.quiet, "uneven_worker": uneven_stream(m),
     }
     queued = m.wait_runq[k:len(m.wait)] if in_workers else []
     queued = queued + [0.0] * max(0, len(wait) - len(queued))
