@@ -32,7 +32,12 @@ contrastive two-view transform, an RL loop with a replay buffer and no DataLoade
 ``torch.save`` every few steps, rows read from SQLite, ready batches through
 ``batch_size=None``, a time-limited ``while`` loop, a package run with ``-m`` and through
 ``runpy`` from ``-c``, DDP ``no_sync()`` accumulation, and spawned persistent workers with
-``prefetch_factor=1``.
+``prefetch_factor=1``. Round 8 (``t_*.py``) adds loops whose steps and batches do not
+match one to one: LBFGS's closure (several backward passes a batch), data echoing (three
+updates a batch), samples stacked by hand from ``batch_size=None`` (16 ``next()`` calls a
+step), a mixup partner from a second live iterator of the same loader, k-fold loaders
+rebuilt per fold, a batch-size finder's trial loaders, one slow rank under torchrun and
+one slow shard of an ``IterableDataset``.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -374,14 +379,14 @@ TRUTH = {
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
-        "z_manual_sgd_val_grad", "v_cgan_label_loader")
+        "z_manual_sgd_val_grad", "v_cgan_label_loader", "t_manual_batching")
 """The default suite's share (40-50 s on two busy cores): one of each fix (start-up
 binding, run-queue wait of process workers, zipped loaders, ranks in processes the
 command starts, a loader rebuilt every epoch, torchrun's ranks judged by the one waiting
 for data, thread workers whose Python holds the GIL or the cores, a no_grad validation loader with
 more steps than training, a dataset decoding on its own thread pool, a hand-written
 update whose backward passes name the training loader, a loader drawn once per two steps
-of another as training data taken in turn)."""
+of another as training data taken in turn, 16 draws a step counted as one step)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
@@ -518,6 +523,32 @@ def test_a_loader_taken_in_turn_is_training_data(fast_runs: dict) -> None:
     assert data["steps"] == 39 and labels["steps"] == 20
 
 
+@pytest.mark.timeout(400)
+def test_sixteen_draws_between_two_updates_are_one_step(fast_runs: dict) -> None:
+    data = fast_runs["t_manual_batching"][1]
+    assert data["steps"] == 19 and data["loader"]["draws_per_step"] == 16
+    assert "batch_size=None" in data["recommendation"]
+
+
+def round8_checks(results: dict) -> None:
+    """Round 8's steps, workers and advice, beyond the verdict."""
+    # a step is what lies between two updates: several backward passes or updates a
+    # batch leave one batch a step; two batches a step make one step
+    assert results["t_lbfgs_closure"][1]["steps"] == 23
+    assert results["t_data_echo"][1]["steps"] == 15
+    mix = results["t_mixup_two_iters"][1]
+    assert mix["steps"] == 39 and mix["loader"]["draws_per_step"] == 2
+    assert mix["loader"]["live_iterators"] == 2 and mix["analysis"]["workers"] == 4
+    # one slow shard stays with one worker: split it, do not add workers
+    shard = results["t_slow_shard"][1]
+    assert shard["analysis"]["uneven_worker"][0] == 1
+    assert "num_workers=" not in shard["recommendation"]
+    # loaders rebuilt per fold: one training data path, validation its own line
+    fold = results["t_kfold"][1]
+    assert fold["loader"]["instances"] == 3 and [o["role"] for o in fold["loaders"]] == ["other"]
+    assert results["t_batch_size_finder"][1]["steps"] == 19
+
+
 def round7_checks(results: dict) -> None:
     """Round 7's findings, beyond the verdict."""
     # a torch.save every 5 steps: periodic work in the loop, named before "speed up the step"
@@ -605,3 +636,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         round5_checks(results)
         round6_checks(results)
         round7_checks(results)
+        round8_checks(results)
