@@ -79,7 +79,9 @@ def per_batch_line(rep: Report) -> str:
     if not shown or all(k in rep.stages for k in shown):
         return ""
     costs = ", ".join(f"{stage_label(k, rep.device)} {_ms(v)} ms" for k, v in shown.items())
-    return f"per batch (read = time blocked, decode = CPU time of the data code): {costs}"
+    draws = rep.loader.get("draws_per_step")
+    unit = f"per step ({draws:g} batches)" if draws else "per batch"
+    return f"{unit} (read = time blocked, decode = CPU time of the data code): {costs}"
 
 
 def render_text(rep: Report, width: int = 100) -> str:
