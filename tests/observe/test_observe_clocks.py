@@ -441,3 +441,20 @@ def test_a_session_counts_steps_of_two_batches_and_live_iterators_workers() -> N
     assert rep.steps == 11  # 12 steps less the warm-up, not 23 draws
     assert rep.loader["draws_per_step"] == 2.0 and rep.loader["live_iterators"] == 2
     assert rep.analysis["workers"] == 2
+
+
+@pytest.mark.parametrize(("draws", "updates"), [(4, 1), (1, 1), (1, 3)])
+def test_steps_n_counts_steps_of_several_draws_and_ends_between_them(draws: int,
+                                                                     updates: int) -> None:
+    sc, loader = clocks(steps=5), object()
+    now = time.perf_counter()
+    sc.on_iter(loader, now, now)
+    taken = 0
+    with pytest.raises(Limit):
+        while True:
+            for d in range(draws):
+                sc.on_next(loader, lambda d=d: d)
+                taken += 1
+            for _ in range(updates):
+                sc.on_optimizer_step()
+    assert taken == 5 * draws  # five whole steps, then the run ends at the sixth's first draw

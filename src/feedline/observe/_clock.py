@@ -200,6 +200,10 @@ class LoaderClock:
     site: tuple[tuple[str, int], ...] = ()
     """Where in the user's code the loader was first iterated (its stack)."""
     last: Any = field(default=None, repr=False)
+    groups: int = 0
+    seen_updates: int = 0
+    """Steps begun since this thread's first update, and its updates at the last one
+    begun (:meth:`StepClocks._taken`)."""
     iterators: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet, repr=False)
     """This loader's iterators not yet collected (see :meth:`StepClocks.on_iter`)."""
     timer: DeviceTimer | None = field(default=None, repr=False)
@@ -502,7 +506,7 @@ class StepClocks:
             tls.prev = c
         elif c.inside is not None and c.steps == c.pass_step0:
             c.inside = None  # a new pass straight after its own: it runs on its own
-        if (self.steps is not None and c.steps >= self.steps and c.counts
+        if (self.steps is not None and self._taken(c) >= self.steps and c.counts
                 and self.on_limit is not None and self._may_train(c)):
             return self.on_limit(c)
         workers = bool(c.config.get("num_workers"))
@@ -539,6 +543,21 @@ class StepClocks:
         if c.timer is not None:
             c.token = c.timer.start()
         return batch
+
+    def _taken(self, c: LoaderClock) -> int:
+        """Steps ``c`` has taken before the ``next()`` now starting, for ``steps=N``: its
+        draws until this thread updates (an inference loop never does), then the draws
+        that followed an update (:func:`group_draws`: samples stacked by hand are one step
+        of 16 draws); a draw in the middle of a step does not end the run (-1)."""
+        ups = self.updates.get(threading.get_ident())
+        n = len(ups) if ups else 0
+        if n == 0:
+            return c.steps
+        if n == c.seen_updates and c.steps:
+            return -1
+        c.seen_updates = n
+        c.groups = c.groups + 1 if c.groups else 2  # the draws before the first update: one
+        return c.groups - 1
 
     @staticmethod
     def _switch(prev: LoaderClock | None, c: LoaderClock) -> None:
