@@ -375,7 +375,7 @@ TRUTH = {
                                "epoch 1: 20 steps, partner passes 1\n"),
     # a batch-size finder (three short trial loaders), then the training loader
     "t_batch_size_finder": Truth("data-bound", "read", DATA, "".join(
-        f"epoch {e}: 10 batches (tried [8, 16, 32])\n" for e in range(2))),
+        f"epoch {e}: 20 batches (tried [8, 16, 32])\n" for e in range(2))),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
@@ -546,7 +546,7 @@ def round8_checks(results: dict) -> None:
     # loaders rebuilt per fold: one training data path, validation its own line
     fold = results["t_kfold"][1]
     assert fold["loader"]["instances"] == 3 and [o["role"] for o in fold["loaders"]] == ["other"]
-    assert results["t_batch_size_finder"][1]["steps"] == 19
+    assert results["t_batch_size_finder"][1]["steps"] == 39
 
 
 def round7_checks(results: dict) -> None:

@@ -1,8 +1,9 @@
 """A batch-size finder before training (as Lightning's ``scale_batch_size``): for each of
 batch sizes 8, 16 and 32 a DataLoader is built, three steps are tried and timed, then
-the loop breaks; training then runs 2 epochs of 10 batches with batch 16 on a loader
-built at another line. 2 workers, 3 ms of storage latency a sample (48 ms a batch of 16,
-24 ms with two workers) against a 4 ms step.
+the loop breaks; training then runs 2 epochs of 20 batches with batch 16 on a loader
+built at another line. 2 workers, 5 ms of storage latency a sample (80 ms a batch of 16,
+40 ms with two workers: 800 ms an epoch, against the 100-300 ms that starting the workers
+again takes on a loaded two-core host) against a 4 ms step.
 
 Truth: the training loader is data-bound on read; the short trial loaders are a small
 part of the run.
@@ -16,10 +17,10 @@ from torch.utils.data import DataLoader, Dataset
 
 class Remote(Dataset):
     def __len__(self):
-        return 160
+        return 320
 
     def __getitem__(self, i):
-        time.sleep(0.003)
+        time.sleep(0.005)
         x = torch.full((6,), float(i % 5))
         return x, x.mean(0, keepdim=True)
 
