@@ -71,3 +71,80 @@ def test_spawn_workers_import_torch_again(tmp_path: Path) -> None:
     pid, workers = _run(tmp_path, "spawn")
     assert len(workers) == 4 and not any(already for already, _ in workers)
     assert {ppid for _, ppid in workers} == {pid}
+
+
+PACKAGE = '''
+import os
+with open(os.path.join(os.environ["FL_OUT"], f"imported-{os.getpid()}"), "w") as f:
+    f.write("")
+
+
+class Compose:  # stands for torchvision.transforms.Compose: the dataset holds one
+    def __call__(self, sample):
+        return sample
+'''
+
+SCRIPT_WITH_PACKAGE = '''
+import os
+import torch
+import feedline
+import userpkg
+
+
+class Squares:
+    def __init__(self):
+        self.transform = userpkg.Compose()
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return self.transform({"x": torch.full((3,), float(i * i))})
+
+
+if __name__ == "__main__":
+    for _ in range(2):  # a training loader, then a validation loader
+        with feedline.Loader(Squares(), batch_size=4, workers=2, worker_type="process",
+                             shuffle=False) as loader:
+            assert sum(len(b["x"]) for b in loader) == 16
+    print(os.getpid())
+'''
+
+
+@pytest.mark.timeout(300)
+def test_the_server_imports_the_packages_the_dataset_comes_from(tmp_path: Path) -> None:
+    # a torchvision ImageFolder (or a dataset holding a torchvision Compose) made every
+    # worker of every loader import torchvision again: 2 s per loader on a busy host
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "userpkg.py").write_text(PACKAGE)
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT_WITH_PACKAGE)
+    env = {**os.environ, "FL_OUT": os.fspath(out), "PYTHONPATH": os.fspath(ROOT / "src")}
+    proc = subprocess.run([sys.executable, os.fspath(script)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    importers = {int(f.name.split("-")[1]) for f in out.iterdir()}
+    pid = int(proc.stdout.split()[-1])
+    # the script and the forkserver, once each; no worker of either loader (4 before)
+    assert pid in importers and len(importers) == 2, importers
+
+
+def test_packages_of_looks_one_level_into_the_dataset() -> None:
+    import fractions
+    import json
+    import textwrap
+
+    from feedline.pipeline.workers_process import packages_of
+
+    class Holder:  # this test module's class: its own package is named, builtins are not
+        def __init__(self) -> None:
+            self.decoder = json.JSONDecoder()
+            self.steps = [fractions.Fraction(1), 3, "a"]
+            self.fn = textwrap.dedent
+            self.n = 5
+
+    got = packages_of(Holder(), None, len)
+    assert {"json", "fractions", "textwrap"} <= set(got)
+    assert "builtins" not in got and "__main__" not in got
+    assert Holder.__module__.partition(".")[0] in got

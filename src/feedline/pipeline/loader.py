@@ -106,7 +106,9 @@ class Loader:
         transform: ``fn(sample) -> sample`` run in the workers after decoding (images are
             ``uint8`` HWC arrays; the contract and helpers: :mod:`feedline.vision`).
         collate: ``fn(list_of_samples) -> batch``; bypasses the slot pool (each batch is
-            pinned on its own, bounded by the window).
+            pinned on its own, bounded by the window). The batch is what it returns, as
+            with a DataLoader's ``collate_fn``: no ``"__key__"`` is added (a packed
+            sample's dict has its ``"__key__"`` for the collate to keep).
         process_group: a torch.distributed group to read rank and world size from.
         on_error: ``"raise"`` (WorkerError) or ``"skip"`` (counted in :attr:`stats`). A
             skipped sample's place is filled by the samples that follow its batch in this

@@ -342,8 +342,8 @@ class Runtime:
 
     def _finish_custom(self, job: Job, tree: Any, keys: list[str],
                        skipped: list[dict[str, str]], worker: str) -> Ready:
-        if isinstance(tree, dict) and "__key__" not in tree:
-            tree["__key__"] = list(keys)
+        # the batch is what the user's collate returned, as with a DataLoader: adding
+        # "__key__" would break model(**batch) (packed samples carry theirs to the collate)
         if self.engine.needs_pinned:
             with spans.span("pin", batch=job.batch_id, worker=worker):
                 tree = nested.pin(tree)
