@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from faults_helpers import Numbers, ids
 
 import feedline
@@ -46,6 +47,24 @@ def test_flags_must_be_booleans(name: str, value: Any) -> None:
     with pytest.raises(TypeError) as info:
         feedline.Loader(Numbers(16), batch_size=4, **{name: value})
     assert isinstance(info.value, ArgumentError) and info.value.field == name
+
+
+class _Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """The streaming shape: samples come from iteration, there is no index."""
+
+    def __iter__(self) -> Any:
+        return iter(range(10))
+
+
+@pytest.mark.parametrize("stream", [_Stream(), (i for i in range(10))], ids=["iterable", "gen"])
+def test_a_stream_is_refused_with_the_way_to_feed_it(stream: Any) -> None:
+    # torch's IterableDataset has a __getitem__ (Dataset's, raising NotImplementedError):
+    # it was refused as "not a map-style dataset", with no way forward
+    with pytest.raises(ArgumentError, match="stream") as info:
+        feedline.Loader(stream, batch_size=4)
+    assert info.value.field == "dataset" and "feedline.wrap(DataLoader" in info.value.fix
+    wrapped = feedline.wrap(torch.utils.data.DataLoader(_Stream(), batch_size=4))  # the fix
+    assert [b.tolist() for b in wrapped] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
 def test_numpy_booleans_are_booleans() -> None:

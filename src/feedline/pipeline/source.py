@@ -38,6 +38,14 @@ def is_packed(dataset: Any) -> bool:
     )
 
 
+def _is_iterable_dataset(dataset: Any) -> bool:
+    """A ``torch.utils.data.IterableDataset`` (checked without importing torch), or any
+    object that iterates but cannot be indexed."""
+    names = {c.__name__ for c in type(dataset).__mro__}
+    return "IterableDataset" in names or (
+        hasattr(dataset, "__iter__") and not hasattr(dataset, "__getitem__"))
+
+
 class Source:
     """Fetch samples by index from a packed or map-style dataset.
 
@@ -49,6 +57,14 @@ class Source:
     """
 
     def __init__(self, dataset: Any) -> None:
+        if not is_packed(dataset) and _is_iterable_dataset(dataset):
+            raise ArgumentError(
+                f"dataset {type(dataset).__name__} is a stream (an IterableDataset or a "
+                "generator: no indexing), and Loader orders, shards across ranks and resumes "
+                "by sample index", field="dataset",
+                fix="keep your DataLoader over the stream and add the copy-stream prefetch "
+                "with feedline.wrap(DataLoader(dataset, ...)); or write the stream into shards "
+                "once (feedline pack) and give Loader the folder")
         if not is_packed(dataset) and not (
             hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
         ):
