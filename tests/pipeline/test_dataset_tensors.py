@@ -1,0 +1,79 @@
+"""Process workers receive a map-style dataset that holds torch tensors: the NLP shape (a
+list of tokenised sentences, one small tensor each) and a big tensor sliced per sample."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import resource
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+
+import feedline
+from feedline.pipeline import _by_reference
+
+
+class Sentences:
+    """Tokenised sentences of varying length kept as tensors, as a tutorial builds them."""
+
+    def __init__(self, n: int) -> None:
+        self.ids = [torch.arange(i % 37 + 3, dtype=torch.int64) + i for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"input_ids": self.ids[i], "label": i % 2}
+
+
+def pad(samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    longest = max(len(s["input_ids"]) for s in samples)
+    ids = torch.zeros(len(samples), longest, dtype=torch.int64)
+    mask = torch.zeros(len(samples), longest, dtype=torch.int64)
+    for row, s in enumerate(samples):
+        ids[row, :len(s["input_ids"])] = s["input_ids"]
+        mask[row, :len(s["input_ids"])] = 1
+    return {"input_ids": ids, "attention_mask": mask,
+            "labels": torch.tensor([s["label"] for s in samples])}
+
+
+@contextmanager
+def few_descriptors(spare: int) -> Iterator[None]:
+    """The soft limit of open files lowered to what is open now plus ``spare``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + spare, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.timeout(120)
+def test_many_small_tensors_start_process_workers() -> None:
+    # each small tensor took a shared-memory descriptor of its own when the workers
+    # started: a corpus of more sentences than the open-file limit (20,000 under
+    # ulimit -n 20000) failed with "Too many open files"
+    ds = Sentences(1500)
+    with few_descriptors(400), feedline.Loader(
+            ds, batch_size=32, workers=2, worker_type="process", shuffle=False,
+            drop_last=False, collate=pad) as loader:
+        batches = list(loader)
+    assert len(batches) == 47 and sorted(batches[0]) == ["attention_mask", "input_ids", "labels"]
+    want = pad([ds[i] for i in range(1472, 1500)])
+    assert all(torch.equal(batches[-1][k], want[k]) for k in want)
+
+
+def test_small_storages_go_by_value_big_ones_shared() -> None:
+    big = torch.arange(_by_reference.SHARE_FROM // 8, dtype=torch.int64)
+    small = [torch.randn(3, 4).t(), torch.randn(5, dtype=torch.bfloat16), torch.zeros(0),
+             torch.nn.Parameter(torch.ones(3)), big[10:20]]
+    back = pickle.loads(_by_reference.dumps(small))
+    for a, b in zip(small, back, strict=True):
+        assert type(a) is type(b) and a.dtype == b.dtype and a.stride() == b.stride()
+        assert torch.equal(a, b)
+    assert back[-1].untyped_storage().nbytes() == big.untyped_storage().nbytes()  # a view
+    assert back[-1].is_shared() and not back[0].is_shared()
