@@ -30,6 +30,11 @@ class _Pickler(ForkingPickler):
     """multiprocessing's pickler (queues, locks and pipes pickle while a worker starts), with
     file-backed memmaps reduced to references."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.storage_bytes: dict[tuple[int, int], np.ndarray] = {}
+        """Each small storage's bytes, one array per storage (see _reduce_small_storage)."""
+
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, np.memmap):
             reduced = _reduce_memmap(obj)
@@ -37,7 +42,7 @@ class _Pickler(ForkingPickler):
                 return reduced
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
-            return _reduce_small_storage(torch, obj)
+            return _reduce_small_storage(torch, obj, self.storage_bytes)
         return NotImplemented
 
 
@@ -46,9 +51,13 @@ SHARE_FROM = 1 << 20
 (torch's own reducer: one file descriptor each, no copy per worker); a smaller one by value."""
 
 
-def _reduce_small_storage(torch: Any, storage: Any) -> Any:
+def _reduce_small_storage(torch: Any, storage: Any, seen: dict[tuple[int, int], np.ndarray]) -> Any:
     """A small CPU storage as its bytes (numpy's pickle: one buffer, no per-storage
     ``torch.save``), else ``NotImplemented`` (torch's shared-memory reducer).
+
+    Every tensor's storage arrives as a new wrapper object; ``seen`` gives the views of
+    one storage the same bytes array, which pickle then writes once (and the views share
+    it again in the worker) instead of once per view.
 
     torch's reducer gives every storage its own shared-memory file descriptor: a dataset
     holding a list of 20,000 tokenised sentences as tensors could not start its process
@@ -57,7 +66,10 @@ def _reduce_small_storage(torch: Any, storage: Any) -> Any:
     raw = storage._untyped_storage if typed else storage  # (TypedStorage's own API warns)
     if raw.device.type != "cpu" or raw.nbytes() >= SHARE_FROM:
         return NotImplemented
-    data = torch.empty(0, dtype=torch.uint8).set_(raw).numpy().copy()
+    key = (raw.data_ptr(), raw.nbytes())
+    data = seen.get(key)
+    if data is None:
+        data = seen[key] = torch.empty(0, dtype=torch.uint8).set_(raw).numpy().copy()
     return _storage_from_bytes, (data, storage._dtype if typed else None)
 
 
