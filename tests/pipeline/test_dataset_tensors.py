@@ -70,11 +70,14 @@ def test_many_small_tensors_start_process_workers() -> None:
 def test_small_storages_go_by_value_big_ones_shared() -> None:
     big = torch.arange(_by_reference.SHARE_FROM // 8, dtype=torch.int64)
     small = [torch.randn(3, 4).t(), torch.randn(5, dtype=torch.bfloat16), torch.zeros(0),
-             torch.nn.Parameter(torch.ones(3)), big[10:20]]
+             torch.nn.Parameter(torch.ones(3)), torch.randn(4, dtype=torch.complex64).conj(),
+             torch.arange(12.0).reshape(3, 4)[1:, ::2], torch.tensor([True, False]),
+             torch.ones(2, requires_grad=True), big[10:20]]
     back = pickle.loads(_by_reference.dumps(small))
     for a, b in zip(small, back, strict=True):
         assert type(a) is type(b) and a.dtype == b.dtype and a.stride() == b.stride()
-        assert torch.equal(a, b)
+        assert torch.equal(a, b) and a.requires_grad == b.requires_grad
+        assert a.storage_offset() == b.storage_offset()
     assert back[-1].untyped_storage().nbytes() == big.untyped_storage().nbytes()  # a view
     assert back[-1].is_shared() and not back[0].is_shared()
 

@@ -41,6 +41,8 @@ class _Pickler(ForkingPickler):
             if reduced is not None:
                 return reduced
         torch = sys.modules.get("torch")
+        if torch is not None and type(obj) is torch.Tensor:
+            return _reduce_small_tensor(torch, obj, self.storage_bytes)
         if torch is not None and isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
             return _reduce_small_storage(torch, obj, self.storage_bytes)
         return NotImplemented
@@ -71,6 +73,35 @@ def _reduce_small_storage(torch: Any, storage: Any, seen: dict[tuple[int, int], 
     if data is None:
         data = seen[key] = torch.empty(0, dtype=torch.uint8).set_(raw).numpy().copy()
     return _storage_from_bytes, (data, storage._dtype if typed else None)
+
+
+def _reduce_small_tensor(torch: Any, t: Any, seen: dict[tuple[int, int], np.ndarray]) -> Any:
+    """A plain dense CPU tensor on a small storage as that storage's bytes and its view
+    (dtype, offset, size, stride): the same as torch's reducer followed by
+    :func:`_reduce_small_storage`, without its per-tensor overhead (half the time of
+    pickling 20,000 sentences). A conjugate or negative view goes as its values (torch's
+    reducer drops those bits: a ``.conj()`` arrived unconjugated). Anything else
+    (autograd, sparse, quantized, another device, a big storage) is left to torch."""
+    if (t.device.type != "cpu" or t.layout != torch.strided or t.requires_grad
+            or t.is_quantized):
+        return NotImplemented
+    if t.is_conj() or t.is_neg():
+        # a new tensor: its storage is freed after this call, so no memo entry (its
+        # address could come back for another one)
+        t, seen = t.resolve_conj().resolve_neg(), {}
+    reduced = _reduce_small_storage(torch, t.untyped_storage(), seen)
+    if reduced is NotImplemented:
+        return NotImplemented
+    data = reduced[1][0]
+    return _tensor_from_bytes, (data, t.dtype, t.storage_offset(), tuple(t.shape), t.stride())
+
+
+def _tensor_from_bytes(data: np.ndarray, dtype: Any, offset: int, size: tuple[int, ...],
+                       stride: tuple[int, ...]) -> Any:
+    import torch
+
+    raw = torch.from_numpy(data).untyped_storage()
+    return torch.empty(0, dtype=dtype).set_(raw, offset, size, stride)
 
 
 def _storage_from_bytes(data: np.ndarray, dtype: Any) -> Any:
