@@ -133,6 +133,7 @@ class Pass:
             probe = next((j for j, f in self._inflight if f is gate), None)
             raise self._timed_out(probe or Job(self._run, 0, [], [])) from None
         self._gate = None
+        self._window = self._rt.opts.window  # fitted to the budget by the probe's layout
 
     def _take(self) -> tuple[Job, Ready]:
         if self._in_order:

@@ -96,7 +96,11 @@ class Loader:
             the kind in use in :attr:`worker_kind`). Batch content and order never depend on it.
         prefetch: finished batches allowed to wait ahead of the consumer.
         pinned_budget: byte cap of the slot pool (``"2GiB"``); a batch bigger than it is a
-            ResourceError at the first batch.
+            ResourceError at the first batch. It also caps the batches in flight: once
+            batch 0 gives the batch size in bytes, ``workers + prefetch`` is lowered (to one
+            at least) so that many batches fit it (``stats["window"]``), since each holds a
+            batch of memory (a lent slot on CPU, an arena slot with process workers, a
+            device batch on CUDA) until the consumer takes it.
         io: backend for a dataset given as a path (``"auto"``, ``"buffered"``, ``"direct"``;
             an opened dataset keeps its own, and another one asked for here is an error).
         decode: a :class:`feedline.decode.Decoders` or a mapping field/extension -> fn.
@@ -322,7 +326,8 @@ class Loader:
 
         Counters: batches delivered, skipped samples (and the last 100 of them). Memory:
         slot bytes in use, their peak, the budget, slots ever allocated (far fewer than
-        batches when slots are reused). Flow: ``occupancy`` (mean fraction of the window
+        batches when slots are reused). Flow: ``window`` (batches in flight at most:
+        ``workers + prefetch``, lowered to what ``pinned_budget`` holds), ``occupancy`` (mean fraction of the window
         finished and waiting when the consumer asked; near 0 the pipeline starves),
         ``starved_batches``, ``consumer_wait_s``, ``budget_waits`` / ``budget_wait_s``
         (producers waiting for the pinned budget), ``reuse_waits`` / ``reuse_wait_s`` (on
@@ -339,6 +344,7 @@ class Loader:
         return {**self._counters, "skipped_samples": list(self._skipped_log),
                 "pinned_bytes": pool.allocated_bytes, "pinned_peak_bytes": pool.peak_bytes,
                 "pinned_budget": pool.budget, "slots_created": pool.slots_created,
+                "window": rt.opts.window,
                 "budget_waits": pool.budget_waits, "budget_wait_s": pool.budget_wait_s,
                 "reuse_waits": pool.reuse_waits, "reuse_wait_s": pool.reuse_wait_s,
                 **rt.gauges.report(),
@@ -386,7 +392,7 @@ class Loader:
         following = epoch + 1 if self._epochs_set else epoch
         self._epochs_set = False
         current = Pass(self._rt, run, todo, lambda b: self._job(plan, b, run),
-                       self._delivered, window=self.workers + self.prefetch,
+                       self._delivered, window=self._rt.opts.window,
                        in_order=self.in_order, timeout=self.timeout, inflight=adopted,
                        ahead=lambda room: self._prepare_ahead(following, room), gate=gate,
                        owner=self)

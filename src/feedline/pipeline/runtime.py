@@ -80,6 +80,8 @@ class Options:
     workers: int
     worker_type: str
     window: int
+    """Batches in flight at most (being prepared, or finished and waiting for the consumer):
+    ``workers + prefetch``, lowered by :meth:`Runtime.configure` to what the budget holds."""
     shm_dir: str
     start_method: str
     collate_fn: Callable[[list[Any]], Any] | None
@@ -89,6 +91,21 @@ class Options:
     """Where workers run (:mod:`feedline.placement`); ``None`` or inactive: left alone."""
     after_delivery: DeviceDecode | None = None
     """A stage applied to each batch as it is delivered (decode on the device)."""
+
+
+def fitted_window(window: int, budget: int, batch_bytes: int) -> int:
+    """``window`` lowered so that its batches fit ``budget`` (at least one batch).
+
+    Every batch in flight holds a batch of memory until the consumer takes it: a slot
+    lent to the batch on CPU, an arena slot with process workers, the copied batch on the
+    device. The slot pool bounds only the slots being filled, so without this a large
+    ``prefetch`` decoded that many batches ahead whatever ``pinned_budget`` said
+    (``prefetch=1000`` with 4 MiB batches and a 64 MiB budget: 843 MiB resident on CPU, a
+    4 GiB arena in /dev/shm with process workers).
+    """
+    if batch_bytes <= 0:
+        return window  # nothing dense: no slot memory to bound
+    return max(1, min(window, budget // batch_bytes))
 
 
 class Runtime:
@@ -220,6 +237,7 @@ class Runtime:
             if self.plan is not None:
                 return self.plan
             self.pool.configure(layout)
+            self.opts.window = fitted_window(self.opts.window, self.pool.budget, layout.nbytes)
             plan = make_plan(self.ctx, layout)
             if not plan.sampled:  # every field is read into its rows from now on
                 self.ctx.source.release_buffers()
