@@ -1,4 +1,5 @@
-"""Loader settings at their extremes: a prefetch far beyond what the memory budget holds.
+"""Loader settings at their extremes: a prefetch far beyond what the memory budget holds,
+more process workers than cores, more ranks than samples.
 
 What is guaranteed: batches in flight (being prepared, or finished and waiting for the
 consumer) fit ``pinned_budget``: once batch 0 gives the batch size in bytes,
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,9 @@ import pytest
 from faults_helpers import Numbers, ids
 
 import feedline
+from feedline.cores import usable_cores
+from feedline.errors import ConfigError
+from feedline.pipeline.options import OversubscribedWarning
 
 ROOT = Path(__file__).resolve().parents[2]
 HELPERS = Path(__file__).resolve().parent
@@ -90,3 +95,35 @@ def test_the_process_workers_arena_fits_the_pinned_budget(tmp_path: Path) -> Non
     arena, budget = int(line.split()[1]), int(line.split()[3])
     assert 0 < arena <= budget + (1 << 16), line  # before: 1002 slots, 256 MiB
     assert "SAMPLES 96" in res.stdout, res.stdout
+
+
+def test_more_process_workers_than_cores_is_said_not_capped() -> None:
+    cores = usable_cores()
+    with pytest.warns(OversubscribedWarning, match=rf"workers={cores + 1} processes on {cores}"):
+        loader = feedline.Loader(Numbers(16), batch_size=4, workers=cores + 1,
+                                 worker_type="process")
+    assert loader.workers == cores + 1  # what was asked for: not capped
+    loader.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # threads (I/O-bound decodes want many) are not warned about
+        feedline.Loader(Numbers(16), batch_size=4, workers=64, worker_type="thread").close()
+        feedline.Loader(Numbers(16), batch_size=4, workers=cores, worker_type="process").close()
+
+
+@pytest.mark.parametrize(("n", "world"), [(3, 8), (1, 4)])
+def test_more_ranks_than_samples_with_drop_last_false(n: int, world: int) -> None:
+    """Each rank gets one batch of one sample; the order wraps around as often as needed,
+    so a sample is read by several ranks (here up to 3 times) but none is lost."""
+    seen = []
+    for rank in range(world):
+        with feedline.Loader(Numbers(n), batch_size=2, rank=rank, world_size=world,
+                             drop_last=False, shuffle=False, workers=1) as loader:
+            batches = [ids(b) for b in loader]
+        assert len(batches) == 1 and len(batches[0]) == 1
+        seen += batches[0]
+    assert sorted(set(seen)) == list(range(n)) and len(seen) == world
+
+
+def test_more_ranks_than_samples_with_drop_last_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="cannot give 8 rank"):
+        feedline.Loader(Numbers(3), batch_size=2, rank=0, world_size=8)

@@ -87,7 +87,8 @@ class Loader:
             number of full batches; see :mod:`feedline.pipeline.sampler` for ``False``.
         workers: worker threads or processes (each prepares one batch at a time); default
             the cores this process may use (affinity, capped by a cgroup quota), at most 8
-            (more workers than cores only adds memory in flight and contention).
+            (more workers than cores only adds memory in flight and contention; more
+            processes than cores is not capped but warned about: ``OversubscribedWarning``).
         worker_type: ``"thread"`` (default; no pickling, no /dev/shm), ``"process"`` (for
             Python work that holds the GIL; dataset and functions must pickle), or
             ``"auto"``: start with threads, measure the first batches' CPU time against
@@ -205,6 +206,7 @@ class Loader:
         self.worker_type = options.choice("worker_type", worker_type, ("thread", "process", "auto"))
         self.on_error = options.choice("on_error", on_error, ("raise", "skip"))
         options.check_processes(self.worker_type, start_method, shm_dir)
+        options.warn_oversubscribed(self.workers, self.worker_type, usable_cores())
         seed = options.non_negative_int("seed", seed)
         options.check_callable("transform", transform)
         options.check_callable("collate", collate)

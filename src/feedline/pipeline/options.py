@@ -205,6 +205,31 @@ def warn_repeated_epoch(epoch: int) -> None:
     )
 
 
+class OversubscribedWarning(UserWarning):
+    """More process workers than the cores this process may use."""
+
+
+def warn_oversubscribed(workers: int, worker_type: str, cores: int) -> None:
+    """Say that ``workers`` processes on ``cores`` cores cost start time and memory.
+
+    Not capped (the user asked for that many, and a decode that waits on storage may
+    want more): each process is an interpreter of its own, started from the forkserver and
+    holding its own copy of what the dataset and transform touch. Measured on 2 cores:
+    64 process workers 715 MiB PSS and 23 s for a 128-sample epoch, 2 workers 180 MiB
+    and 5.6 s. Threads cost neither and are not warned about.
+    """
+    if worker_type != "process" or workers <= cores:
+        return
+    warnings.warn(
+        f"workers={workers} processes on {cores} usable core(s): each is a Python "
+        "interpreter of its own (9 MiB or more each, and seconds more to start on a "
+        "busy host), and more than the cores only adds contention. Pass "
+        f"workers={cores} (the default picks it), or worker_type=\"thread\" for decodes "
+        "that wait on storage",
+        OversubscribedWarning, stacklevel=3,
+    )
+
+
 def check_io(io: Any, dataset: Any) -> None:
     """``io=`` names a read backend and applies to a dataset given as a path.
 
