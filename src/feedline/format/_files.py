@@ -17,7 +17,7 @@ import os
 import stat
 from typing import Any, BinaryIO
 
-from feedline.errors import ArgumentError, ReadError
+from feedline.errors import ArgumentError, ConfigError, ReadError
 
 CHANGED_FIX = ("the file changed after pack listed it: pack files that are not being written, moved or "
                "replaced, or rerun")
@@ -87,6 +87,10 @@ def path_argument(value: Any, name: str) -> str:
     Raises:
         ArgumentError: another type (``None``, bytes, an int, a list...), an empty
             path, or one holding a NUL byte; ``field`` is ``name``.
+        ConfigError: a relative path while the current folder no longer exists (deleted
+            or moved away under the running process: ``os.getcwd()`` fails, and every
+            resolution of the path with it, each as a bare ``FileNotFoundError`` naming no
+            path); ``field`` is ``name``.
     """
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
@@ -96,7 +100,16 @@ def path_argument(value: Any, name: str) -> str:
     if not value or "\0" in value:
         raise ArgumentError(f"{name} {value!r} is not a usable path", field=name,
                             fix="give a folder or file name (no NUL bytes)")
-    return os.path.expanduser(value)
+    path = os.path.expanduser(value)
+    if not os.path.isabs(path) and "://" not in path:
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            raise ConfigError(
+                f"{name} {value!r} is relative, but the current folder no longer exists "
+                "(it was deleted or moved away while this process ran in it)", field=name,
+                fix="cd to an existing folder, or give an absolute path") from None
+    return path
 
 
 def path_list(value: Any, name: str) -> list[str]:
