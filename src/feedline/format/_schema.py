@@ -170,7 +170,13 @@ def parse_label(data: bytes | memoryview) -> int:
     if len(data) > _MAX_LABEL_BYTES:
         raise ValueError(f"label of {len(data)} bytes is longer than {_MAX_LABEL_BYTES}")
     text = bytes(data).strip()
-    value = int(text)  # ValueError for anything but an integer
+    if not text:
+        raise ValueError("the label file is empty" if not len(data) else "the label file holds only white space")
+    try:
+        value = int(text)
+    except ValueError:  # int()'s own message shows a bytes repr: "invalid literal ... b'1e3'"
+        bom = " (it starts with a UTF-8 byte-order mark)" if text.startswith(b"\xef\xbb\xbf") else ""
+        raise ValueError(f"{text[:20].decode('utf-8', 'replace')!r} is not a decimal integer{bom}") from None
     if not _I64[0] <= value <= _I64[1]:
         raise ValueError(f"label {value} does not fit int64")
     return value

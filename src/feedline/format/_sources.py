@@ -95,6 +95,7 @@ from typing import NamedTuple
 
 from feedline.errors import ConfigError
 from feedline.format._labels import SUFFIXES, LabelTable, nfc, read_table
+from feedline.format._schema import STRICT_LABELS
 from feedline.format._tar import (
     BLOCK,
     END_OF_ARCHIVE,
@@ -610,8 +611,8 @@ def collect(
                     fix="each key.field must come from one file (rename one, or --exclude it)",
                 )
             sample[field_name] = SourceFile(field_name, path, st.st_size)
-            if st.st_size == 0:
-                empty_files.append(name)
+            if st.st_size == 0 and field_name.lower().rsplit(".", 1)[-1] not in STRICT_LABELS:
+                empty_files.append(name)  # (an empty cls label is refused by the pack, naming it)
     if not grouped and table is None:
         detail = f" ({len(skipped)} skipped, {excluded} excluded by the patterns)" if skipped or excluded else ""
         raise ConfigError(f"no files to pack in the sources{detail}", fix="check the SRC paths and the --include/--exclude patterns")
