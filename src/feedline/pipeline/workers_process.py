@@ -396,6 +396,10 @@ def _revive_forkserver() -> None:
     folder is made again and the next worker start launches a new server. The old server
     is not stopped (the workers of loaders still running were forked by it and end with
     it): its "alive" pipe is kept open until this process exits.
+
+    The server itself may have died (the OOM killer picks it: it holds torch; a ``kill``):
+    every later loader then failed with a bare ``EOFError: unexpected EOF``. It is reaped
+    and its "alive" pipe closed, and the next worker start launches a new one.
     """
     from multiprocessing import forkserver, process
 
@@ -404,12 +408,48 @@ def _revive_forkserver() -> None:
     tempdir = getattr(process.current_process(), "_config", {}).get("tempdir")
     if tempdir and not os.path.isdir(tempdir):
         os.makedirs(tempdir, mode=0o700, exist_ok=True)
-    if server is None or not isinstance(address, str) or address.startswith("\0") or os.path.exists(address):
+    if server is None or not isinstance(address, str):
+        return
+    if _server_died(getattr(server, "_forkserver_pid", None)):
+        with server._lock:
+            if server._forkserver_alive_fd is not None:
+                os.close(server._forkserver_alive_fd)
+            server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+        return
+    if address.startswith("\0") or os.path.exists(address):
         return
     with server._lock:
         if server._forkserver_alive_fd is not None:
             _lost_servers.append(server._forkserver_alive_fd)
         server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+
+
+def _server_died(pid: Any) -> bool:
+    """Whether the forkserver ``pid`` (a child of this process) has exited; reaps it."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not a child of ours (or reaped already): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    return done == pid
+
+
+def _server_gone(exc: BaseException, start_method: str) -> WorkerDied:
+    """The error for a worker start that found no server to fork it (it could not start:
+    an interpreter that cannot run, a failing ``sitecustomize``; it died at once)."""
+    return WorkerDied(
+        f"the {start_method} process that starts the workers did not answer "
+        f"({type(exc).__name__}: {exc}): it exited; its error, if it printed one, is above",
+        stage="start",
+        fix='check that sys.executable runs for this user; or use start_method="spawn" '
+            'or worker_type="thread"')
 
 
 def _out_of_descriptors(exc: OSError, started: int, count: int) -> BaseException:
@@ -518,6 +558,9 @@ class ProcessWorkers:
                 except (pickle.PicklingError, TypeError, AttributeError) as exc:
                     parent.close()
                     raise _start_pickling_error(ctx, custom_collate, exc) from exc
+                except (ConnectionError, EOFError) as exc:  # before OSError: a subclass
+                    parent.close()
+                    raise _server_gone(exc, start_method) from exc
                 except OSError as exc:
                     parent.close()
                     raise _out_of_descriptors(exc, i, count) from exc
