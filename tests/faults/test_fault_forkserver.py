@@ -1,11 +1,15 @@
-"""The forkserver that starts process workers, killed or unable to start.
+"""Starting process workers: the forkserver killed or unable to start, a script read
+from stdin.
 
 What is guaranteed: a forkserver that died (the OOM killer picks it: it holds torch; a
 ``kill``) is reaped and replaced at the next process-worker loader, which starts and reads
 its epoch (before: every later loader of the process failed with a bare ``EOFError:
 unexpected EOF``); a server that cannot start at all (an interpreter this user cannot run,
 a failing ``sitecustomize``) is a ``WorkerDied`` at ``stage="start"`` with the fix (before:
-a bare ``ConnectionRefusedError`` from ``multiprocessing``), and no arena is left.
+a bare ``ConnectionRefusedError`` from ``multiprocessing``), and no arena is left. A
+script read from stdin (``python - < train.py``; or deleted since) is a ``ConfigError``
+``field="worker_type"`` before any worker starts (before: every worker died importing
+``<stdin>``, and the ``WorkerDied`` fix said to add an ``if __name__`` guard).
 """
 
 from __future__ import annotations
@@ -82,3 +86,29 @@ def test_a_forkserver_that_cannot_start_is_worker_died(tmp_path: Path) -> None:
     assert "WORKERDIED start True" in res.stdout, res.stdout + res.stderr[-3000:]
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
     assert "ARENAS []" in res.stdout, res.stdout
+
+
+STDIN = r"""
+import sys
+sys.path.insert(0, HELPERS)
+from faults_helpers import Numbers
+import feedline
+from feedline.errors import ConfigError
+try:
+    with feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process") as loader:
+        next(iter(loader))
+except ConfigError as e:
+    print("CONFIGERROR", e.field, "thread" in (e.fix or ""))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_process_workers_for_a_script_read_from_stdin_are_refused_saying_why() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    code = STDIN.replace("HELPERS", repr(str(HELPERS)))
+    res = subprocess.run([sys.executable, "-"], input=code, env=env, capture_output=True,
+                         text=True, timeout=50)  # python - < train.py, a heredoc
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "CONFIGERROR worker_type True" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]  # before: each worker's, and
+    # WorkerDied "exited with code 1" whose fix said to add an `if __name__` guard

@@ -302,6 +302,18 @@ def _guarded_blocks(path: str) -> list[tuple[int, int]] | None:
 _GUARDS: dict[tuple[str, int], list[tuple[int, int]] | None] = {}
 
 
+def main_from_stream() -> str | None:
+    """Why no process worker can start from this script, or ``None``: it was read from
+    stdin (``python - < train.py``, a heredoc) or a file since deleted, so
+    ``__main__.__file__`` names no file, and every spawn/forkserver worker dies at start
+    trying to import it again (multiprocessing runs ``__main__``'s path in each)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not isinstance(path, str) or os.path.isfile(path):
+        return None
+    return (f"the script was read from {path}, not a file: process workers import the "
+            "script again and cannot; run it as a file")
+
+
 def main_references(*objs: Any) -> str | None:
     """Why process workers cannot load ``objs``, or ``None``. A script read from stdin
     (``__main__.__file__`` is ``"<stdin>"``) cannot be imported again by any worker. With
@@ -313,9 +325,9 @@ def main_references(*objs: Any) -> str | None:
     path = getattr(main, "__file__", None)
     if main is None or (isinstance(path, str) and os.path.isfile(path)):
         return None
-    if isinstance(path, str):  # python - < train.py: every worker would try to import it
-        return (f"the script was read from {path}, not a file: process workers import the "
-                "script again and cannot; run it as a file")
+    streamed = main_from_stream()
+    if streamed:
+        return streamed
     try:
         data = pickle.dumps(objs)
     except Exception as exc:  # the start would fail the same way, saying so
@@ -524,6 +536,10 @@ class ProcessWorkers:
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
         refuse_while_bootstrapping("starts process workers")
+        streamed = main_from_stream()
+        if streamed:  # before: each worker died at start, and the fix said to add a guard
+            raise ConfigError(streamed, field="worker_type",
+                              fix='save the script to a file and run that, or use worker_type="thread"')
         mpctx: Any = mp.get_context(start_method)
         if start_method == "forkserver":
             preload_forkserver(mpctx, packages_of(ctx.source.dataset, ctx.transform,
