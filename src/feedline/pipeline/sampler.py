@@ -14,7 +14,9 @@ below:
 * ``drop_last=False``: the order is padded by wrapping around to a multiple of
   ``world``; each rank's last batch may be short (same length on every rank).
   The first ``(-n) % world`` samples of the order (at most ``world - 1``) are
-  seen twice this epoch, on different ranks; no other sample is.
+  seen twice this epoch, on different ranks; no other sample is. With fewer
+  samples than ranks the order wraps more than once: each rank gets one sample
+  and a sample is seen by up to ``ceil(world / n)`` ranks.
 
 Above :data:`LAZY_ORDER_ABOVE` samples (a map-style dataset of every window start
 of a token file: ``len(tokens) - block_size`` indices, 10^8 to 10^10) the order
