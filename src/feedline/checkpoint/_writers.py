@@ -151,12 +151,23 @@ class DirectWriter:
             self.fallback_reason = refused_direct(path)
             return BufferedWriter().write(path, buf, nbytes)
         try:
+            done = 0
             for start in range(0, body, _DIRECT_PIECE):
-                _pwrite_all(fd, view[start : min(start + _DIRECT_PIECE, body)], start)
-            if nbytes > body:
+                piece = view[start : min(start + _DIRECT_PIECE, body)]
+                try:
+                    _pwrite_all(fd, piece, start)
+                except OSError as e:
+                    # a file size limit (RLIMIT_FSIZE set in bytes) off a 512-byte boundary
+                    # cuts a direct write there, which the kernel refuses as EINVAL: the
+                    # rest goes buffered, where the limit is EFBIG
+                    if e.errno != errno.EINVAL:
+                        raise
+                    break
+                done = start + len(piece)
+            if nbytes > done:  # the unaligned tail (or the rest after EINVAL), buffered
                 tail_fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
                 try:
-                    _pwrite_all(tail_fd, view[body:], body)
+                    _pwrite_all(tail_fd, view[done:], done)
                 finally:
                     os.close(tail_fd)
             os.fsync(fd)
