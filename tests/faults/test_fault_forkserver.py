@@ -4,7 +4,9 @@ from stdin.
 What is guaranteed: a forkserver that died (the OOM killer picks it: it holds torch; a
 ``kill``) is reaped and replaced at the next process-worker loader, which starts and reads
 its epoch (before: every later loader of the process failed with a bare ``EOFError:
-unexpected EOF``); a server that cannot start at all (an interpreter this user cannot run,
+unexpected EOF``); killed while a loader runs, its workers die with it: ``WorkerDied``
+``stage="forkserver"`` saying so (before: "exited with code 255", fix "see the worker's
+stderr above", where nothing was); a server that cannot start at all (an interpreter this user cannot run,
 a failing ``sitecustomize``) is a ``WorkerDied`` at ``stage="start"`` with the fix (before:
 a bare ``ConnectionRefusedError`` from ``multiprocessing``), and no arena is left. A
 script read from stdin (``python - < train.py``; or deleted since) is a ``ConfigError``
@@ -42,10 +44,19 @@ if __name__ == "__main__":
     os.kill(pid, signal.SIGKILL)      # the OOM killer picks the forkserver
     os.waitpid(pid, 0)                # and it is gone (nothing of it left to connect to)
     print("AFTER", epoch())
+    try:                              # the same while a loader runs: its workers go with it
+        with feedline.Loader(Numbers(4000), batch_size=4, workers=2, worker_type="process",
+                             shuffle=False) as loader:
+            for n, _ in enumerate(loader):
+                if n == 3:
+                    os.kill(forkserver._forkserver._forkserver_pid, signal.SIGKILL)
+    except feedline.errors.WorkerDied as e:
+        print("MIDEPOCH", e.stage)
+    print("AGAIN", epoch())
 """
 
 
-@pytest.mark.slow  # two forkservers start, each importing torch: about 10 s on 2 busy cores
+@pytest.mark.slow  # three forkservers start, each importing torch: about 15 s on 2 busy cores
 @pytest.mark.timeout(120)
 def test_a_killed_forkserver_is_replaced_by_the_next_loader(tmp_path: Path) -> None:
     script = tmp_path / "killed.py"  # a file: the workers import its __main__
@@ -55,6 +66,7 @@ def test_a_killed_forkserver_is_replaced_by_the_next_loader(tmp_path: Path) -> N
                          capture_output=True, text=True, timeout=110)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "FIRST True" in res.stdout and "AFTER True" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert "MIDEPOCH forkserver" in res.stdout and "AGAIN True" in res.stdout, res.stdout + res.stderr[-3000:]
 
 
 CANNOT_START = r"""

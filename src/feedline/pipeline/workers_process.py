@@ -28,6 +28,7 @@ import pickle
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -423,10 +424,7 @@ def _revive_forkserver() -> None:
     if server is None or not isinstance(address, str):
         return
     if _server_died(getattr(server, "_forkserver_pid", None)):
-        with server._lock:
-            if server._forkserver_alive_fd is not None:
-                os.close(server._forkserver_alive_fd)
-            server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+        _forget_server(server)
         return
     if address.startswith("\0") or os.path.exists(address):
         return
@@ -436,10 +434,40 @@ def _revive_forkserver() -> None:
         server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
 
 
-def _server_died(pid: Any) -> bool:
-    """Whether the forkserver ``pid`` (a child of this process) has exited; reaps it."""
+def _forget_server(server: Any) -> None:
+    """Drop a dead (and reaped) forkserver: the next worker start launches a new one."""
+    with server._lock:
+        if server._forkserver_alive_fd is not None:
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+
+
+def _forkserver_died(wait: float) -> bool:
+    """Whether this process's forkserver has died (then it is reaped and forgotten)."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    if server is None or not _server_died(getattr(server, "_forkserver_pid", None), wait):
+        return False
+    _forget_server(server)
+    return True
+
+
+def _server_died(pid: Any, wait: float = 0.0) -> bool:
+    """Whether the forkserver ``pid`` (a child of this process) has exited, waiting up to
+    ``wait`` seconds for it to (an error path that saw its socket close: it is exiting);
+    reaps it."""
     if not isinstance(pid, int) or pid <= 0:
         return False
+    deadline = time.monotonic() + wait
+    while not _exited(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _exited(pid: int) -> bool:
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:  # not a child of ours (or reaped already): ask the kernel
@@ -650,6 +678,13 @@ class ProcessWorkers:
             sig = signal.Signals(-code).name
             return WorkerDied(f"process worker killed by {sig}", worker=name, signal=sig,
                               fix="check dmesg for the OOM killer; lower workers or batch_size")
+        if code == 255 and _forkserver_died(wait=1.0):  # multiprocessing's code
+            return WorkerDied(  # for a worker whose forkserver vanished
+                "the forkserver that started the process workers died, and its workers with "
+                "it (killed: the OOM killer picks it, as it holds torch)", worker=name,
+                exitcode=code, stage="forkserver",
+                fix="check dmesg for the OOM killer; lower workers or batch_size (the next "
+                    "Loader starts a new forkserver)")
         fix = "see the worker's stderr above"
         if starting:
             fix += f"; a worker that dies while starting usually means: {GUARD_FIX}"
