@@ -35,6 +35,7 @@ from feedline.pipeline.slots import SlotPool, placed_allocator
 from feedline.pipeline.source import Source
 from feedline.pipeline.stages import Stage
 from feedline.pipeline.transfer import make_engine
+from feedline.pipeline.workers_process import ProcessWorkers
 from feedline.placement import Placement, plan_placement
 from feedline.units import parse_bytes, parse_duration
 
@@ -126,7 +127,11 @@ class Loader:
         start_method: ``"forkserver"`` (default) or ``"spawn"`` for process workers. The
             forkserver imports torch once and is shared by every loader of the process, so
             workers start in a fraction of a second after the first loader's (with
-            ``spawn`` every worker imports the training script and torch again).
+            ``spawn`` every worker imports the training script and torch again), or
+            ``"fork"``: workers forked from the training process (milliseconds, the dataset
+            inherited, not pickled), used only where it is safe (no other thread alive, no
+            CUDA the workers need: :mod:`feedline.pipeline.forking`), else the forkserver;
+            ``stats["processes"]`` says which was used and why.
         limits: decode size bounds (:class:`feedline.decode.Limits`).
         placement: ``"auto"`` (default) runs the workers on the CPUs of the target GPU's
             NUMA node and first-touches slot memory there, on a multi-socket host;
@@ -339,7 +344,9 @@ class Loader:
         batch), ``list_fallbacks`` (dense field -> batches delivered as a list because a
         sample had another shape), ``worker_type`` and, with ``"auto"``, ``auto`` (what
         was measured and why that kind was chosen), ``placement`` (the CPUs and NUMA node
-        the workers run on, or why they were left alone).
+        the workers run on, or why they were left alone), and with process workers
+        ``processes`` (``start_method`` used, ``asked``, ``why_not_fork``, ``start_s``:
+        seconds until every worker was ready).
         """
         rt = self._rt
         pool = rt.pool
@@ -355,7 +362,9 @@ class Loader:
                 "placement": self.placement.to_dict(),
                 "decode_on": (self._device_decode.report() if self._device_decode is not None
                               else {"where": self.decode_on}),
-                **({"auto": rt.auto.report()} if rt.auto is not None else {})}
+                **({"auto": rt.auto.report()} if rt.auto is not None else {}),
+                **({"processes": rt.pool_workers.report()}
+                   if isinstance(rt.pool_workers, ProcessWorkers) else {})}
 
     # -- iteration ------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:

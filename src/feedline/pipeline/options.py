@@ -33,8 +33,8 @@ DATALOADER_NAMES: dict[str, str] = {
     "collate_fn": "use collate=",
     "worker_init_fn": "use transform= (runs in the workers) or set up state lazily in "
                       "the dataset",
-    "multiprocessing_context": 'use worker_type="process" with start_method="spawn" or '
-                               '"forkserver"',
+    "multiprocessing_context": 'use worker_type="process" with start_method="forkserver", '
+                               '"spawn" or "fork"',
     "sampler": "remove it: the order comes from shuffle= and seed=; sharding from "
                "process_group= or rank=/world_size=",
     "batch_sampler": "remove it: use batch_size=, shuffle=, seed= and drop_last=",
@@ -147,17 +147,17 @@ def check_processes(worker_type: str, start_method: Any, shm_dir: Any) -> None:
     and they need no ``shm_dir``).
 
     Raises:
-        ConfigError: a start method other than spawn/forkserver.
+        ConfigError: a start method other than forkserver/spawn/fork.
         ResourceError: ``shm_dir`` is not a writable directory.
     """
     if worker_type == "thread":
         return
-    if start_method not in ("spawn", "forkserver"):
+    if start_method not in ("forkserver", "spawn", "fork"):
         raise ConfigError(
-            f'start_method must be "spawn" or "forkserver", got {start_method!r}',
+            f'start_method must be "forkserver", "spawn" or "fork", got {start_method!r}',
             field="start_method",
-            fix='use "spawn" (the default): fork would copy the training process\'s threads, '
-                "CUDA context and locks into every worker",
+            fix='use "forkserver" (the default), or "fork" (used only where it is safe: '
+                "see feedline.pipeline.forking)",
         )
     if worker_type != "process":
         return

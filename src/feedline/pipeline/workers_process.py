@@ -1,7 +1,7 @@
 """Process workers: for Python-heavy transforms that hold the GIL.
 
-Workers are started once (``spawn`` or ``forkserver`` context, never fork)
-and persist across epochs. They start before the layout is known: the first
+Workers are started once (``forkserver``, ``spawn``, or ``fork`` where
+:mod:`feedline.pipeline.forking` finds it safe) and persist across epochs. They start before the layout is known: the first
 job, the *probe* (batch 0 of the plan), runs in a worker like any other, so a
 decode that crashes, exits or hangs in it is a ``WorkerDied`` or
 ``LoaderTimeout`` in the training process, never its death; the probe's rows
@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import gc
 import itertools
+import time
 import multiprocessing as mp
 import os
 import pickle
@@ -39,7 +40,7 @@ from typing import Any
 
 from feedline import spans
 from feedline.errors import ConfigError, ResourceError, WorkerDied, WorkerError
-from feedline.pipeline import _by_reference, collate, shm
+from feedline.pipeline import _by_reference, collate, forking, shm
 from feedline.pipeline.jobs import Context, Job, Record, prepare
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
 from feedline.placement import Placement
@@ -82,6 +83,8 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
         payload = {"message": f"{type(exc).__name__}: {exc}", "fix": None, "place": {},
                    "exc_type": type(exc).__name__,
                    "traceback_text": "".join(traceback.format_exception(exc))}
+        if forking.CUDA_IN_FORK in str(exc):
+            payload["fix"] = forking.CUDA_IN_FORK_FIX
     try:
         payload["cause"] = pickle.dumps(cause)
     except Exception:  # an unpicklable exception still travels as text
@@ -175,9 +178,12 @@ class _Worker:
 
 def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
                  custom_collate: Callable[[list[Any]], Any] | None, timed: bool,
-                 placement: Placement | None = None) -> None:
+                 placement: Placement | None = None, forked: bool = False) -> None:
     """A worker's life; ``ctx`` was sent wrapped in :class:`_by_reference.ByReference`
-    (memory-mapped arrays in the dataset arrive as file references, not copies)."""
+    (memory-mapped arrays in the dataset arrive as file references, not copies), or, with
+    ``forked``, inherited as it is (:func:`forking.after_fork_in_child` resets first)."""
+    if forked:
+        forking.after_fork_in_child()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
     if placement is not None:
@@ -190,7 +196,7 @@ def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
 
 def _die_with_parent() -> None:
     """Linux: SIGKILL this worker when the process that started it dies (the training
-    process with ``spawn``, the forkserver, which ends with it, otherwise), so a worker
+    process with ``spawn`` or ``fork``, the forkserver, which ends with it, otherwise), so a worker
     stuck in a hung transform does not outlive a killed training run."""
     parent = os.getppid()
     try:
@@ -530,6 +536,9 @@ def _forget_workers() -> None:
             children.discard(proc)
 
 
+START_METHODS = ("forkserver", "spawn", "fork")
+
+
 class ProcessWorkers:
     """A persistent pool of worker processes writing into a shared-memory arena.
 
@@ -546,7 +555,9 @@ class ProcessWorkers:
         on_layout: called in the reader thread with the layout the probe decided; it
             calls :meth:`configure` (or raises, failing the probe's job).
         batch_size: rows per batch (for the probe's arrays).
-        start_method: ``"forkserver"`` (see :func:`preload_forkserver`) or ``"spawn"``.
+        start_method: ``"forkserver"`` (see :func:`preload_forkserver`), ``"spawn"``, or
+            ``"fork"``: used when :func:`forking.refusal` allows it, else the forkserver;
+            :attr:`start_method` is the one used, :attr:`start_why` why fork was not.
         configured: the arena and plan when they are known before the workers start
             (``worker_type="auto"`` moving to processes): no probe will run.
     """
@@ -561,10 +572,23 @@ class ProcessWorkers:
                  timed: bool = False,
                  configured: tuple[shm.ArenaSpec, BatchPlan] | None = None,
                  placement: Placement | None = None) -> None:
-        if start_method not in ("spawn", "forkserver"):
-            raise ValueError(f'start_method must be "spawn" or "forkserver", got {start_method!r}')
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}")
         refuse_while_bootstrapping("starts process workers")
-        streamed = main_from_stream()
+        began = time.perf_counter()
+        self.start_asked = start_method
+        self.start_why: str | None = None
+        """Why ``"fork"`` was asked for and not used (``None`` otherwise)."""
+        if start_method == "fork":
+            self.start_why = forking.refusal(ctx)
+            if self.start_why is not None:
+                start_method = "forkserver"
+        self.start_method = start_method
+        """The start method used."""
+        self.start_s = 0.0
+        """Seconds from the constructor's start until every worker was ready."""
+        forked = start_method == "fork"
+        streamed = None if forked else main_from_stream()
         if streamed:  # before: each worker died at start, and the fix said to add a guard
             raise ConfigError(streamed, field="worker_type",
                               fix='save the script to a file and run that, or use worker_type="thread"')
@@ -594,9 +618,10 @@ class ProcessWorkers:
                     parent, child = mpctx.Pipe()
                 except OSError as exc:
                     raise _out_of_descriptors(exc, i, count) from exc
+                sent = ctx if forked else _by_reference.ByReference(ctx)  # fork: inherited
                 proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
-                                     args=(child, _by_reference.ByReference(ctx), name, batch_size, custom_collate, timed,
-                                           placement))
+                                     args=(child, sent, name, batch_size, custom_collate, timed,
+                                           placement, forked))
                 try:
                     proc.start()
                 except (pickle.PicklingError, TypeError, AttributeError) as exc:
@@ -612,6 +637,7 @@ class ProcessWorkers:
                     child.close()
                 self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
             self._wait_for("ready")
+            self.start_s = time.perf_counter() - began
         except BaseException:
             if configured is not None:  # configure() would have released it
                 shm.release(configured[0])
@@ -626,6 +652,11 @@ class ProcessWorkers:
         self._reader = threading.Thread(target=self._read_loop, name="feedline-results",
                                         daemon=True)
         self._reader.start()
+
+    def report(self) -> dict[str, Any]:
+        """What ``loader.stats["processes"]`` shows: how the workers were started."""
+        return {"start_method": self.start_method, "asked": self.start_asked,
+                "why_not_fork": self.start_why, "start_s": round(self.start_s, 4)}
 
     def configure(self, spec: shm.ArenaSpec, plan: BatchPlan, *, probe: bool = True) -> None:
         """Map the arena ``spec`` in every worker and give them ``plan`` (once, called by

@@ -1,0 +1,112 @@
+"""``start_method="fork"``: whether forking the training process for process workers is
+safe now, and what a forked worker resets first.
+
+A forked worker starts in milliseconds and inherits the dataset and the transforms (no
+torch import, no pickling), as torch's DataLoader workers do on Linux. It also inherits
+the state of every other thread of the process at the instant of the fork: a lock one of
+them held (in the dataset, a logging handler, a library) stays held in the child forever,
+and the child hangs on it. So fork is used only when it is safe by rule, and otherwise the
+loader starts its workers with the forkserver and says why in ``loader.stats``
+(:func:`refusal`):
+
+* no other Python thread is alive in the process besides the one starting the workers
+  (``threading.enumerate()``: a metrics or checkpoint thread, another loader's result
+  reader, pytest-timeout's timer thread: each is a reason);
+* CUDA is not initialised, or the workers would not touch it: only a dataset that reads
+  into device memory does (a worker that calls CUDA itself gets torch's "Cannot
+  re-initialize CUDA in forked subprocess" as a :class:`feedline.errors.WorkerError`
+  whose fix names the forkserver);
+* Python 3.12 or later: the process has one OS thread (``/proc/self/task``; 3.12 warns
+  that a fork of a multi-threaded process may deadlock, and counts native threads such as
+  torch's intra-op pool too).
+
+In the child (:func:`after_fork_in_child`), before any job: the parent's Python signal
+handlers (a training script's SIGTERM checkpoint handler, feedline's deferred signals)
+are reset to the default, SIGINT is ignored (the parent handles Ctrl-C), and every object
+inherited from the parent is moved out of the garbage collector's reach (``gc.freeze``),
+so a collection in the worker never runs a parent object's finaliser (an arena's unlink, a
+file's close). Interpreter exit runs no ``atexit`` handler of the parent
+(multiprocessing's forked children end with ``os._exit``), and the worker never writes to
+the parent's pinned buffers: it fills only the shared-memory arena it maps after the fork.
+Dying with the parent is :func:`feedline.pipeline.workers_process` 's ``PR_SET_PDEATHSIG``,
+as for the other start methods.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+
+def refusal(ctx: Any = None) -> str | None:
+    """Why the calling thread must not fork process workers now, or ``None`` when it may.
+
+    ``ctx``: the workers' job context (a dataset reading into device memory touches CUDA).
+    """
+    me = threading.current_thread()
+    others = [t.name for t in threading.enumerate() if t is not me and t.is_alive()]
+    if others:
+        shown = ", ".join(sorted(others)[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
+        return (f"{len(others)} other thread(s) alive ({shown}): a lock one of them holds at the "
+                "fork would stay held in every worker")
+    if _cuda_initialised() and _workers_touch_cuda(ctx):
+        return ("CUDA is initialised and the dataset reads into device memory: a forked worker "
+                "cannot use CUDA")
+    if sys.version_info >= (3, 12):
+        native = os_threads()
+        if native > 1:
+            return (f"the process has {native} OS threads (native pools included): Python "
+                    f"{sys.version_info[0]}.{sys.version_info[1]} warns that fork may deadlock")
+    return None
+
+
+def os_threads() -> int:
+    """The threads of this process as the kernel counts them (1 where unknown)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _cuda_initialised() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:  # a torch without CUDA support
+        return False
+
+
+def _workers_touch_cuda(ctx: Any) -> bool:
+    source = getattr(ctx, "source", None)
+    dataset = getattr(source, "dataset", source)
+    backend = getattr(dataset, "backend", None)
+    return getattr(backend, "name", None) == "gds"
+
+
+CUDA_IN_FORK = "Cannot re-initialize CUDA in forked subprocess"
+"""torch's message when a forked worker calls CUDA."""
+
+CUDA_IN_FORK_FIX = ('keep CUDA out of decode=/transform= (move batches to the GPU in the loop, '
+                    'or use device=), or use start_method="forkserver"')
+
+
+def after_fork_in_child() -> None:
+    """What a forked worker resets before its first job (see the module docstring)."""
+    gc.freeze()  # inherited objects: never collected (nor finalised) in the worker
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+        if callable(handler):  # a Python handler of the parent's
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (ValueError, OSError):
+                continue
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
