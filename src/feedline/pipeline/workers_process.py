@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import gc
 import itertools
-import time
 import multiprocessing as mp
 import os
 import pickle
@@ -626,7 +625,7 @@ class ProcessWorkers:
                     proc.start()
                 except (pickle.PicklingError, TypeError, AttributeError) as exc:
                     parent.close()
-                    raise _start_pickling_error(ctx, custom_collate, exc) from exc
+                    raise _start_pickling_error(ctx, custom_collate, exc, self.start_why) from exc
                 except (ConnectionError, EOFError) as exc:  # before OSError: a subclass
                     parent.close()
                     raise _server_gone(exc, start_method) from exc
@@ -857,8 +856,11 @@ class ProcessWorkers:
             self.arena.close()
 
 
-def _start_pickling_error(ctx: Context, custom_collate: Any, exc: BaseException) -> ConfigError:
-    """Starting a process worker pickles the job context: name the argument that does not."""
+def _start_pickling_error(ctx: Context, custom_collate: Any, exc: BaseException,
+                          why_not_fork: str | None = None) -> ConfigError:
+    """Starting a process worker pickles the job context: name the argument that does not
+    (and, where ``start_method="fork"`` was asked for, why it was not used: a forked worker
+    would have inherited it unpickled)."""
     parts = {"transform=": ctx.transform, "collate=": custom_collate, "stages=": ctx.stages,
              "decode=": ctx.decoders, "the dataset": ctx.source}
     name = "an argument"
@@ -868,8 +870,9 @@ def _start_pickling_error(ctx: Context, custom_collate: Any, exc: BaseException)
         except Exception:  # any failure names the culprit
             name = candidate
             break
+    refused = f' (start_method="fork" was not used: {why_not_fork})' if why_not_fork else ""
     return ConfigError(
-        f"process workers cannot receive {name}: it does not pickle ({exc})",
+        f"process workers cannot receive {name}: it does not pickle ({exc}){refused}",
         fix="define functions at module level (not lambdas or closures) and keep locks, open files "
             'and sockets out of them, or use worker_type="thread"',
     )

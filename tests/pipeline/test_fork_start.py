@@ -1,0 +1,191 @@
+"""``start_method="fork"``: workers forked from the training process, only where it is safe.
+
+The runs that must fork happen in a fresh interpreter (a training script): pytest's own
+process has pytest-timeout's timer thread alive, which is exactly a reason to refuse, and
+that refusal is what the in-process test checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from loader_helpers import Numbers, batch_ids, make_packed
+
+import feedline
+from feedline.errors import ConfigError
+from feedline.pipeline import forking
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r'''
+import json, os, signal, sys
+import numpy as np
+import feedline
+
+mode, ds, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def on_term(signum, frame):  # the training script's own handler: never run by a worker
+    with open(marker, "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+signal.signal(signal.SIGTERM, on_term)
+
+
+def make(kind, method="fork"):
+    return feedline.Loader(ds, batch_size=8, workers=2, worker_type=kind, start_method=method,
+                           shuffle=True, seed=3)
+
+
+def take(loader, epochs=2, stop=None):
+    got = []
+    for epoch in range(loader.epoch, epochs):
+        loader.set_epoch(epoch)
+        for b in loader:
+            got.append([b["__key__"], int(b["jpg"].sum()), b["cls"].tolist()])
+            if stop is not None and len(got) == stop:
+                return got
+    return got
+
+
+def pids(loader):
+    return [p.pid for p in loader._rt.pool_workers._procs.values()]
+
+
+if mode == "same":
+    out = {}
+    with make("thread") as loader:
+        out["thread"] = take(loader)
+    with make("process") as loader:
+        out["fork"] = take(loader)
+        out["stats"] = loader.stats["processes"]
+        out["workers"] = pids(loader)
+    with make("process") as loader:  # resume in the middle of epoch 0
+        head = take(loader, stop=3)
+        state = json.loads(json.dumps(loader.state_dict()))
+    with make("process") as loader:
+        loader.load_state_dict(state)
+        out["resumed"] = head + take(loader)
+        procs = loader._rt.pool_workers._procs
+        victim = next(iter(procs.values()))
+        os.kill(victim.pid, signal.SIGTERM)  # the parent's SIGTERM handler must not run there
+        victim.join(10)
+        out["term_exitcode"] = victim.exitcode
+    print("RESULT " + json.dumps(out), flush=True)
+else:  # "kill": report the workers, then wait to be SIGKILLed
+    loader = make("process")
+    it = iter(loader)
+    next(it)
+    print("RESULT " + json.dumps({"workers": pids(loader), "stats": loader.stats["processes"]}),
+          flush=True)
+    sys.stdin.read()
+'''
+
+
+def _script(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[str], Path]:
+    ds = make_packed(tmp_path / "data")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    marker = tmp_path / "parent_handler_ran"
+    env = {**os.environ, "PYTHONPATH": os.fspath(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, os.fspath(script), mode, os.fspath(ds), os.fspath(marker)],
+                            env=env, cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, marker
+
+
+def _result(proc: subprocess.Popen[str]) -> dict:  # type: ignore[type-arg]
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])  # type: ignore[no-any-return]
+    proc.wait(30)
+    assert proc.stderr is not None
+    raise AssertionError(f"no result (exit {proc.returncode}):\n{proc.stderr.read()[-3000:]}")
+
+
+@pytest.mark.timeout(120)
+def test_forked_workers_give_the_thread_batches_resume_and_ignore_the_parents_handlers(
+        tmp_path: Path) -> None:
+    proc, marker = _script(tmp_path, "same")
+    out = _result(proc)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert out["stats"]["start_method"] == "fork", out["stats"]
+    assert out["stats"]["why_not_fork"] is None
+    assert out["thread"] and out["fork"] == out["thread"]  # keys, pixels, labels, order
+    assert out["resumed"] == out["thread"]
+    assert out["term_exitcode"] == -signal.SIGTERM  # died of it: the default action
+    assert not marker.exists(), marker.read_text()  # the parent's handler never ran in a worker
+    assert all(not _alive(pid) for pid in out["workers"])  # closed loaders left no worker
+
+
+@pytest.mark.timeout(60)
+def test_forked_workers_die_with_a_killed_parent_and_leave_no_shm(tmp_path: Path) -> None:
+    proc, _ = _script(tmp_path, "kill")
+    out = _result(proc)
+    assert out["stats"]["start_method"] == "fork", out["stats"]
+    fds = [os.pidfd_open(pid) for pid in out["workers"]]
+    try:
+        proc.kill()
+        proc.wait(30)
+        for fd in fds:  # readable once the worker has exited
+            ready, _, _ = select.select([fd], [], [], 20)
+            assert ready, "a forked worker outlived its SIGKILLed parent"
+    finally:
+        for fd in fds:
+            os.close(fd)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.close(), proc.stdout.close(), proc.stderr.close()
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"feedline-{proc.pid}-")]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+def test_fork_falls_back_to_the_forkserver_while_another_thread_runs() -> None:
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, name="metrics-uploader", daemon=True)
+    other.start()
+    try:
+        with feedline.Loader(Numbers(32), batch_size=8, workers=2, worker_type="process",
+                             start_method="fork", shuffle=False) as loader:
+            got = [batch_ids(b) for b in loader]
+            stats = loader.stats["processes"]
+    finally:
+        done.set()
+        other.join()
+    assert got == [list(range(i, i + 8)) for i in range(0, 32, 8)]
+    assert stats["asked"] == "fork" and stats["start_method"] == "forkserver"
+    assert "metrics-uploader" in stats["why_not_fork"]
+
+
+def test_refusal_names_what_makes_fork_unsafe() -> None:
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, name="checkpointer", daemon=True)
+    other.start()
+    try:
+        why = forking.refusal()
+    finally:
+        done.set()
+        other.join()
+    assert why is not None and "checkpointer" in why and "lock" in why
+
+
+def test_an_unknown_start_method_names_the_three() -> None:
+    with pytest.raises(ConfigError, match='"forkserver", "spawn" or "fork"'):
+        feedline.Loader(Numbers(8), batch_size=4, worker_type="process", start_method="vfork")
