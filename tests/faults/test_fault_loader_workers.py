@@ -88,7 +88,7 @@ def test_while_workers_run_the_arena_has_no_name(tmp_path: Path, method: str) ->
         assert [i for b in it for i in ids(b)] == list(range(4, 32))
 
 
-@pytest.mark.parametrize("method", ["fork", "nonsense"])
+@pytest.mark.parametrize("method", ["vfork", "nonsense"])
 def test_an_unusable_start_method_is_refused_before_any_arena(method: str,
                                                              tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
