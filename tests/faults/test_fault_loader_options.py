@@ -178,17 +178,22 @@ def test_skip_that_runs_out_of_samples_says_which_stage_fails() -> None:
 
 @pytest.mark.timeout(120)
 def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> None:
-    """Process workers import the training script again (forkserver/spawn): one that starts
-    its loader at import time gets the guard as the fix, in the worker and in the parent."""
+    """Process workers started by the forkserver (or spawn) import the training script again:
+    one that starts its loader at import time gets the guard as the fix, in the worker and in
+    the parent. Forked workers (the default where safe) import nothing: it runs as is."""
     script = tmp_path / "train_unguarded.py"
-    script.write_text(
-        "import numpy as np, feedline\n"
-        "class Data:\n"
-        "    def __len__(self): return 16\n"
-        "    def __getitem__(self, i): return {'x': np.full(2, i, np.float32)}\n"
-        "loader = feedline.Loader(Data(), batch_size=4, workers=1, worker_type='process')\n"
-        "print(sum(1 for _ in loader))\n", encoding="utf-8")
+    text = ("import numpy as np, feedline\n"
+            "class Data:\n"
+            "    def __len__(self): return 16\n"
+            "    def __getitem__(self, i): return {'x': np.full(2, i, np.float32)}\n"
+            "loader = feedline.Loader(Data(), batch_size=4, workers=1, worker_type='process'METHOD)\n"
+            "print(sum(1 for _ in loader))\n")
     env = {**os.environ, "PYTHONPATH": str(Path(feedline.__file__).resolve().parents[1])}
+    script.write_text(text.replace("METHOD", ""), encoding="utf-8")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
+                         cwd=tmp_path, env=env)
+    assert run.returncode == 0 and run.stdout.strip() == "4", run.stderr  # forked: no re-import
+    script.write_text(text.replace("METHOD", ", start_method='forkserver'"), encoding="utf-8")
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
                          cwd=tmp_path, env=env)
     assert run.returncode != 0

@@ -1,5 +1,5 @@
-"""Process workers start from a forkserver that has imported torch once (the default
-start method), so a worker does not import torch again when it imports the training script,
+"""Process workers started by the forkserver (``start_method="forkserver"``, used where
+fork is not safe) come from a server that has imported torch once, so a worker does not import torch again when it imports the training script,
 and every loader of the process shares the server. Checked from inside the workers of a
 training-style script (``import torch`` at the top), not by timing."""
 
@@ -33,7 +33,7 @@ class Squares:
 
 
 if __name__ == "__main__":
-    kw = {} if sys.argv[1] == "default" else {"start_method": sys.argv[1]}
+    kw = {"start_method": sys.argv[1]}
     for _ in range(2):  # a training loader, then a validation loader
         with feedline.Loader(Squares(), batch_size=4, workers=2, worker_type="process",
                              shuffle=False, **kw) as loader:
@@ -58,7 +58,7 @@ def _run(tmp_path: Path, method: str) -> tuple[int, list[tuple[bool, int]]]:
 
 @pytest.mark.timeout(300)
 def test_workers_fork_from_a_server_that_imported_torch(tmp_path: Path) -> None:
-    pid, workers = _run(tmp_path, "default")
+    pid, workers = _run(tmp_path, "forkserver")
     assert len(workers) == 4  # two loaders of two workers
     assert all(already for already, _ in workers), workers  # torch came with the fork
     servers = {ppid for _, ppid in workers}

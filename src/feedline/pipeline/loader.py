@@ -124,14 +124,14 @@ class Loader:
         in_order: deliver batches in order; ``False`` delivers whichever is ready first.
         rank, world_size: explicit sharding without a process group.
         shm_dir: where process workers' shared-memory arena lives.
-        start_method: ``"forkserver"`` (default) or ``"spawn"`` for process workers. The
-            forkserver imports torch once and is shared by every loader of the process, so
-            workers start in a fraction of a second after the first loader's (with
-            ``spawn`` every worker imports the training script and torch again), or
-            ``"fork"``: workers forked from the training process (milliseconds, the dataset
-            inherited, not pickled), used only where it is safe (no other thread alive, no
-            CUDA the workers need: :mod:`feedline.pipeline.forking`), else the forkserver;
-            ``stats["processes"]`` says which was used and why.
+        start_method: how process workers start. ``"fork"`` (default): forked from the
+            training process (milliseconds, the dataset inherited, not pickled, the script
+            not imported again), used only where it is safe (no other thread alive, no CUDA
+            the workers need: :mod:`feedline.pipeline.forking`), else the forkserver;
+            ``stats["processes"]`` says which was used and why. ``"forkserver"``: the
+            server imports torch once (seconds, for the first loader of the process) and
+            every loader's workers are forked from it; ``"spawn"``: every worker imports
+            the training script and torch again.
         limits: decode size bounds (:class:`feedline.decode.Limits`).
         placement: ``"auto"`` (default) runs the workers on the CPUs of the target GPU's
             NUMA node and first-touches slot memory there, on a multi-socket host;
@@ -190,7 +190,7 @@ class Loader:
         collate: Callable[[list[Any]], Any] | None = None, process_group: Any = None,
         on_error: str = "raise", timeout: float | str | None = None, in_order: bool = True,
         *, rank: int | None = None, world_size: int | None = None,
-        shm_dir: str = "/dev/shm", start_method: str = "forkserver", limits: Limits | None = None,
+        shm_dir: str = "/dev/shm", start_method: str = "fork", limits: Limits | None = None,
         placement: str | Placement = "auto",
         decode_on: str | JpegBatchDecoder = "cpu", decode_size: tuple[int, int] | None = None,
         stages: Sequence[Stage] = (),

@@ -33,8 +33,8 @@ DATALOADER_NAMES: dict[str, str] = {
     "collate_fn": "use collate=",
     "worker_init_fn": "use transform= (runs in the workers) or set up state lazily in "
                       "the dataset",
-    "multiprocessing_context": 'use worker_type="process" with start_method="forkserver", '
-                               '"spawn" or "fork"',
+    "multiprocessing_context": 'use worker_type="process" with start_method="fork" (the '
+                               'default, where safe), "forkserver" or "spawn"',
     "sampler": "remove it: the order comes from shuffle= and seed=; sharding from "
                "process_group= or rank=/world_size=",
     "batch_sampler": "remove it: use batch_size=, shuffle=, seed= and drop_last=",
@@ -156,8 +156,8 @@ def check_processes(worker_type: str, start_method: Any, shm_dir: Any) -> None:
         raise ConfigError(
             f'start_method must be "forkserver", "spawn" or "fork", got {start_method!r}',
             field="start_method",
-            fix='use "forkserver" (the default), or "fork" (used only where it is safe: '
-                "see feedline.pipeline.forking)",
+            fix='use "fork" (the default; used only where it is safe, else the forkserver: '
+                'see feedline.pipeline.forking), "forkserver" or "spawn"',
         )
     if worker_type != "process":
         return
