@@ -1,4 +1,4 @@
-"""``start_method="fork"``: whether forking the training process for process workers is
+"""``start_method="fork"`` (the default): whether forking the training process for process workers is
 safe now, and what a forked worker resets first.
 
 A forked worker starts in milliseconds and inherits the dataset and the transforms (no
