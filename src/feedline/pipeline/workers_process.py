@@ -718,6 +718,8 @@ class ProcessWorkers:
         fix = "see the worker's stderr above"
         if starting:
             fix += f"; a worker that dies while starting usually means: {GUARD_FIX}"
+            if self.start_why is not None:
+                fix += f' (start_method="fork" was not used: {self.start_why})'
         return WorkerDied(f"process worker exited with code {code}", worker=name,
                           exitcode=code, fix=fix)
 
