@@ -189,3 +189,46 @@ def test_refusal_names_what_makes_fork_unsafe() -> None:
 def test_an_unknown_start_method_names_the_three() -> None:
     with pytest.raises(ConfigError, match='"forkserver", "spawn" or "fork"'):
         feedline.Loader(Numbers(8), batch_size=4, worker_type="process", start_method="vfork")
+
+
+OPENMP_SCRIPT = r'''
+import numpy as np, torch, feedline
+
+
+class Matmuls:
+    """Each sample runs torch's intra-op pool (a matmul big enough to go parallel)."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        x = torch.randn(64, 128, 128)
+        y = (x @ x.transpose(1, 2)).sum()
+        return {"y": np.float32(y), "threads": np.int64(torch.get_num_threads())}
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    a = torch.randn(1000, 1000)
+    for _ in range(3):
+        a = a @ a / 1000  # the parent has started its OpenMP pool before the fork
+    loader = feedline.Loader(Matmuls(), batch_size=4, workers=2, worker_type="process",
+                             start_method="fork", shuffle=False, device="cpu")
+    threads = {int(t) for b in loader for t in b["threads"]}
+    assert loader.stats["processes"]["start_method"] == "fork", loader.stats["processes"]
+    print("worker threads", sorted(threads))
+'''
+
+
+@pytest.mark.timeout(120)
+def test_forked_workers_run_torch_ops_on_one_thread_after_the_parent_used_its_pool(
+        tmp_path: Path) -> None:
+    """A forked worker entering the OpenMP pool its parent had started hung for ever (the
+    pool's threads are not forked with it); workers run torch ops on one thread, as torch
+    DataLoader's do."""
+    script = tmp_path / "omp.py"
+    script.write_text(OPENMP_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "worker threads [1]" in proc.stdout

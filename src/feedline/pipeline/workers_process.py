@@ -185,12 +185,23 @@ def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
         forking.after_fork_in_child()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
+    _one_intra_op_thread()
     if placement is not None:
         placement.apply()  # this process's CPUs: the target GPU's NUMA node
     try:
         _Worker(conn, ctx, name, batch_size, custom_collate, timed).serve()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the training process is gone (killed): nobody wants the batch, exit quietly
+
+
+def _one_intra_op_thread() -> None:
+    """torch ops in a worker (a transform's matmul or resize) run on one thread, as in torch
+    DataLoader's workers: N workers x the cores' worth of intra-op threads would oversubscribe
+    the host, and a forked worker entering an OpenMP region of the pool the parent had
+    started hangs for ever (libgomp's threads are not forked with it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def _die_with_parent() -> None:
