@@ -35,7 +35,7 @@ import feedline
 
 def epoch():
     with feedline.Loader(Numbers(32), batch_size=4, workers=2, worker_type="process",
-                         shuffle=False) as loader:
+                         start_method="forkserver", shuffle=False) as loader:
         return sorted(i for b in loader for i in ids(b)) == list(range(32))
 
 if __name__ == "__main__":
@@ -46,7 +46,7 @@ if __name__ == "__main__":
     print("AFTER", epoch())
     try:                              # the same while a loader runs: its workers go with it
         with feedline.Loader(Numbers(4000), batch_size=4, workers=2, worker_type="process",
-                             shuffle=False) as loader:
+                             start_method="forkserver", shuffle=False) as loader:
             for n, _ in enumerate(loader):
                 if n == 3:
                     os.kill(forkserver._forkserver._forkserver_pid, signal.SIGKILL)
@@ -79,7 +79,8 @@ from feedline.errors import WorkerDied
 if __name__ == "__main__":
     multiprocessing.set_executable("/bin/false")   # an interpreter that exits at once
     try:
-        with feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process") as loader:
+        with feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process",
+                         start_method="forkserver") as loader:
             next(iter(loader))
     except WorkerDied as e:
         print("WORKERDIED", e.stage, "spawn" in (e.fix or ""))
@@ -107,10 +108,14 @@ from faults_helpers import Numbers
 import feedline
 from feedline.errors import ConfigError
 try:
-    with feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process") as loader:
+    with feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process",
+                         start_method="forkserver") as loader:
         next(iter(loader))
 except ConfigError as e:
     print("CONFIGERROR", e.field, "thread" in (e.fix or ""))
+with feedline.Loader(Numbers(16), batch_size=4, workers=2, worker_type="process") as loader:
+    n = sum(1 for _ in loader)
+    print("FORKED", loader.stats["processes"]["start_method"], n)
 """
 
 
@@ -122,5 +127,6 @@ def test_process_workers_for_a_script_read_from_stdin_are_refused_saying_why() -
                          text=True, timeout=50)  # python - < train.py, a heredoc
     assert res.returncode == 0, res.stderr[-3000:]
     assert "CONFIGERROR worker_type True" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert "FORKED fork 4" in res.stdout, res.stdout  # fork re-imports nothing: it runs
     assert "Traceback" not in res.stderr, res.stderr[-3000:]  # before: each worker's, and
     # WorkerDied "exited with code 1" whose fix said to add an `if __name__` guard

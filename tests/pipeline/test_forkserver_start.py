@@ -105,7 +105,7 @@ class Squares:
 if __name__ == "__main__":
     for _ in range(2):  # a training loader, then a validation loader
         with feedline.Loader(Squares(), batch_size=4, workers=2, worker_type="process",
-                             shuffle=False) as loader:
+                             start_method="forkserver", shuffle=False) as loader:
             assert sum(len(b["x"]) for b in loader) == 16
     print(os.getpid())
 '''
