@@ -15,7 +15,7 @@ from loader_helpers import Numbers, batch_ids
 
 import feedline
 from feedline.pipeline import auto
-from feedline.pipeline.workers_process import _guarded_blocks, unguarded_main
+from feedline.pipeline.main_script import _guarded_blocks, unguarded_main
 
 
 @pytest.fixture

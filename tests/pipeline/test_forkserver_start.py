@@ -135,7 +135,7 @@ def test_packages_of_looks_one_level_into_the_dataset() -> None:
     import json
     import textwrap
 
-    from feedline.pipeline.workers_process import packages_of
+    from feedline.pipeline.forkserver import packages_of
 
     class Holder:  # this test module's class: its own package is named, builtins are not
         def __init__(self) -> None:

@@ -1,7 +1,9 @@
 """feedline.pipeline: the loader.
 
 ``Loader`` composes sampling (``sampler``), the worker pool (``workers_thread``
-/ ``workers_process``), collate into slots (``collate``, ``slots``) and the
+/ ``workers_process``, started by ``forking`` where fork is safe, else by the
+``forkserver``; ``main_script`` says when the script cannot start them), collate into
+slots (``collate``, ``slots``) and the
 transfer engine (``transfer``); ``wrap`` adds copy-stream prefetch to an
 existing ``torch.utils.data.DataLoader``. Names load lazily so that process
 workers importing this package do not import torch unless they need it.

@@ -34,17 +34,16 @@ from feedline.pipeline.auto import AutoChoice, thread_clock
 from feedline.pipeline.device_decode import DeviceDecode
 from feedline.pipeline.gauges import Gauges
 from feedline.pipeline.jobs import Context, Job, prepare
-from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_batch
-from feedline.pipeline.scheduler import Scheduler
-from feedline.pipeline.slots import Fence, Slot, SlotPool
-from feedline.pipeline.transfer import Engine
-from feedline.pipeline.workers_process import (
-    ProcessWorkers,
-    Result,
+from feedline.pipeline.main_script import (
     main_references,
     refuse_while_bootstrapping,
     unguarded_main,
 )
+from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_batch
+from feedline.pipeline.scheduler import Scheduler
+from feedline.pipeline.slots import Fence, Slot, SlotPool
+from feedline.pipeline.transfer import Engine
+from feedline.pipeline.workers_process import ProcessWorkers, Result
 from feedline.pipeline.workers_thread import ThreadWorkers
 from feedline.placement import Placement
 

@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -40,7 +40,14 @@ from typing import Any
 from feedline import spans
 from feedline.errors import ConfigError, ResourceError, WorkerDied, WorkerError
 from feedline.pipeline import _by_reference, collate, forking, shm
+from feedline.pipeline.forkserver import (
+    forkserver_died,
+    packages_of,
+    preload_forkserver,
+    server_gone,
+)
 from feedline.pipeline.jobs import Context, Job, Record, prepare
+from feedline.pipeline.main_script import GUARD_FIX, main_from_stream, refuse_while_bootstrapping
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
 from feedline.placement import Placement
 
@@ -243,271 +250,6 @@ def _unpicklable(res: Result) -> dict[str, str]:
     return {"field": "collate= result"} if res.custom is not None else {}
 
 
-GUARD_FIX = ("put the training code under `if __name__ == \"__main__\":` (process workers start "
-             "by forkserver or spawn, which import the script again), or use worker_type=\"thread\"")
-
-
-def refuse_while_bootstrapping(what: str) -> None:
-    """Refuse to run a loader in a process that is still importing the training script as
-    a spawn/forkserver worker (a script without a ``__main__`` guard): the script's own
-    loop would run again in every worker, unseen.
-
-    Raises:
-        ConfigError: this process is such a worker.
-    """
-    if getattr(mp.current_process(), "_inheriting", False):
-        raise ConfigError(
-            "this process is a worker process (spawn or forkserver) importing the training "
-            f"script, and the script {what} at import time", fix=GUARD_FIX)
-
-def unguarded_main() -> str | None:
-    """Why process workers must not start for a loop run from here, or ``None``.
-
-    A spawn/forkserver worker imports the training script (``__main__``) again, running
-    its top level up to the loop (a model built, a GPU touched) before
-    :func:`refuse_while_bootstrapping` stops it. So where the caller's stack runs the
-    script's top level outside an ``if __name__ == "__main__":`` block (read from the
-    script's source), ``worker_type="auto"`` stays on threads instead; likewise for a
-    script read from stdin (:func:`main_references`). A script whose source cannot be
-    parsed, or a ``__main__`` without a file (``-c``, a notebook: the workers do not
-    import it), passes here (:func:`main_references` checks what the workers load).
-    """
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if not isinstance(path, str) or main is None:
-        return None
-    if not os.path.isfile(path):
-        return main_references()
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
-            blocks = _guarded_blocks(path)
-            if blocks is None or any(a <= frame.f_lineno <= b for a, b in blocks):
-                return None
-            return (f"the script {os.path.basename(path)} runs the loop at its top level (line "
-                    f"{frame.f_lineno}) without an `if __name__ == \"__main__\":` guard: process "
-                    "workers would run it again")
-        frame = frame.f_back  # type: ignore[assignment]
-    return None
-
-
-def _guarded_blocks(path: str) -> list[tuple[int, int]] | None:
-    """The line ranges of the top-level ``if __name__ == "__main__":`` blocks of the script
-    at ``path`` (``None`` when it cannot be read or parsed); read once per script."""
-    key = (path, os.stat(path).st_mtime_ns) if os.path.exists(path) else (path, 0)
-    if key not in _GUARDS:
-        import ast
-
-        try:
-            with open(path, "rb") as f:
-                tree = ast.parse(f.read())
-        except (OSError, SyntaxError, ValueError):
-            _GUARDS[key] = None
-        else:
-            def guard(test: ast.expr) -> bool:
-                if not (isinstance(test, ast.Compare) and len(test.ops) == 1
-                        and isinstance(test.ops[0], ast.Eq)):
-                    return False
-                sides = [test.left, test.comparators[0]]
-                return (any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
-                        and any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides))
-            _GUARDS[key] = [(n.lineno, n.end_lineno or n.lineno) for n in tree.body
-                            if isinstance(n, ast.If) and guard(n.test)]
-    return _GUARDS[key]
-
-
-_GUARDS: dict[tuple[str, int], list[tuple[int, int]] | None] = {}
-
-
-def main_from_stream() -> str | None:
-    """Why no process worker can start from this script, or ``None``: it was read from
-    stdin (``python - < train.py``, a heredoc) or a file since deleted, so
-    ``__main__.__file__`` names no file, and every spawn/forkserver worker dies at start
-    trying to import it again (multiprocessing runs ``__main__``'s path in each)."""
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    if not isinstance(path, str) or os.path.isfile(path):
-        return None
-    return (f"the script was read from {path}, not a file: process workers import the "
-            "script again and cannot; run it as a file")
-
-
-def main_references(*objs: Any) -> str | None:
-    """Why process workers cannot load ``objs``, or ``None``. A script read from stdin
-    (``__main__.__file__`` is ``"<stdin>"``) cannot be imported again by any worker. With
-    a ``__main__`` that has no file (``python -c``, a notebook), anything of ``objs``
-    defined there (a dataset class, a transform) pickles as a reference the workers cannot
-    resolve (they do not import such a ``__main__``). Either way each worker would die
-    while starting, printing why."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or (isinstance(path, str) and os.path.isfile(path)):
-        return None
-    streamed = main_from_stream()
-    if streamed:
-        return streamed
-    try:
-        data = pickle.dumps(objs)
-    except Exception as exc:  # the start would fail the same way, saying so
-        return f"what the workers need does not pickle ({type(exc).__name__}: {exc})"
-    if b"__main__" not in data:
-        return None
-    return ("the dataset or a function is defined in __main__, which has no file (stdin, "
-            "python -c, a notebook): process workers cannot import it; define it in a module")
-
-
-PRELOAD = ("torch", "numpy")
-"""Modules the forkserver imports once, when the parent has them (see preload_forkserver)."""
-
-
-def packages_of(*objs: Any) -> list[str]:
-    """The top-level packages, already imported here, that unpickling ``objs`` imports.
-
-    Looks at each object's class (or, for a function, its module) and one level into its
-    attributes and containers: a torchvision ``ImageFolder`` gives ``torchvision``, a
-    dataset class of the user's module ``mydata`` holding a torchvision ``Compose`` gives
-    ``mydata`` and ``torchvision``. ``__main__``, builtins and modules not imported in this
-    process are left out. Cheap: nothing is pickled.
-    """
-    found: dict[str, None] = {}
-
-    def note(obj: Any) -> None:
-        mod = obj.__module__ if callable(obj) and hasattr(obj, "__code__") else type(obj).__module__
-        top = str(mod or "").partition(".")[0]
-        if top and top not in ("__main__", "builtins") and top in sys.modules:
-            found.setdefault(top)
-
-    for obj in objs:
-        if obj is None:
-            continue
-        note(obj)
-        attrs = getattr(obj, "__dict__", None)
-        members = list(attrs.values()) if isinstance(attrs, dict) else []
-        for value in members:
-            note(value)
-            if isinstance(value, (list, tuple)):
-                for item in value[:64]:  # a Compose's transforms; not a dataset's samples
-                    note(item)
-    return list(found)
-
-
-def preload_forkserver(mpctx: Any, packages: Sequence[str] = ()) -> None:
-    """Let the forkserver import, once, what every worker would import again.
-
-    A worker imports the training script (``__main__``: pickled functions live there), so
-    with ``spawn`` every worker of every loader imports torch again: seconds each, all at
-    once. Forked from a server that imported them, workers start with them loaded (the
-    server itself is shared by every loader of the process: a second loader's workers
-    start in a fraction of a second). CPython 3.11's own ``__main__`` preload never runs
-    (a key mismatch in ``multiprocessing.forkserver``), hence the heavy modules by name:
-    :data:`PRELOAD` when the parent has imported them, this module, and ``packages``: those
-    the first loader's dataset, transform and collate come from (:func:`packages_of`;
-    without them every worker of every loader imports torchvision again: 2 s per loader
-    on a busy 2-core host). Only takes effect before the server starts; modules already
-    asked for are kept. Imports are not CUDA: the server never touches the GPU.
-    """
-    from multiprocessing import forkserver
-
-    _revive_forkserver()
-    current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
-    wanted = [m for m in (*PRELOAD, *packages, __name__) if m == __name__ or m in sys.modules]
-    mpctx.set_forkserver_preload(current + [m for m in wanted if m not in current])
-
-
-_lost_servers: list[int] = []  # "alive" pipes of unreachable forkservers: their workers live on
-
-
-def _revive_forkserver() -> None:
-    """Start a new forkserver when the running one can no longer be reached.
-
-    Its socket lives in multiprocessing's temporary folder (``$TMPDIR/pymp-*``), which a
-    temp cleaner (systemd-tmpfiles, tmpreaper) may delete during a run of days: every
-    later loader then failed to start its workers with a bare ``FileNotFoundError``. The
-    folder is made again and the next worker start launches a new server. The old server
-    is not stopped (the workers of loaders still running were forked by it and end with
-    it): its "alive" pipe is kept open until this process exits.
-
-    The server itself may have died (the OOM killer picks it: it holds torch; a ``kill``):
-    every later loader then failed with a bare ``EOFError: unexpected EOF``. It is reaped
-    and its "alive" pipe closed, and the next worker start launches a new one.
-    """
-    from multiprocessing import forkserver, process
-
-    server = getattr(forkserver, "_forkserver", None)
-    address = getattr(server, "_forkserver_address", None)
-    tempdir = getattr(process.current_process(), "_config", {}).get("tempdir")
-    if tempdir and not os.path.isdir(tempdir):
-        os.makedirs(tempdir, mode=0o700, exist_ok=True)
-    if server is None or not isinstance(address, str):
-        return
-    if _server_died(getattr(server, "_forkserver_pid", None)):
-        _forget_server(server)
-        return
-    if address.startswith("\0") or os.path.exists(address):
-        return
-    with server._lock:
-        if server._forkserver_alive_fd is not None:
-            _lost_servers.append(server._forkserver_alive_fd)
-        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
-
-
-def _forget_server(server: Any) -> None:
-    """Drop a dead (and reaped) forkserver: the next worker start launches a new one."""
-    with server._lock:
-        if server._forkserver_alive_fd is not None:
-            os.close(server._forkserver_alive_fd)
-        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
-
-
-def _forkserver_died(wait: float) -> bool:
-    """Whether this process's forkserver has died (then it is reaped and forgotten)."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    if server is None or not _server_died(getattr(server, "_forkserver_pid", None), wait):
-        return False
-    _forget_server(server)
-    return True
-
-
-def _server_died(pid: Any, wait: float = 0.0) -> bool:
-    """Whether the forkserver ``pid`` (a child of this process) has exited, waiting up to
-    ``wait`` seconds for it to (an error path that saw its socket close: it is exiting);
-    reaps it."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    deadline = time.monotonic() + wait
-    while not _exited(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
-def _exited(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:  # not a child of ours (or reaped already): ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return False
-        return False
-    return done == pid
-
-
-def _server_gone(exc: BaseException, start_method: str) -> WorkerDied:
-    """The error for a worker start that found no server to fork it (it could not start:
-    an interpreter that cannot run, a failing ``sitecustomize``; it died at once)."""
-    return WorkerDied(
-        f"the {start_method} process that starts the workers did not answer "
-        f"({type(exc).__name__}: {exc}): it exited; its error, if it printed one, is above",
-        stage="start",
-        fix='check that sys.executable runs for this user; or use start_method="spawn" '
-            'or worker_type="thread"')
-
-
 def _out_of_descriptors(exc: OSError, started: int, count: int) -> BaseException:
     """The error for an ``OSError`` while starting worker ``started`` (0-based) of ``count``:
     out of file descriptors (each process worker holds a few in the training process:
@@ -565,7 +307,7 @@ class ProcessWorkers:
         on_layout: called in the reader thread with the layout the probe decided; it
             calls :meth:`configure` (or raises, failing the probe's job).
         batch_size: rows per batch (for the probe's arrays).
-        start_method: ``"forkserver"`` (see :func:`preload_forkserver`), ``"spawn"``, or
+        start_method: ``"forkserver"`` (see :func:`feedline.pipeline.forkserver.preload_forkserver`), ``"spawn"``, or
             ``"fork"``: used when :func:`forking.refusal` allows it, else the forkserver;
             :attr:`start_method` is the one used, :attr:`start_why` why fork was not.
         configured: the arena and plan when they are known before the workers start
@@ -639,7 +381,7 @@ class ProcessWorkers:
                     raise _start_pickling_error(ctx, custom_collate, exc, self.start_why) from exc
                 except (ConnectionError, EOFError) as exc:  # before OSError: a subclass
                     parent.close()
-                    raise _server_gone(exc, start_method) from exc
+                    raise server_gone(exc, start_method) from exc
                 except OSError as exc:
                     parent.close()
                     raise _out_of_descriptors(exc, i, count) from exc
@@ -719,7 +461,7 @@ class ProcessWorkers:
             sig = signal.Signals(-code).name
             return WorkerDied(f"process worker killed by {sig}", worker=name, signal=sig,
                               fix="check dmesg for the OOM killer; lower workers or batch_size")
-        if code == 255 and _forkserver_died(wait=1.0):  # multiprocessing's code
+        if code == 255 and forkserver_died(wait=1.0):  # multiprocessing's code
             return WorkerDied(  # for a worker whose forkserver vanished
                 "the forkserver that started the process workers died, and its workers with "
                 "it (killed: the OOM killer picks it, as it holds torch)", worker=name,
