@@ -51,6 +51,7 @@ class HandleBudget:
         self.reader = reader
         self.limit = default_budget() if limit is None else max(1, int(limit))
         self._open: set[ShardReadState] = set()
+        self._opening = 0  # opens under way (each holds a place in the budget)
         self._lock = threading.Lock()
         self._clock = itertools.count()
 
@@ -61,9 +62,23 @@ class HandleBudget:
     def __len__(self) -> int:
         return len(self._open)
 
-    def admit(self, state: ShardReadState) -> None:
-        """Record ``state``'s handle as open."""
+    def reserve(self) -> bool:
+        """Take a place for one open; whether the budget is full with it (make room
+        first). Threads opening shards at once each count, so together they stay within
+        the budget. Every reserve is followed by :meth:`admit` or :meth:`release`."""
         with self._lock:
+            self._opening += 1
+            return len(self._open) + self._opening > self.limit
+
+    def release(self) -> None:
+        """Give back a place taken by :meth:`reserve` whose open failed."""
+        with self._lock:
+            self._opening -= 1
+
+    def admit(self, state: ShardReadState) -> None:
+        """Record ``state``'s handle as open (its place from :meth:`reserve`)."""
+        with self._lock:
+            self._opening -= 1
             self._open.add(state)
 
     def forget(self, state: ShardReadState) -> None:
@@ -77,7 +92,8 @@ class HandleBudget:
         open), or every idle one with ``everything``; returns how many were closed."""
         with self._lock:
             others = sorted((s for s in self._open if s is not keep), key=lambda s: s.last_use)
-        excess = len(others) if everything else len(others) + 1 - self.limit + self.limit // 8
+            opening = self._opening
+        excess = len(others) if everything else len(others) + opening - self.limit + self.limit // 8
         closed = 0
         for victim in others:
             if closed >= excess:
@@ -122,18 +138,22 @@ class ShardReadState:
     def _open(self) -> Any:
         """Open the shard (under ``self._lock``), making room in the budget first."""
         budget = self.budget
-        if len(budget) >= budget.limit:
+        if budget.reserve():
             budget.make_room(self)
         try:
-            opened = budget.reader.open(self.entry.path)
-        except ResourceError:
-            if not budget.make_room(self, everything=True):
+            try:
+                opened = budget.reader.open(self.entry.path)
+            except ResourceError:
+                if not budget.make_room(self, everything=True):
+                    raise
+                opened = budget.reader.open(self.entry.path)
+            try:
+                self._check_stamp(opened)
+            except BaseException:
+                budget.reader.close(opened)
                 raise
-            opened = budget.reader.open(self.entry.path)
-        try:
-            self._check_stamp(opened)
         except BaseException:
-            budget.reader.close(opened)
+            budget.release()
             raise
         budget.admit(self)
         return opened
