@@ -187,6 +187,64 @@ def test_refusal_names_what_makes_fork_unsafe() -> None:
     assert why is not None and "checkpointer" in why and "lock" in why
 
 
+SIGCHLD_SCRIPT = r"""
+import json, os, signal
+import numpy as np
+import feedline
+from feedline.errors import WorkerDied
+
+
+class Dies:
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if i == 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"v": np.int64(i)}
+
+
+def reap(signum, frame):  # a server's handler: takes every child's status
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+if __name__ == "__main__":
+    out = {}
+    for mode, disposition in (("ignored", signal.SIG_IGN), ("handled", reap)):
+        signal.signal(signal.SIGCHLD, disposition)
+        loader = feedline.Loader(Dies(), batch_size=4, workers=2, worker_type="process", shuffle=False)
+        try:
+            for _ in loader:
+                pass
+            error = None
+        except WorkerDied as exc:
+            error = [exc.signal, str(exc)]
+        loader.close()  # raised ValueError on a worker the script had reaped
+        out[mode] = {"error": error, **loader.stats["processes"]}
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_fork_is_refused_while_sigchld_is_ignored_or_handled(tmp_path: Path) -> None:
+    # Before: forked workers were auto-reaped (SIG_IGN) or reaped by the script's handler, so a
+    # SIGKILLed worker was "exited with code None" and Loader.close() raised a raw ValueError.
+    script = tmp_path / "train.py"
+    script.write_text(SIGCHLD_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for mode in ("ignored", "handled"):
+        assert out[mode]["asked"] == "fork" and out[mode]["start_method"] == "forkserver"
+        assert f"SIGCHLD is {mode}" in out[mode]["why_not_fork"]
+        assert out[mode]["error"][0] == "SIGKILL", out[mode]["error"]
+
+
 def test_an_unknown_start_method_names_the_three() -> None:
     with pytest.raises(ConfigError, match='"forkserver", "spawn" or "fork"'):
         feedline.Loader(Numbers(8), batch_size=4, worker_type="process", start_method="vfork")

@@ -16,6 +16,12 @@ loader starts its workers with the forkserver and says why in ``loader.stats``
   into device memory does (a worker that calls CUDA itself gets torch's "Cannot
   re-initialize CUDA in forked subprocess" as a :class:`feedline.errors.WorkerError`
   whose fix names the forkserver);
+* ``SIGCHLD`` has its default disposition: a script that ignores it
+  (``signal.signal(SIGCHLD, SIG_IGN)``: the kernel then reaps every child at exit) or
+  handles it (a server's handler calling ``os.waitpid(-1, ...)``) would take the forked
+  workers' exit status, so a worker killed by the OOM killer would read as "exit code None"
+  and closing the loader would fail on a worker it cannot reap (the forkserver's workers
+  are the forkserver's children, out of that handler's reach);
 * Python 3.12 or later: the process has one OS thread (``/proc/self/task``; 3.12 warns
   that a fork of a multi-threaded process may deadlock, and counts native threads such as
   torch's intra-op pool too).
@@ -53,6 +59,11 @@ def refusal(ctx: Any = None) -> str | None:
         shown = ", ".join(sorted(others)[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
         return (f"{len(others)} other thread(s) alive ({shown}): a lock one of them holds at the "
                 "fork would stay held in every worker")
+    chld = signal.getsignal(signal.SIGCHLD)
+    if chld is not signal.SIG_DFL:
+        what = "ignored" if chld is signal.SIG_IGN else "handled by the script"
+        return (f"SIGCHLD is {what}: the workers' exit status (a kill, a crash) would be taken "
+                "before the loader could read it")
     if _cuda_initialised() and _workers_touch_cuda(ctx):
         return ("CUDA is initialised and the dataset reads into device memory: a forked worker "
                 "cannot use CUDA")

@@ -605,7 +605,10 @@ class ProcessWorkers:
         for conn in self._conns.values():
             conn.close()
         for proc in self._procs.values():
-            proc.close()
+            try:
+                proc.close()
+            except ValueError:  # exited, but its status was taken (SIGCHLD ignored or reaped
+                continue        # by a handler of the script since the start): nothing to free
         self._fail_all(WorkerDied("process workers closed", stage="close"))
         if self.arena is not None:
             self.arena.close()
