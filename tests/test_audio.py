@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 import wave
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def test_decode_wav_gives_the_samples_and_rate_of_every_pcm_width() -> None:
     u8 = rng.integers(0, 256, (30, 1))
     np.testing.assert_array_equal(audio.decode_wav(_wav(u8, 8000, width=1))["samples"], (u8 - 128) * 256)
     assert audio.to_float(np.array([-2**15, 2**15 - 1], np.int16)).tolist() == [-1.0, (2**15 - 1) / 2**15]
-    with pytest.raises(DecodeError, match="WAV unreadable"):
+    with pytest.raises(DecodeError, match="not a WAV file"):
         audio.decode_wav(b"RIFF not really")
 
 
@@ -83,3 +84,93 @@ def test_a_loader_batches_wavs_of_two_rates_and_layouts(tmp_path: Path, worker_t
     finally:
         loader.close()
     assert seen == lengths
+
+
+def _riff(tag: int, channels: int, rate: int, bits: int, payload: bytes, *, sub: int | None = None,
+          declared: int | None = None) -> bytes:
+    """A WAV written by hand: any format tag, WAVE_FORMAT_EXTENSIBLE with sub-format ``sub``,
+    a ``data`` size that may claim more than the file holds."""
+    block = channels * ((bits + 7) // 8)
+    head = struct.pack("<HHIIHH", 0xFFFE if sub is not None else tag, channels, rate, rate * block, block, bits)
+    if sub is not None:  # cbSize, valid bits, channel mask, then the sub-format GUID
+        head += struct.pack("<HHIH", 22, bits, 0, sub) + bytes.fromhex("000000001000800000aa00389b71")
+    data_size = len(payload) if declared is None else declared
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(head)) + head + b"LIST" + struct.pack("<I", 3) + b"abc\0"
+            + b"data" + struct.pack("<I", data_size) + payload)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def test_decode_wav_reads_float_and_extensible_files() -> None:
+    # Before: format 3 and WAVE_FORMAT_EXTENSIBLE were DecodeError 'unknown format: 3' / '65534'.
+    ramp = np.linspace(-1, 1, 60).reshape(30, 2)
+    for bits, dtype in ((32, "<f4"), (64, "<f8")):
+        for sub in (None, 3):
+            got = audio.decode_wav(_riff(3, 2, 44100, bits, ramp.astype(dtype).tobytes(), sub=sub))
+            assert got["rate"] == 44100 and got["samples"].dtype == np.float32
+            np.testing.assert_allclose(got["samples"], ramp, rtol=1e-6)
+    s16 = np.arange(-50, 50, dtype=np.int16).reshape(50, 2)
+    ext = audio.decode_wav(_riff(1, 2, 8000, 16, s16.tobytes(), sub=1))  # odd LIST chunk padded, skipped
+    np.testing.assert_array_equal(ext["samples"], s16)
+    clip = audio.ClipTransform(seconds=30 / 44100, rate=44100, channels=2, train=False)(
+        {"wav": audio.decode_wav(_riff(3, 2, 44100, 32, ramp.astype("<f4").tobytes()))})
+    np.testing.assert_allclose(clip["wav"], ramp.T, rtol=1e-6)
+
+
+def test_zero_frames_and_a_data_size_beyond_the_file() -> None:
+    empty = audio.decode_wav(_riff(1, 2, 8000, 16, b""))
+    assert empty["samples"].shape == (0, 2)
+    out = audio.ClipTransform(seconds=0.01, rate=8000)({"wav": empty})  # before: raw ValueError (reshape)
+    assert out["wav"].shape == (1, 80) and out["wav_frames"] == 0 and not out["wav"].any()
+    s16 = np.arange(100, dtype=np.int16).reshape(-1, 1)
+    for declared in (10**6, 2**30, 0xFFFFFFFF):  # cut off, a 1 GB claim, a streaming placeholder
+        got = audio.decode_wav(_riff(1, 1, 8000, 16, s16.tobytes() + b"\x01", declared=declared))
+        np.testing.assert_array_equal(got["samples"], s16)  # the whole frames present
+
+
+WAV = _riff(1, 1, 8000, 16, bytes(200))
+
+
+@pytest.mark.parametrize(("data", "match"), [
+    (b"", r"not a WAV file \(empty"),
+    (WAV[:8], "truncated: the file ends at byte 8"),
+    (WAV[:12], "no 'fmt ' chunk"),
+    (WAV[:30], "truncated: its 'fmt ' chunk ends at byte 30"),
+    (WAV[:36], "no 'data' chunk"),
+    (b"ID3\x03\x00" + bytes(60), r"not a WAV file \(starts with b'ID3"),
+    (b"\xff\xd8\xff\xe0" + bytes(60), "not a WAV file"),
+    (b"RIFX" + WAV[4:], "big-endian RIFX"),
+    (_riff(6, 1, 8000, 8, bytes(10)), r"compressed \(A-law\)"),
+    (_riff(0x55, 1, 8000, 16, bytes(10)), r"compressed \(MP3\)"),
+    (_riff(1, 0, 8000, 16, b""), "0 channel"),
+    (_riff(1, 1, 0, 16, bytes(10)), "at 0 Hz"),  # before: ZeroDivisionError in ClipTransform
+    (_riff(3, 1, 8000, 16, bytes(10)), "float of 16 bits"),
+], ids=["empty", "cut-in-riff", "cut-after-riff", "cut-in-fmt", "no-data", "mp3", "jpeg", "rifx", "alaw",
+        "mp3-in-riff", "0-channels", "0-hz", "float16"])
+def test_damaged_or_foreign_wav_bytes_are_decode_errors(data: bytes, match: str) -> None:
+    with pytest.raises(DecodeError, match=match) as info:
+        audio.decode_wav(data)
+    assert info.value.fix
+
+
+def test_a_bad_wav_in_a_loader_names_its_key(tmp_path: Path) -> None:
+    (tmp_path / "clips").mkdir()
+    for i in range(3):
+        (tmp_path / "clips" / f"c{i}.wav").write_bytes(_riff(1, 1, 8000, 16, bytes(200 * i)))  # c0: 0 frames
+    (tmp_path / "clips" / "bad.wav").write_bytes(b"ID3\x03 an mp3 under a .wav name")
+    pack([tmp_path / "clips"], tmp_path / "ds")
+    loader = feedline.Loader(tmp_path / "ds", batch_size=4, workers=1, shuffle=False, on_error="skip",
+                             decode={"wav": audio.decode_wav},
+                             transform=audio.ClipTransform(seconds=0.01, rate=8000, train=False))
+    try:
+        frames = {k: int(n) for b in loader for k, n in zip(b["__key__"], b["wav_frames"], strict=True)}
+    finally:
+        loader.close()
+    assert frames == {"c0": 0, "c1": 80, "c2": 80}
+    strict = feedline.Loader(tmp_path / "ds", batch_size=4, workers=1, shuffle=False,
+                             decode={"wav": audio.decode_wav})
+    try:
+        with pytest.raises(feedline.FeedlineError, match="not a WAV file") as info:
+            list(strict)
+    finally:
+        strict.close()
+    assert info.value.key == "bad" and info.value.field == "wav"
