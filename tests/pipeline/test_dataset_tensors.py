@@ -92,3 +92,42 @@ def test_views_of_one_small_storage_are_sent_once() -> None:
     back = pickle.loads(data)
     assert all(torch.equal(a, b) for a, b in zip(views, back, strict=True))
     assert len({v.untyped_storage().data_ptr() for v in back}) == 1  # still one storage
+
+
+def test_a_big_conjugate_view_keeps_its_values() -> None:
+    # a storage past SHARE_FROM went to torch's reducer as the view itself, which drops the
+    # conjugate/negative bit: 1+2j arrived as 1+2j instead of 1-2j
+    big = torch.full((_by_reference.SHARE_FROM // 8,), 1 + 2j, dtype=torch.complex64)
+    for view in (big.conj(), big.conj().imag):
+        back = pickle.loads(_by_reference.dumps(view))
+        assert torch.equal(back, view.resolve_conj().resolve_neg())
+
+
+class Numbered:
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"i": i}
+
+
+def many_small(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A collate that returns per-token tensors and complex views (what a custom collate may do)."""
+    return {"tokens": [torch.full((3,), s["i"]) for s in samples for _ in range(300)],
+            "conj": torch.tensor([1 + 2j, 3 - 4j]).conj(), "neg": torch.tensor([1 + 2j]).conj().imag,
+            "big_conj": torch.full((_by_reference.SHARE_FROM // 8,), 1 + 2j, dtype=torch.complex64).conj()}
+
+
+@pytest.mark.timeout(120)
+def test_a_collates_small_tensors_and_views_come_back_from_process_workers() -> None:
+    # the results went through torch's reducer: one shared-memory descriptor per tensor (2,400
+    # a batch: the workers died with "Too many open files", WorkerDied exit code 1) and
+    # .conj()/.imag views arrived without their bit (1-2j came back as 1+2j, -2 as 2)
+    with few_descriptors(400), feedline.Loader(Numbered(), batch_size=8, workers=2, worker_type="process",
+                                               shuffle=False, collate=many_small) as loader:
+        batches = list(loader)
+    assert [len(b["tokens"]) for b in batches] == [2400] * 4
+    assert torch.equal(batches[3]["tokens"][-1], torch.full((3,), 31))
+    for b in batches:
+        assert b["conj"].tolist() == [1 - 2j, 3 + 4j] and b["neg"].tolist() == [-2.0]
+        assert b["big_conj"].resolve_conj()[0].item() == 1 - 2j

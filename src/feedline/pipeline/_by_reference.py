@@ -1,4 +1,5 @@
-"""Pickle a process worker's job context with file-backed arrays sent by reference.
+"""Pickle a process worker's job context (and its results back) with file-backed arrays
+sent by reference and small tensors by value.
 
 A dataset that holds an ``np.memmap`` (nanoGPT's ``train.bin`` of uint16 tokens, a
 ``.npy`` opened with ``mmap_mode="r"``) pickles by default as its bytes: each process
@@ -11,7 +12,10 @@ file again (:func:`_remap`), read-only when the original was. An array whose dat
 lives in memory (a memmap's arithmetic result, a closed or negative-stride view) is
 pickled as usual. A torch CPU storage under :data:`SHARE_FROM` bytes goes by value (a
 list of many small tensors would otherwise take a file descriptor each), a larger one
-in shared memory as torch's reducer sends it.
+in shared memory as torch's reducer sends it. A worker's results (ragged fields, a
+custom collate's batch) go back through the same :func:`dumps`: a collate that returns
+thousands of small tensors took a descriptor each there too, and a ``.conj()`` view
+arrived unconjugated.
 """
 
 from __future__ import annotations
@@ -85,15 +89,21 @@ def _reduce_small_tensor(torch: Any, t: Any, seen: dict[tuple[int, int], np.ndar
     if (t.device.type != "cpu" or t.layout != torch.strided or t.requires_grad
             or t.is_quantized):
         return NotImplemented
-    if t.is_conj() or t.is_neg():
+    resolved = t.is_conj() or t.is_neg()
+    if resolved:
         # a new tensor: its storage is freed after this call, so no memo entry (its
         # address could come back for another one)
         t, seen = t.resolve_conj().resolve_neg(), {}
     reduced = _reduce_small_storage(torch, t.untyped_storage(), seen)
     if reduced is NotImplemented:
-        return NotImplemented
+        # a big storage: torch's reducer, given the values (not the view, whose bit it drops)
+        return (_same, (t,)) if resolved else NotImplemented
     data = reduced[1][0]
     return _tensor_from_bytes, (data, t.dtype, t.storage_offset(), tuple(t.shape), t.stride())
+
+
+def _same(obj: Any) -> Any:
+    return obj
 
 
 def _tensor_from_bytes(data: np.ndarray, dtype: Any, offset: int, size: tuple[int, ...],

@@ -228,9 +228,13 @@ def _die_with_parent() -> None:
 
 
 def _send(conn: Connection, res: Result) -> None:
-    """Send ``res``; one that does not pickle becomes an error naming the key and field."""
+    """Send ``res``; one that does not pickle becomes an error naming the key and field.
+
+    Pickled by :func:`_by_reference.dumps`: small tensors by value (torch's reducer took a
+    shared-memory descriptor per tensor: a collate returning 24,000 small tensors killed
+    the worker with "Too many open files"), conjugate and negative views as their values."""
     try:
-        conn.send(res)
+        conn.send_bytes(_by_reference.dumps(res))
     except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
         err = WorkerError(f"the batch cannot be sent to the training process: {exc}",
                           worker=res.worker, stage="send", **_unpicklable(res),
