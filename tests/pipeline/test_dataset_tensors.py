@@ -3,13 +3,18 @@ list of tokenised sentences, one small tensor each) and a big tensor sliced per 
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import resource
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,3 +136,51 @@ def test_a_collates_small_tensors_and_views_come_back_from_process_workers() -> 
     for b in batches:
         assert b["conj"].tolist() == [1 - 2j, 3 + 4j] and b["neg"].tolist() == [-2.0]
         assert b["big_conj"].resolve_conj()[0].item() == 1 - 2j
+
+
+
+COPY_ON_WRITE_SCRIPT = """
+import json, sys
+import numpy as np
+import feedline
+
+
+class CopyOnWrite:  # samples: slices of a copy-on-write map that __getitem__ changes in place
+    def __init__(self, path):
+        self.mm = np.memmap(path, dtype=np.float32, mode="c")
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        x = self.mm[i * 4:(i + 1) * 4]
+        x -= 1000  # private pages of this worker: the file keeps 0..31
+        return {"x": x}
+
+
+def as_list(samples):
+    return [s["x"] for s in samples]
+
+
+if __name__ == "__main__":
+    with feedline.Loader(CopyOnWrite(sys.argv[1]), batch_size=4, workers=1, worker_type="process",
+                         shuffle=False, collate=as_list) as loader:
+        got = np.concatenate([a for b in loader for a in b])
+        how = loader.stats["processes"]["start_method"]
+    print(json.dumps({"got": got.tolist(), "start_method": how}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_changed_copy_on_write_slice_comes_back_as_its_values(tmp_path: Path) -> None:
+    # results go with small tensors by value and memmaps by value too: a forked worker's
+    # np.memmap slice sent as a reference would be mapped from the file again in the
+    # training process, which would read 0..31, not the values the worker computed
+    np.arange(32, dtype=np.float32).tofile(tmp_path / "x.bin")
+    (tmp_path / "train.py").write_text(COPY_ON_WRITE_SCRIPT)
+    proc = subprocess.run([sys.executable, "train.py", str(tmp_path / "x.bin")], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["start_method"] == "fork"  # inherited: the dataset's map is a real np.memmap
+    assert out["got"] == [float(v - 1000) for v in range(32)]

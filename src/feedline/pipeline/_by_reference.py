@@ -34,13 +34,15 @@ class _Pickler(ForkingPickler):
     """multiprocessing's pickler (queues, locks and pipes pickle while a worker starts), with
     file-backed memmaps reduced to references."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, memmaps: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.memmaps = memmaps
+        """Whether file-backed memmaps go by reference (the job context) or by value (results)."""
         self.storage_bytes: dict[tuple[int, int], np.ndarray] = {}
         """Each small storage's bytes, one array per storage (see _reduce_small_storage)."""
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, np.memmap):
+        if self.memmaps and isinstance(obj, np.memmap):
             reduced = _reduce_memmap(obj)
             if reduced is not None:
                 return reduced
@@ -121,10 +123,13 @@ def _storage_from_bytes(data: np.ndarray, dtype: Any) -> Any:
     return raw if dtype is None else torch.TypedStorage(wrap_storage=raw, dtype=dtype, _internal=True)
 
 
-def dumps(obj: Any) -> bytes:
-    """``pickle.dumps(obj)`` with every file-backed ``np.memmap`` in it sent by reference."""
+def dumps(obj: Any, *, memmaps: bool = True) -> bytes:
+    """``pickle.dumps(obj)`` with small tensors by value and, with ``memmaps``, every
+    file-backed ``np.memmap`` in it sent by reference. A worker's results pass
+    ``memmaps=False``: a sample that is a slice of a copy-on-write map, changed in place by a
+    transform, must arrive as its values, not as the file's bytes mapped again."""
     buf = io.BytesIO()
-    _Pickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
+    _Pickler(buf, pickle.HIGHEST_PROTOCOL, memmaps=memmaps).dump(obj)
     return buf.getvalue()
 
 

@@ -234,7 +234,7 @@ def _send(conn: Connection, res: Result) -> None:
     shared-memory descriptor per tensor: a collate returning 24,000 small tensors killed
     the worker with "Too many open files"), conjugate and negative views as their values."""
     try:
-        conn.send_bytes(_by_reference.dumps(res))
+        conn.send_bytes(_by_reference.dumps(res, memmaps=False))
     except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
         err = WorkerError(f"the batch cannot be sent to the training process: {exc}",
                           worker=res.worker, stage="send", **_unpicklable(res),
