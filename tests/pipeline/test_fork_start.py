@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,69 @@ def test_refusal_names_what_makes_fork_unsafe() -> None:
         done.set()
         other.join()
     assert why is not None and "checkpointer" in why and "lock" in why
+
+
+def test_tqdms_parked_monitor_is_no_reason_to_refuse() -> None:
+    tqdm = pytest.importorskip("tqdm").tqdm
+    bar = tqdm(total=3, file=open(os.devnull, "w"))  # noqa: SIM115 (closed with the bar)
+    try:
+        monitor = tqdm.monitor
+        assert monitor is not None and monitor.is_alive()
+        deadline = time.monotonic() + 10
+        while not forking._parked_monitor(monitor):  # it parks right after its start
+            assert time.monotonic() < deadline, "tqdm's monitor never parked in its wait"
+        why = forking.refusal()  # pytest-timeout's timer is still a reason; the monitor is not
+        assert why is not None and "tqdm_monitor" not in why
+    finally:
+        bar.fp.close()
+        bar.close()
+    done = threading.Event()
+    other = threading.Thread(target=done.wait, name="tqdm_monitor", daemon=True)  # the name alone
+    other.start()
+    try:
+        assert not forking._parked_monitor(other) and "tqdm_monitor" in (forking.refusal() or "")
+    finally:
+        done.set()
+        other.join()
+
+
+TQDM_SCRIPT = r"""
+import json
+import numpy as np
+import feedline
+from tqdm import tqdm
+
+
+class DS:
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        return {"v": np.int64(i)}
+
+
+if __name__ == "__main__":
+    loader = feedline.Loader(DS(), batch_size=8, workers=2, worker_type="process", shuffle=False)
+    with open("/dev/null", "w") as null:
+        got = [b["v"].tolist() for b in tqdm(loader, file=null)]  # the monitor starts first
+    print(json.dumps({"got": got, **loader.stats["processes"]}))
+    loader.close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_training_loop_under_tqdm_forks(tmp_path: Path) -> None:
+    # before: tqdm's monitor thread, started by `tqdm(loader)` before the workers, made every
+    # such script use the forkserver (0.9 s to start instead of 0.017 s, and a dataset that
+    # does not pickle failed)
+    script = tmp_path / "train.py"
+    script.write_text(TQDM_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["start_method"] == "fork", out["why_not_fork"]
+    assert out["got"] == [list(range(i, i + 8)) for i in range(0, 32, 8)]
 
 
 SIGCHLD_SCRIPT = r"""

@@ -11,7 +11,9 @@ loader starts its workers with the forkserver and says why in ``loader.stats``
 
 * no other Python thread is alive in the process besides the one starting the workers
   (``threading.enumerate()``: a metrics or checkpoint thread, another loader's result
-  reader, pytest-timeout's timer thread: each is a reason);
+  reader, pytest-timeout's timer thread: each is a reason), except tqdm's monitor parked
+  in its wait (``for batch in tqdm(loader)`` starts it before the workers: without this
+  exception no script with a progress bar forked; :func:`_parked_monitor`);
 * CUDA is not initialised, or the workers would not touch it: only a dataset that reads
   into device memory does (a worker that calls CUDA itself gets torch's "Cannot
   re-initialize CUDA in forked subprocess" as a :class:`feedline.errors.WorkerError`
@@ -54,7 +56,9 @@ def refusal(ctx: Any = None) -> str | None:
     ``ctx``: the workers' job context (a dataset reading into device memory touches CUDA).
     """
     me = threading.current_thread()
-    others = [t.name for t in threading.enumerate() if t is not me and t.is_alive()]
+    alive = [t for t in threading.enumerate() if t is not me and t.is_alive()]
+    parked = [t for t in alive if _parked_monitor(t)]
+    others = [t.name for t in alive if t not in parked]
     if others:
         shown = ", ".join(sorted(others)[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
         return (f"{len(others)} other thread(s) alive ({shown}): a lock one of them holds at the "
@@ -69,10 +73,29 @@ def refusal(ctx: Any = None) -> str | None:
                 "cannot use CUDA")
     if sys.version_info >= (3, 12):
         native = os_threads()
-        if native > 1:
+        if native > 1 + len(parked):
             return (f"the process has {native} OS threads (native pools included): Python "
                     f"{sys.version_info[0]}.{sys.version_info[1]} warns that fork may deadlock")
     return None
+
+
+def _parked_monitor(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is tqdm's monitor (``tqdm_monitor``, started by the first progress
+    bar: ``for batch in tqdm(loader)``) parked in its ``Event.wait`` between two checks.
+
+    It takes tqdm's lock only for a moment every ``monitor_interval`` (10 s) after that
+    wait returns, so while it waits a fork copies no lock it holds; a worker would only
+    hang on that lock if it drew a progress bar itself in the microseconds' race between
+    this look and the fork. Any other thread, or the monitor awake, is a reason to refuse.
+    """
+    if type(thread).__name__ != "TMonitor" or not type(thread).__module__.startswith("tqdm"):
+        return False
+    frame = sys._current_frames().get(thread.ident or -1)
+    waits = 0
+    while frame is not None and frame.f_code.co_filename == threading.__file__:
+        waits += frame.f_code.co_name == "wait"
+        frame = frame.f_back
+    return waits > 0 and frame is not None and frame.f_code.co_name == "run"
 
 
 def os_threads() -> int:
