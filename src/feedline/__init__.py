@@ -24,11 +24,13 @@ _LAZY = {
     "wrap": "feedline.pipeline",
     "watch": "feedline.observe",
     "FeedlineError": "feedline.errors",
+    "DatasetWriter": "feedline.format",
+    "pack_samples": "feedline.format",
 }
 
 _SUBMODULES = ("vision", "audio", "checkpoint")
 
-__all__ = ["FeedlineError", "Loader", "__version__", "open_dataset", "watch", "wrap"]
+__all__ = ["DatasetWriter", "FeedlineError", "Loader", "__version__", "open_dataset", "pack_samples", "watch", "wrap"]
 
 
 def __getattr__(name: str) -> Any:

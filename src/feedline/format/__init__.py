@@ -11,6 +11,9 @@ xxhash only.
     >>> manifest = pack(["photos/"], "data/", align=4096)      # doctest: +SKIP
     >>> index = load_index("data/", manifest.shards[0])        # doctest: +SKIP
     >>> index.sample_extent(0)                                 # doctest: +SKIP
+
+Data that is not files in folders (HDF5, Parquet, SQL, a Dataset object) is
+written from Python with :class:`DatasetWriter` / :func:`pack_samples`.
 """
 
 from feedline.format._adopt import index_tar, index_tars
@@ -37,6 +40,7 @@ from feedline.format._manifest import (
     write_manifest,
 )
 from feedline.format._pack import PackProgress, PackWarning, pack
+from feedline.format._samples import DatasetWriter, encode_value, merge_parts, pack_samples
 from feedline.format._schema import FieldSchema
 from feedline.format._sources import SourceRules
 from feedline.format._tar import split_name
@@ -51,6 +55,7 @@ __all__ = [
     "MANIFEST_NAME",
     "MEMBER_DTYPE",
     "READABLE_VERSIONS",
+    "DatasetWriter",
     "FieldSchema",
     "FilePayload",
     "Manifest",
@@ -65,6 +70,7 @@ __all__ = [
     "checksum",
     "checksum_function",
     "encode_index",
+    "encode_value",
     "field_stats",
     "hexdigest",
     "index_from_bytes",
@@ -72,7 +78,9 @@ __all__ = [
     "index_tars",
     "inspect",
     "load_index",
+    "merge_parts",
     "pack",
+    "pack_samples",
     "parse_manifest",
     "read_manifest",
     "split_name",
