@@ -13,7 +13,14 @@ import torch
 
 import feedline
 from feedline.errors import ConfigError, WriteError
-from feedline.format import DatasetWriter, PackProgress, merge_parts, pack_samples, read_manifest, verify
+from feedline.format import (
+    DatasetWriter,
+    PackProgress,
+    merge_parts,
+    pack_samples,
+    read_manifest,
+    verify,
+)
 from feedline.format._samples import PARTS, STAGING
 from feedline.io import open_dataset
 
@@ -84,7 +91,7 @@ def test_duplicate_key_is_refused_naming_it_and_the_previous_dataset_stays(tmp_p
     out = tmp_path / "ds"
     first = pack_samples(_samples(10), out, shard_size="4KiB")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    dup = _samples(5) + [{"__key__": "00002", "cls": 1}]
+    dup = [*_samples(5), {"__key__": "00002", "cls": 1}]
     with pytest.raises(ConfigError, match="'00002' written twice") as info:
         pack_samples(dup, out, shard_size="4KiB")
     assert info.value.key == "00002"
@@ -169,3 +176,16 @@ def test_merge_refuses_a_key_in_two_parts(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is in part-00000 and part-00001"):
         merge_parts(out)
     assert not (out / "manifest.json").exists() and (out / PARTS / "part-00001" / "manifest.json").exists()
+
+
+def test_a_refused_sample_can_be_skipped_and_an_empty_write_is_an_error(tmp_path: Path) -> None:
+    with DatasetWriter(tmp_path / "ds", shard_size=600) as w:
+        w.write({"__key__": "a", "cls": 1})
+        with pytest.raises(ConfigError, match="has no fields"):
+            w.write({"__key__": "b"})  # rolls to a new shard, then is refused
+        w.write({"__key__": "c", "cls": 2})
+    assert [s.num_samples for s in read_manifest(tmp_path / "ds").shards] == [1, 1]
+    assert [open_dataset(tmp_path / "ds")[i]["__key__"] for i in range(2)] == ["a", "c"]
+    with pytest.raises(ConfigError, match="no samples were written"):
+        pack_samples([], tmp_path / "empty")
+    assert os.listdir(tmp_path / "empty") == []

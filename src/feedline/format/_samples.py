@@ -326,6 +326,9 @@ class DatasetWriter:
         shard, self._shard = self._shard, None
         if shard is None:
             return
+        if not shard.num_samples:  # its first sample was refused (the caller went on)
+            shard.abort()
+            return
         try:
             self._infos.append(shard.close())
         except OSError as e:
@@ -345,6 +348,9 @@ class DatasetWriter:
             raise ValueError("close on an aborted DatasetWriter")
         try:
             self._finish_shard()
+            if not self._count:
+                raise ConfigError(f"no samples were written to {str(self.out)!r}", path=str(self.out),
+                                  fix="write at least one sample (an empty iterable, or every sample refused?)")
             manifest = Manifest(
                 version=FORMAT_VERSION, checksum_algo=self.algo, align=self.align, shards=tuple(self._infos),
                 fields=field_stats(self._indexes), num_samples=self._count, classes=self.classes,
