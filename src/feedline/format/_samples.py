@@ -45,6 +45,7 @@ write one manifest, in part order.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -105,8 +106,28 @@ def _npy(array: np.ndarray, key: str, field: str) -> bytes:
     if array.dtype.hasobject:
         raise ConfigError(f"{key}.{field}: an array of dtype object needs pickle, which feedline never writes",
                           key=key, field=field, fix="convert it to a numeric dtype, or store it as JSON (a list)")
+    if array.dtype.fields is not None or array.dtype.subdtype is not None:
+        buf = io.BytesIO()  # structured: numpy writes its descr
+        np.lib.format.write_array(buf, np.asanyarray(array), allow_pickle=False)
+        return buf.getvalue()
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # not np.ascontiguousarray: it makes a 0-d array 1-d
+    return _npy_prefix(array.dtype.str, array.shape) + array.tobytes()
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_prefix(dtype: str, shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` header numpy writes for a C-ordered array of ``dtype`` and ``shape``
+    (made once per field shape: ``write_array`` per sample costs more than the copy)."""
+    fmt = np.lib.format
+    header = {"descr": fmt.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
     buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.asanyarray(array), allow_pickle=False)
+    try:
+        fmt.write_array_header_1_0(buf, header)
+    except ValueError:  # a header over 64 KiB (thousands of dimensions)
+        buf = io.BytesIO()
+        fmt.write_array_header_2_0(buf, header)
     return buf.getvalue()
 
 

@@ -145,8 +145,16 @@ def parse_npy_header(head: bytes | memoryview) -> tuple[int, np.dtype[Any], tupl
         raise ValueError(f".npy header of {hlen} bytes is larger than {_MAX_NPY_HEADER}")
     if start + hlen > len(mv):
         raise ValueError(".npy header runs past the end of the member")
+    dtype, shape, fortran = _npy_header(bytes(mv[start : start + hlen]), major)
+    return start + hlen, dtype, shape, fortran
+
+
+@functools.lru_cache(maxsize=256)
+def _npy_header(text: bytes, major: int) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
+    """The dtype, shape and order an ``.npy`` header's dict literal names (parsed once per
+    distinct header: the arrays of one field share it, and ``literal_eval`` is slow)."""
     try:
-        header = ast.literal_eval(bytes(mv[start : start + hlen]).decode("utf-8" if major == 3 else "latin1"))
+        header = ast.literal_eval(text.decode("utf-8" if major == 3 else "latin1"))
         if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
             raise ValueError("header keys must be descr, fortran_order and shape")
         dtype = np.lib.format.descr_to_dtype(header["descr"])
@@ -158,7 +166,7 @@ def parse_npy_header(head: bytes | memoryview) -> tuple[int, np.dtype[Any], tupl
             raise ValueError(f"bad fortran_order {fortran!r}")
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise ValueError(f".npy header unreadable: {exc}") from None
-    return start + hlen, dtype, shape, fortran
+    return dtype, shape, fortran
 
 
 def parse_label(data: bytes | memoryview) -> int:
