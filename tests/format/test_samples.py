@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import feedline
 from feedline.errors import ConfigError, WriteError
@@ -124,7 +125,9 @@ def test_a_larger_rewrite_then_a_smaller_one_removes_stale_shards(tmp_path: Path
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("jpg", np.zeros((2, 2, 3), np.uint8), "cannot be stored as .jpg"),
+    ("jpg", np.zeros((2, 2, 3), np.float32), "must be uint8 HxW or HxWxC"),
+    ("tif", np.zeros((2, 2, 3), np.uint8), "cannot be stored as .tif"),
+    ("img.bmp", Image.new("RGB", (2, 2)), "encoded as jpg, png or webp"),
     ("x.f32", np.zeros(3, np.float64), "holds float32, this array is float64"),
     ("obj", np.array([{}, 1], dtype=object), "needs pickle"),
     ("year.json", 3, "stored as a label"),
@@ -189,3 +192,42 @@ def test_a_refused_sample_can_be_skipped_and_an_empty_write_is_an_error(tmp_path
     with pytest.raises(ConfigError, match="no samples were written"):
         pack_samples([], tmp_path / "empty")
     assert os.listdir(tmp_path / "empty") == []
+
+
+class _TorchvisionLike(torch.utils.data.Dataset):
+    """Items as a torchvision classification dataset gives them: (PIL image, int)."""
+
+    def __init__(self, n: int) -> None:
+        rng = np.random.default_rng(3)
+        self.arrays = [rng.integers(0, 255, (8 + i % 3, 10, 3), dtype=np.uint8) for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def __getitem__(self, i: int) -> tuple[Image.Image, int]:
+        if i >= len(self):
+            raise IndexError(i)
+        return Image.fromarray(self.arrays[i]), i % 4
+
+
+def test_a_dataset_of_image_label_tuples_packs_with_fields(tmp_path: Path) -> None:
+    src = _TorchvisionLike(12)
+    pack_samples(src, tmp_path / "ds", fields=("png", "cls"))
+    ds = open_dataset(tmp_path / "ds")
+    for i in range(12):
+        got = ds[i]
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(bytes(got["png"])))), src.arrays[i])  # lossless
+        assert int(bytes(got["cls"])) == i % 4
+    with pytest.raises(ConfigError, match="pass fields="):
+        pack_samples(src, tmp_path / "no-fields")
+    with pytest.raises(ConfigError, match="for fields"):
+        pack_samples(src, tmp_path / "short", fields=("png",))
+
+
+def test_image_values_in_jpg_fields_are_encoded(tmp_path: Path) -> None:
+    smooth = np.tile(np.linspace(0, 255, 32, dtype=np.uint8)[None, :, None], (24, 1, 3))
+    pack_samples([{"jpg": smooth, "img": Image.fromarray(smooth).convert("RGBA")}], tmp_path / "ds")
+    got = open_dataset(tmp_path / "ds")[0]
+    decoded = np.asarray(Image.open(io.BytesIO(bytes(got["jpg"]))))
+    assert decoded.shape == smooth.shape and np.abs(decoded.astype(int) - smooth).mean() < 2  # quality 95
+    assert Image.open(io.BytesIO(bytes(got["img.png"]))).mode == "RGBA"

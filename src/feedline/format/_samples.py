@@ -16,8 +16,10 @@ unchanged. Values become member bytes by their type (:func:`encode_value`):
 
 ==================  =============================================================
 bytes, memoryview   as given; the field's extension says the type (``jpg``, ``png``...)
+PIL image           encoded as a ``jpg`` (quality 95), ``png`` or ``webp`` field says; ``img`` -> ``img.png``
 numpy array         ``.npy`` (``numpy.save`` format, no pickle): ``depth`` -> ``depth.npy``;
-                    a raw dtype field (``x.f32``) takes the bytes of an array of that dtype
+                    a raw dtype field (``x.f32``) takes the bytes of an array of that dtype;
+                    a ``uint8`` HxW(xC) array in a ``jpg``/``png``/``webp`` field is encoded
 torch tensor        as its numpy array (moved to CPU), never pickled
 int, numpy integer  a label (``cls``, ``label``, ``target``...: the index's int64 column);
                     another name gets ``.cls``: ``year`` -> ``year.cls``
@@ -51,7 +53,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -91,6 +93,9 @@ STAGING = ".feedline-staging"
 PARTS = "parts"
 KEY = "__key__"
 _IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "wav", "flac", "mp3", "mp4"})
+_PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
+JPEG_QUALITY = 95
+"""The JPEG quality an image value is encoded with in a ``jpg`` field (lossy: give bytes to keep yours)."""
 _FIX_VALUE = ("give bytes (encoded as the field's extension says), a numpy array or torch tensor, "
               "an int label, a str, or a dict/list (JSON)")
 
@@ -135,6 +140,30 @@ def _is_tensor(value: object) -> bool:
     return type(value).__module__.startswith("torch") and hasattr(value, "detach")
 
 
+def _is_image(value: object) -> bool:
+    return type(value).__module__.startswith("PIL.") and hasattr(value, "save") and hasattr(value, "mode")
+
+
+def _encode_image(key: str, field: str, ext: str, value: Any) -> bytes:
+    """A PIL image or a ``uint8`` array (``H, W`` or ``H, W, 1|3|4``) encoded as ``ext`` says
+    (JPEG at :data:`JPEG_QUALITY`, PNG and WebP lossless)."""
+    from PIL import Image
+
+    if isinstance(value, np.ndarray):
+        if value.dtype != np.uint8 or not (value.ndim == 2 or (value.ndim == 3 and value.shape[2] in (1, 3, 4))):
+            raise ConfigError(f"{key}.{field}: an array encoded as .{ext} must be uint8 HxW or HxWxC (C 1, 3 or 4), "
+                              f"got {value.dtype.name} {value.shape}", key=key, field=field,
+                              fix=f"convert it (CHW tensors: .permute(1, 2, 0)), or name the field '{field}.npy'")
+        value = Image.fromarray(value[..., 0] if value.ndim == 3 and value.shape[2] == 1 else value)
+    fmt = _PIL_FORMATS[ext]
+    if fmt == "JPEG" and value.mode not in ("L", "RGB", "CMYK"):
+        value = value.convert("RGB")
+    options: dict[str, Any] = {"quality": JPEG_QUALITY} if fmt == "JPEG" else {"lossless": True} if fmt == "WEBP" else {}
+    buf = io.BytesIO()
+    value.save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
 def encode_value(key: str, field: str, value: Any) -> tuple[str, bytes | memoryview]:
     """The member (field name, bytes) a sample value is stored as (table in the module docstring).
 
@@ -150,6 +179,13 @@ def encode_value(key: str, field: str, value: Any) -> tuple[str, bytes | memoryv
     ext, dotted = _ext(field)
     if isinstance(value, bytes | bytearray | memoryview):
         return field, value if not isinstance(value, bytearray) else bytes(value)
+    if _is_image(value):
+        if ext in _PIL_FORMATS:
+            return field, _encode_image(key, field, ext, value)
+        if not dotted:
+            return field + ".png", _encode_image(key, field, "png", value)
+        raise ConfigError(f"{key}.{field}: an image is encoded as jpg, png or webp, not .{ext}", key=key, field=field,
+                          fix=f"name the field '{field.rsplit('.', 1)[0]}.png' (lossless) or '.jpg'")
     if _is_tensor(value):
         value = value.detach().cpu().numpy()
     if isinstance(value, bool | np.bool_):
@@ -164,6 +200,8 @@ def encode_value(key: str, field: str, value: Any) -> tuple[str, bytes | memoryv
     if isinstance(value, float | np.generic):
         value = np.asarray(value)
     if isinstance(value, np.ndarray):
+        if ext in _PIL_FORMATS:
+            return field, _encode_image(key, field, ext, value)
         if ext == "npy":
             return field, _npy(value, key, field)
         if ext in RAW_DTYPES:
@@ -432,21 +470,36 @@ def _commit(out: Path, staging: Path, manifest: Manifest, durable: bool) -> None
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def pack_samples(samples: Iterable[Mapping[str, Any]], out: str | os.PathLike[str], *,
+def pack_samples(samples: Iterable[Any], out: str | os.PathLike[str], *, fields: Sequence[str] | None = None,
                  progress: ProgressArg = None, **options: Any) -> Manifest:
     """Write every sample of ``samples`` into the dataset ``out`` (:class:`DatasetWriter`) and return its manifest.
 
+    A sample is a dict (``{"__key__": ..., field: value}``) or, with ``fields``, a tuple
+    such as a torchvision dataset's ``(image, label)``: ``pack_samples(ds, out,
+    fields=("png", "cls"))`` (keys are then the running number).
     ``options`` are :class:`DatasetWriter`'s (``shard_size``, ``align``, ``classes``, ``part``...).
     The bar's total is ``len(samples)`` when it has one. An exception from the
     iterable (or a bad sample) leaves ``out`` as it was.
     """
     total = options.pop("total", None)
-    if total is None and hasattr(samples, "__len__"):
-        total = len(samples)  # type: ignore[arg-type]
+    if total is None and isinstance(samples, Sized):
+        total = len(samples)
+    names = tuple(fields) if fields is not None else None
     with DatasetWriter(out, progress=progress, total=total, **options) as w:
-        w.write_all(samples)
+        for item in samples:
+            w.write(item if isinstance(item, Mapping) else _as_sample(item, names, w.num_samples))
     assert w.manifest is not None
     return w.manifest
+
+
+def _as_sample(item: Any, fields: tuple[str, ...] | None, n: int) -> dict[str, Any]:
+    if fields is None:
+        raise ConfigError(f"sample {n} is a {type(item).__name__}, not a dict of field -> value",
+                          fix="pass fields=('jpg', 'cls') to name the parts of tuple samples (a torchvision dataset's)")
+    if not isinstance(item, tuple | list) or len(item) != len(fields):
+        raise ConfigError(f"sample {n} is {type(item).__name__} of {len(item) if hasattr(item, '__len__') else '?'} "
+                          f"values for fields {fields}", fix="give one field name per value of a sample")
+    return dict(zip(fields, item, strict=True))
 
 
 def merge_parts(out: str | os.PathLike[str], *, durable: bool = True) -> Manifest:
