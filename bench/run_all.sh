@@ -12,7 +12,7 @@ names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   names=(pack_vs_tar pack_rerun read_sequential read_small_files read_vs_webdataset read_npy_rows read_verify
          loader_small loader_jpeg loader_fields loader_overlap loader_memory diagnose_overhead vision_transform peers
-         checkpoint)
+         checkpoint pack_samples)
 fi
 mkdir -p bench/results
 status=0
