@@ -231,3 +231,24 @@ def test_image_values_in_jpg_fields_are_encoded(tmp_path: Path) -> None:
     decoded = np.asarray(Image.open(io.BytesIO(bytes(got["jpg"]))))
     assert decoded.shape == smooth.shape and np.abs(decoded.astype(int) - smooth).mean() < 2  # quality 95
     assert Image.open(io.BytesIO(bytes(got["img.png"]))).mode == "RGBA"
+
+
+def test_a_writer_killed_mid_write_leaves_the_previous_dataset_and_the_next_one_succeeds(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "ds"
+    first = pack_samples(_samples(8), out, shard_size="4KiB")
+    script = (
+        "import os, signal, numpy as np, feedline\n"
+        f"w = feedline.DatasetWriter({str(out)!r}, shard_size='64KiB', durable=False)\n"
+        "for i in range(400):\n"
+        "    w.write({'__key__': f'new{i}', 'x': np.zeros(512, np.uint8), 'cls': i})\n"
+        "    if i == 300: os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    assert len(list((out / STAGING).glob("shard-*.tar"))) >= 2  # it had written shards when it died
+    assert read_manifest(out) == first and verify(out) == [] and len(open_dataset(out)) == 8
+    second = pack_samples(_samples(3), out)
+    assert second.num_samples == 3 and not (out / STAGING).exists() and verify(out) == []
