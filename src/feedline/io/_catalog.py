@@ -6,11 +6,18 @@ index against its manifest size and checksum, then validates the index fully
 (``ShardIndex.from_bytes``) before anything is allocated from it. The result,
 a :class:`Catalog`, answers "where are the bytes of sample i" with numpy
 lookups and no I/O.
+
+A local index already validated in this process is shared, not read and parsed
+again, while a catalog still holds it (a validation loader built per epoch, one
+loader per fold, a batch-size finder): see :func:`_shard_index`.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,12 +179,58 @@ def _open_shard(storage: _Storage, manifest: Manifest, i: int) -> ShardEntry:
             path=path,
             fix=_FIX,
         )
-    # one byte more than the manifest's size: a longer index is refused by its size check
-    data = storage.read(storage.join(info.index), info.name, info.index_size + 1)
-    index = index_from_bytes(info, data, shard_size=size, checksum_algo=manifest.checksum_algo)
-    index.keys = source_keys(manifest.key_escape, index.keys)  # what the user named their files: frame.000123, not frame%2E000123
+    index = _shard_index(storage, manifest, info, size)
     first, end = _extents(index)
     return ShardEntry(info.name, path, size, index, first, end, stamp)
+
+
+# Indexes validated in this process, by the identity of their file and what they were
+# checked against; held weakly: an index lives only as long as a catalog uses it.
+_PARSED: weakref.WeakValueDictionary[tuple[Any, ...], ShardIndex] = weakref.WeakValueDictionary()
+_PARSED_LOCK = threading.Lock()
+RACY_NS = 2_000_000_000
+"""An index file changed less than this long ago is never shared: file times tick
+coarsely (a few ms), so a rewrite in the same tick as the parse would keep its
+ctime (git's "racy clean" rule)."""
+
+
+def _index_identity(storage: _Storage, path: str, info: Any, size: int,
+                    manifest: Manifest) -> tuple[Any, ...] | None:
+    """What makes a parsed index reusable: the same local file (device, inode, size,
+    mtime, ctime: a rewrite or replacement changes them), the same manifest record and
+    shard size it was validated against. None: remote, unreadable or recently changed."""
+    if storage.fs is not None:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None  # the read below raises the error with its place
+    if time.time_ns() - st.st_ctime_ns < RACY_NS:
+        return None
+    return (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+            st.st_ctime_ns, info, size, manifest.checksum_algo, manifest.key_escape)
+
+
+def _shard_index(storage: _Storage, manifest: Manifest, info: Any, size: int) -> ShardIndex:
+    """The shard's validated index; parsed once per process while a catalog holds it.
+
+    Opening the same dataset again (a second loader) costs a ``stat`` per shard
+    instead of reading, checksumming and validating every index (~0.25 ms a shard)."""
+    path = storage.join(info.index)
+    identity = _index_identity(storage, path, info, size, manifest)
+    if identity is not None:
+        with _PARSED_LOCK:
+            index = _PARSED.get(identity)
+        if index is not None:
+            return index
+    # one byte more than the manifest's size: a longer index is refused by its size check
+    data = storage.read(path, info.name, info.index_size + 1)
+    index = index_from_bytes(info, data, shard_size=size, checksum_algo=manifest.checksum_algo)
+    index.keys = source_keys(manifest.key_escape, index.keys)  # what the user named their files: frame.000123, not frame%2E000123
+    if identity is not None:
+        with _PARSED_LOCK:
+            _PARSED[identity] = index
+    return index
 
 
 def load_catalog(root: str, fs: Any | None = None, manifest: Manifest | None = None) -> Catalog:
