@@ -82,6 +82,21 @@ if mode == "same":
         victim.join(10)
         out["term_exitcode"] = victim.exitcode
     print("RESULT " + json.dumps(out), flush=True)
+elif mode == "two":  # a validation loader started while the training loader's epoch runs
+    with make("thread") as loader:
+        want = take(loader)
+    out = {"train": [], "val": []}
+    with make("process") as train, make("process") as val:
+        for epoch in range(2):
+            train.set_epoch(epoch)
+            for k, b in enumerate(train):  # its result thread is alive: val forks anyway
+                out["train"].append([b["__key__"], int(b["jpg"].sum()), b["cls"].tolist()])
+                if k == 1:
+                    val.set_epoch(epoch)
+                    out["val"] += [[b["__key__"], int(b["jpg"].sum()), b["cls"].tolist()] for b in val]
+        out["stats"] = [train.stats["processes"], val.stats["processes"]]
+    out["want"] = want
+    print("RESULT " + json.dumps(out), flush=True)
 else:  # "kill": report the workers, then wait to be SIGKILLed
     loader = make("process")
     it = iter(loader)
@@ -128,6 +143,49 @@ def test_forked_workers_give_the_thread_batches_resume_and_ignore_the_parents_ha
     assert out["term_exitcode"] == -signal.SIGTERM  # died of it: the default action
     assert not marker.exists(), marker.read_text()  # the parent's handler never ran in a worker
     assert all(not _alive(pid) for pid in out["workers"])  # closed loaders left no worker
+
+
+@pytest.mark.timeout(120)
+def test_a_second_loader_forks_while_the_first_ones_results_thread_runs(tmp_path: Path) -> None:
+    # train + validation loaders: before, the training loader's result thread made the
+    # validation loader fall back to the forkserver (~0.9 CPU-s more, and a script without
+    # a __main__ guard, like this one, died there)
+    proc, _ = _script(tmp_path, "two")
+    out = _result(proc)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    for stats in out["stats"]:
+        assert stats["start_method"] == "fork" and stats["why_not_fork"] is None, stats
+    assert out["train"] == out["want"] and out["val"] == out["want"]
+
+
+def test_the_fork_gate_holds_feedline_threads_out_of_their_work() -> None:
+    gate = forking.ForkGate()
+    inside, leave, entered = threading.Event(), threading.Event(), threading.Event()
+
+    def busy() -> None:
+        with gate.working():
+            inside.set()
+            leave.wait(30)
+
+    def late() -> None:
+        with gate.working():
+            entered.set()
+
+    worker = threading.Thread(target=busy, daemon=True)
+    worker.start()
+    assert inside.wait(30)
+    with gate.stopped(timeout=0.1) as held:
+        assert held is False  # a thread still working: no fork
+    leave.set()
+    worker.join(30)
+    with gate.stopped(timeout=30) as held:
+        assert held is True
+        waiter = threading.Thread(target=late, daemon=True)
+        waiter.start()
+        assert not entered.wait(0.2)  # kept out while the fork is made
+    assert entered.wait(30)
+    waiter.join(30)
 
 
 @pytest.mark.timeout(60)

@@ -10,10 +10,14 @@ loader starts its workers with the forkserver and says why in ``loader.stats``
 (:func:`refusal`):
 
 * no other Python thread is alive in the process besides the one starting the workers
-  (``threading.enumerate()``: a metrics or checkpoint thread, another loader's result
-  reader, pytest-timeout's timer thread: each is a reason), except tqdm's monitor parked
-  in its wait (``for batch in tqdm(loader)`` starts it before the workers: without this
-  exception no script with a progress bar forked; :func:`_parked_monitor`);
+  (``threading.enumerate()``: a metrics or checkpoint thread, pytest-timeout's timer
+  thread: each is a reason), except tqdm's monitor parked in its wait (``for batch in
+  tqdm(loader)`` starts it before the workers: without this exception no script with a
+  progress bar forked; :func:`_parked_monitor`) and feedline's own threads that stop for a
+  fork (:data:`GATE`: another process loader's result reader, so a validation loader
+  started while the training loader lives forks too): each does its work inside
+  ``GATE.working()`` and blocks (``select``) outside it, and the forking thread holds
+  ``GATE.stopped()`` while it forks, so none of them holds a lock at the fork;
 * CUDA is not initialised, or the workers would not touch it: only a dataset that reads
   into device memory does (a worker that calls CUDA itself gets torch's "Cannot
   re-initialize CUDA in forked subprocess" as a :class:`feedline.errors.WorkerError`
@@ -47,17 +51,89 @@ import os
 import signal
 import sys
 import threading
+import weakref
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
+class ForkGate:
+    """feedline's threads that stop while the process forks (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """A fresh gate (in a forked child: the parent's state, its forking thread
+        included, means nothing there, and a loader the child starts uses the gate)."""
+        self._cond = threading.Condition()
+        self._working: Counter[int] = Counter()  # thread ident -> depth inside working()
+        self._forking: int | None = None  # the ident of the thread forking now
+        self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+    def register(self, thread: threading.Thread) -> None:
+        """``thread`` does all its work inside :meth:`working` (it does not keep a fork away)."""
+        self._threads.add(thread)
+
+    def stops(self, thread: threading.Thread) -> bool:
+        return thread in self._threads
+
+    @contextmanager
+    def working(self) -> Iterator[None]:
+        """A section of a registered thread's work (entered only while nobody forks)."""
+        me = threading.get_ident()
+        with self._cond:
+            while self._forking is not None and self._forking != me:
+                self._cond.wait()
+            self._working[me] += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._working[me] -= 1
+                if not self._working[me]:
+                    del self._working[me]
+                self._cond.notify_all()
+
+    @contextmanager
+    def stopped(self, timeout: float = 10.0) -> Iterator[bool]:
+        """Hold every registered thread outside its work while the caller forks; yields
+        False (nothing held) when one did not stop within ``timeout`` seconds."""
+        me = threading.get_ident()
+        with self._cond:
+            held = self._cond.wait_for(lambda: self._forking is None, timeout)
+            if held:
+                self._forking = me
+                held = self._cond.wait_for(lambda: not (set(self._working) - {me}), timeout)
+                if not held:
+                    self._forking = None
+                    self._cond.notify_all()
+        if not held:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with self._cond:
+                self._forking = None
+                self._cond.notify_all()
+
+
+GATE = ForkGate()
+"""The process's one gate (feedline's result readers register with it)."""
+os.register_at_fork(after_in_child=GATE._reset)
+
+
 def refusal(ctx: Any = None) -> str | None:
-    """Why the calling thread must not fork process workers now, or ``None`` when it may.
+    """Why the calling thread must not fork process workers now, or ``None`` when it may
+    (the caller forks inside ``GATE.stopped()``).
 
     ``ctx``: the workers' job context (a dataset reading into device memory touches CUDA).
     """
     me = threading.current_thread()
     alive = [t for t in threading.enumerate() if t is not me and t.is_alive()]
-    parked = [t for t in alive if _parked_monitor(t)]
+    parked = [t for t in alive if GATE.stops(t) or _parked_monitor(t)]
     others = [t.name for t in alive if t not in parked]
     if others:
         shown = ", ".join(sorted(others)[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")

@@ -19,6 +19,7 @@ worker and the signal.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import itertools
@@ -182,6 +183,11 @@ class _Worker:
         return res
 
 
+FORK_GATE_S = 2.0
+"""Most seconds a fork waits for another loader's result thread to finish what it is doing
+(it waits on the pinned budget while the loop holds every batch); then the forkserver."""
+
+
 def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
                  custom_collate: Callable[[list[Any]], Any] | None, timed: bool,
                  placement: Placement | None = None, forked: bool = False) -> None:
@@ -335,9 +341,17 @@ class ProcessWorkers:
         self.start_asked = start_method
         self.start_why: str | None = None
         """Why ``"fork"`` was asked for and not used (``None`` otherwise)."""
+        # fork: feedline's own threads (another loader's result reader) stay out of their
+        # work until every worker is forked
+        gate = contextlib.ExitStack()
         if start_method == "fork":
-            self.start_why = forking.refusal(ctx)
+            if not gate.enter_context(forking.GATE.stopped(FORK_GATE_S)):
+                self.start_why = (f"another loader's result thread was still busy after "
+                                  f"{FORK_GATE_S:g} s (its loop holds every batch of the budget)")
+            else:
+                self.start_why = forking.refusal(ctx)
             if self.start_why is not None:
+                gate.close()
                 start_method = "forkserver"
         self.start_method = start_method
         """The start method used."""
@@ -392,9 +406,11 @@ class ProcessWorkers:
                 finally:
                     child.close()
                 self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
+            gate.close()
             self._wait_for("ready")
             self.start_s = time.perf_counter() - began
         except BaseException:
+            gate.close()
             if configured is not None:  # configure() would have released it
                 shm.release(configured[0])
             self.close()
@@ -407,6 +423,7 @@ class ProcessWorkers:
             raise
         self._reader = threading.Thread(target=self._read_loop, name="feedline-results",
                                         daemon=True)
+        forking.GATE.register(self._reader)  # it works inside GATE.working(): a fork waits
         self._reader.start()
 
     def report(self) -> dict[str, Any]:
@@ -522,19 +539,26 @@ class ProcessWorkers:
         conns: dict[Any, str] = {c: n for n, c in self._conns.items()}
         while not self._closed:
             ready = wait([*conns, *sentinels], timeout=0.5)
-            for obj in ready:
-                if obj in conns:
-                    try:
-                        res = conns_obj(obj).recv()
-                    except (EOFError, OSError):
-                        continue  # the sentinel reports why
-                    if isinstance(res, tuple):  # ("layout", jid, layout) from the probe
-                        self._layout(conns_obj(obj), res[1], res[2])
-                    else:
-                        self._complete(res)
-                elif obj in sentinels and not self._closed:
-                    self._fail_all(self._death(sentinels[obj]))
+            with forking.GATE.working():  # blocked in wait() above, it holds no lock
+                if self._handle(ready, conns, sentinels):
                     return
+
+    def _handle(self, ready: list[Any], conns: dict[Any, str], sentinels: dict[Any, str]) -> bool:
+        """Take the results and deaths ``wait`` reported; True: a worker died (all failed)."""
+        for obj in ready:
+            if obj in conns:
+                try:
+                    res = conns_obj(obj).recv()
+                except (EOFError, OSError):
+                    continue  # the sentinel reports why
+                if isinstance(res, tuple):  # ("layout", jid, layout) from the probe
+                    self._layout(conns_obj(obj), res[1], res[2])
+                else:
+                    self._complete(res)
+            elif obj in sentinels and not self._closed:
+                self._fail_all(self._death(sentinels[obj]))
+                return True
+        return False
 
     def _layout(self, conn: Connection, jid: int, layout: collate.Layout) -> None:
         """The probe decided the layout: configure (through ``on_layout``), or abort it
