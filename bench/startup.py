@@ -61,12 +61,12 @@ def mark():
 kind, folder, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 import torch
 mark()
-sys.path.insert(0, sys.argv[4])
-from peers_shapes import Files
-from torch.utils.data import DataLoader
 if kind != "DataLoader":
     import feedline
     feedline.Loader
+sys.path.insert(0, sys.argv[4])  # after: peers_shapes puts this checkout's src/ first
+from peers_shapes import Files
+from torch.utils.data import DataLoader
 mark()
 files = os.path.join(folder, "files")
 
@@ -95,7 +95,8 @@ close(second)
 close(loader)
 cpu_s = [b[0] - a[0] for a, b in zip(marks, marks[1:])]
 wall_s = [b[1] - a[1] for a, b in zip(marks, marks[1:])]
-print(json.dumps({"cpu": cpu_s, "wall": wall_s, "samples": len(batch["cls"])}))
+print(json.dumps({"cpu": cpu_s, "wall": wall_s, "samples": len(batch["cls"]),
+                  "feedline": sys.modules["feedline"].__file__ if "feedline" in sys.modules else None}))
 '''
 
 
@@ -133,7 +134,7 @@ def measure(folder: Path, rounds: int, workers: int) -> dict[str, Any]:
     for kind, rs in runs.items():
         med = {what: [statistics.median(r[what][i] for r in rs) for i in range(len(STEPS))]
                for what in ("cpu", "wall")}
-        rows.append({"contender": kind, "samples": rs[0]["samples"],
+        rows.append({"contender": kind, "samples": rs[0]["samples"], "feedline_from": rs[0]["feedline"],
                      **{f"{s}_cpu_s": med["cpu"][i] for i, s in enumerate(STEPS)},
                      **{f"{s}_wall_s": med["wall"][i] for i, s in enumerate(STEPS)},
                      "load": os.getloadavg()[0]})
@@ -155,7 +156,8 @@ def show(res: dict[str, Any]) -> None:
         print(f"{r['contender']:<13}{cells}{r['ratio_cpu']:>7.2f}x")
     for c in res["cli"]:
         print(f"feedline {c['command']:<28} cpu {c['cpu_s']:.3f} s  wall {c['wall_s']:.3f} s")
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    where = next((r["feedline_from"] for r in res["loaders"] if r["feedline_from"]), None)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; feedline from {where}")
 
 
 def main(argv: list[str] | None = None) -> int:
