@@ -345,10 +345,11 @@ class ProcessWorkers:
         # work until every worker is forked
         gate = contextlib.ExitStack()
         if start_method == "fork":
-            if not gate.enter_context(forking.GATE.stopped(FORK_GATE_S)):
+            self.start_why = forking.refusal(ctx)
+            if self.start_why is None and not gate.enter_context(forking.GATE.stopped(FORK_GATE_S)):
                 self.start_why = (f"another loader's result thread was still busy after "
                                   f"{FORK_GATE_S:g} s (its loop holds every batch of the budget)")
-            else:
+            elif self.start_why is None:  # again, with feedline's threads held
                 self.start_why = forking.refusal(ctx)
             if self.start_why is not None:
                 gate.close()
