@@ -255,8 +255,8 @@ def test_tqdms_parked_monitor_is_no_reason_to_refuse() -> None:
         deadline = time.monotonic() + 10
         while not forking._parked_monitor(monitor):  # it parks right after its start
             assert time.monotonic() < deadline, "tqdm's monitor never parked in its wait"
-        why = forking.refusal()  # pytest-timeout's timer is still a reason; the monitor is not
-        assert why is not None and "tqdm_monitor" not in why
+        # refusal() itself is checked in a fresh interpreter (TQDM_SCRIPT): here earlier
+        # tests may have left other threads, or another monitor awake, under the same name
     finally:
         bar.fp.close()
         bar.close()
