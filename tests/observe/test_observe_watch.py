@@ -167,3 +167,33 @@ def test_the_text_says_compute_not_gpu_on_a_cpu_run() -> None:
     assert rep.device.startswith("cpu") and rep.binding == "gpu"  # the JSON keeps the stage's name
     text = render_text(rep)
     assert "(binding: compute)" in text and "(binding: gpu)" not in text
+
+
+class SlowSampler(torch.utils.data.Sampler[int]):
+    """Asks a slow index service for each index (a sleep): runs in the training process."""
+
+    def __init__(self, n: int, sleep: float) -> None:
+        self.n, self.sleep = n, sleep
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for i in range(self.n):
+            time.sleep(self.sleep)
+            yield i
+
+
+@pytest.mark.timeout(60)
+def test_a_slow_sampler_binds_in_the_training_process_not_in_the_workers() -> None:
+    # 8 indices x 3 ms = 24 ms of sampling a batch in this process; the worker's items
+    # cost nothing: more workers cannot help, the sampler has to get cheaper
+    loader = DataLoader(Items(n=128, sleep=0.0), batch_size=8, num_workers=1,
+                        sampler=SlowSampler(128, 0.003))
+    rep = run(loader, body=0.002)
+    assert rep.verdict == "data-bound" and rep.binding == "sampler"
+    assert rep.stages["sampler"].p50 >= 0.02
+    assert "SlowSampler(...)" in rep.recommendation and "__iter__" in rep.recommendation
+    assert "num_workers=" not in rep.recommendation
+    idle = next(f for f in rep.findings if f.code == "device-idle-waiting")
+    assert idle.fix.startswith("make the sampler cheap")

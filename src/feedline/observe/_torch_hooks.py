@@ -21,6 +21,10 @@ its patches, and one removed out of order turns itself into a pass-through.
   Linux, so times line up across processes).
 * Iteration: ``DataLoader.__iter__`` and the iterator's ``__next__`` are
   reported to the owner's ``on_iter`` / ``on_next`` callbacks (step clocks).
+* Sampling: the iterator's draw of the next indices from the sampler (its
+  ``_next_index``) runs in the consumer process whatever ``num_workers`` is;
+  each draw inside a ``next()`` gives a ``sampler`` span labelled with the
+  loader (the draws ``iter()`` makes to fill the workers' queues are start-up).
 * Updates: ``torch.optim`` optimizer steps and autograd backward passes
   (``torch.autograd.backward``, which ``Tensor.backward`` calls, and
   ``torch.autograd.grad``) are reported to ``optimizer_step`` / ``backward``
@@ -373,6 +377,9 @@ class TorchHooks:
         self._patch(pin_mod, "pin_memory", self._make_pin(pin_mod.pin_memory))
         self._patch(dl.DataLoader, "__iter__", self._make_iter(dl.DataLoader.__iter__))
         self._patch(dl._BaseDataLoaderIter, "__next__", self._make_next(dl._BaseDataLoaderIter.__next__))
+        if hasattr(dl._BaseDataLoaderIter, "_next_index"):
+            self._patch(dl._BaseDataLoaderIter, "_next_index",
+                        self._make_next_index(dl._BaseDataLoaderIter._next_index))
         if self.t.optimizer_step is not None:
             from torch.optim import optimizer as optim_mod
 
@@ -461,6 +468,21 @@ class TorchHooks:
             return hooks.t.on_next(owner, lambda: orig(it))
 
         return dl_next
+
+    def _make_next_index(self, orig: Any) -> Any:
+        hooks = self
+
+        def next_index(it: Any) -> Any:
+            label = hooks.t.current() if hooks._here() else None
+            if label is None:  # outside a next(): iter()'s start-up draws, or not measured
+                return orig(it)
+            t0 = time.perf_counter()
+            try:
+                return orig(it)
+            finally:
+                hooks.t.sink.record("sampler", t0, time.perf_counter(), {"loader": label})
+
+        return next_index
 
     def _make_pin(self, orig: Any) -> Any:
         hooks, depth = self, threading.local()

@@ -321,13 +321,16 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
     util = f.gpu_utilisation
     if util is not None and util < 0.7 and f.stall_fraction >= 0.2:
         what = "GPU" if f.device_type == "cuda" else "compute"
+        fix = ("overlap loading with compute: more workers and prefetch" + (
+            ", pinned memory with non_blocking copies" if f.device_type == "cuda" else "")
+            + ("" if f.loader.get("feedline") else " (feedline.Loader does this)"))
+        if f.binding == "sampler":  # drawn in the training process: workers cannot overlap it
+            fix = ("make the sampler cheap: it draws every batch's indices in the training "
+                   "process, where more workers and prefetch do not overlap it")
         out.append(Finding(
             "device-idle-waiting", "high",
             f"the {what} is busy {util:.0%} of each step and idle while the host waits for "
-            f"the next batch ({f.stall_fraction:.0%} of the step)",
-            "overlap loading with compute: more workers and prefetch" + (
-                ", pinned memory with non_blocking copies" if f.device_type == "cuda" else "")
-            + ("" if f.loader.get("feedline") else " (feedline.Loader does this)"),
+            f"the next batch ({f.stall_fraction:.0%} of the step)", fix,
         ))
     if f.contention >= 0.05:
         out.append(Finding(

@@ -11,6 +11,9 @@ against the compute step); the binding stage names what the time is:
 * ``collate``: the collate function;
 * ``device_decode``: decoding after delivery (``Loader(decode_on=...)``), on the
   consumer's side of the loader, where workers do not share it;
+* ``sampler``: a DataLoader's sampler (or batch sampler) drawing the next indices,
+  which runs in the training process whatever ``num_workers`` is: workers do not
+  share it either;
 * ``h2d``: host-to-device copies; ``gpu``: the step itself;
 * ``startup``: a DataLoader starting its worker processes again at each new
   iterator (each epoch without ``persistent_workers``, or ``next(iter(loader))``
@@ -52,7 +55,7 @@ DATA_BOUND_STALL = 0.25
 COMPUTE_BOUND_STALL = 0.15
 BALANCED_RATIO = 0.7
 DATA_STAGES = ("read", "decode", "transform", "collate")
-AFTER_STAGES = ("device_decode",)
+AFTER_STAGES = ("device_decode", "sampler")
 """Stages a loader runs on each batch as it delivers it (on the consumer's thread)."""
 CUT = {
     "read": "fewer, larger reads (pack small files into shards), a closer or faster store, a cache",
@@ -223,6 +226,8 @@ class PerBatch:
     """Stages run after delivery (:data:`AFTER_STAGES`), in the loop or ahead of it on one
     thread (a decode-ahead's ``decode`` spans, when present, are this time): not shared by
     workers."""
+    after_stage: str = "device_decode"
+    """Which of :data:`AFTER_STAGES` takes most of :attr:`after`."""
     measured: bool = False
     """Whether any loader stage was seen (else ``read`` is only the wait)."""
     gil_bound: bool = False
@@ -334,9 +339,13 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0)) for s in fetches)
                    + cpu["collate"]) / per
     pb.transform, pb.collate = cpu["transform"] / per, cpu["collate"] / per
-    after = ([s.duration for s in after_decode] if after_decode else
-             [s.duration for k in AFTER_STAGES for s in by.get(k, [])])
-    pb.after = sum(after) / len(after) * max(m.draws_per_step, 1.0) if after else 0.0
+    # each stage's mean per batch (a batch has one span of each): their sum is the time
+    after_by = ({"device_decode": [s.duration for s in after_decode]} if after_decode else
+                {k: [s.duration for s in by[k]] for k in AFTER_STAGES if by.get(k)})
+    mean_by = {k: sum(v) / len(v) * max(m.draws_per_step, 1.0) for k, v in after_by.items()}
+    pb.after = sum(mean_by.values())
+    if mean_by:
+        pb.after_stage = max(mean_by, key=lambda k: mean_by[k])
     pb.h2d = sum(m.copy_times) / max(steps, 1) if m.copy_times else (
         sum(s.duration for s in by.get("h2d", [])) / per)
     gpu_src = m.gpu[m.warmup:] or m.gpu
@@ -528,6 +537,14 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
                 f"{where}, inside the loop, where the {w} workers do not share it: decode in the "
                 f"workers instead, ahead of the loop, Loader(..., decode_on=\"cpu\")"), gain(
             max((pb.data + pb.after) / w, (pb.cpu + pb.after) / max(cores, 1)))
+    if binding == "sampler":
+        sampler = cfg.get("batch_sampler") or cfg.get("sampler") or "the sampler"
+        return (f"{sampler} takes {pb.after * 1e3:.1f} ms per batch to draw the indices, in the "
+                "training process (a sampler never runs in the workers, so more workers cannot "
+                "share it): make its __iter__ cheap (draw the whole order at once, at the start "
+                "of each epoch, or in set_epoch), and leave per-sample lookups to the dataset's "
+                "__getitem__, which the workers run"), gain(
+            max(pb.data / max(workers, 1), pb.cpu / max(cores, 1)))
     if binding == "collate":
         if workers and not feedline:  # a DataLoader worker collates the batches it fetches
             return (f"collate takes {pb.collate * 1e3:.1f} ms per batch and already runs in the "
@@ -569,7 +586,7 @@ def _binding(verdict: str, pb: PerBatch, data_time: float) -> str:
         return "unknown"
     if verdict != "compute-bound" and pb.after > 0 and pb.after >= max(
             data_time - pb.after, pb.h2d) and not (verdict == "balanced" and pb.gpu >= data_time):
-        return "device_decode"
+        return pb.after_stage
     if pb.gil_bound or pb.crowded:
         cpu = {k: cands[k] for k in ("decode", "transform", "collate")}
         return max(cpu, key=lambda n: cpu[n])
