@@ -458,3 +458,40 @@ def test_steps_n_counts_steps_of_several_draws_and_ends_between_them(draws: int,
             for _ in range(updates):
                 sc.on_optimizer_step()
     assert taken == 5 * draws  # five whole steps, then the run ends at the sixth's first draw
+
+
+def test_no_grad_passes_of_the_training_loader_inside_its_own_pass_are_their_own_loader() -> None:
+    """Real DataLoader, real optimizer: every 4 steps two batches of the SAME loader under
+    no_grad (a quick evaluation on training batches) are not training steps; they are a
+    loader line of their own, nested in the training one. A partner iterator made with
+    autograd on (mixup) stays training data (the session test above)."""
+    import torch
+    from obsdata import Slow
+    from torch.utils.data import DataLoader
+
+    from feedline.observe._session import Session
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    session = Session("nested", "cpu").start()
+    try:
+        loader = DataLoader(Slow(n=48), batch_size=4, num_workers=0)
+        for k, x in enumerate(loader, 1):  # 12 training steps
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if k % 4 == 0:
+                with torch.no_grad():
+                    for j, xv in enumerate(loader):
+                        model(xv)
+                        if j == 1:
+                            break
+    finally:
+        session.stop()
+    rep = session.report()
+    assert rep.steps == 11  # 12 training steps less the warm-up, not 17 draws
+    (ev,) = rep.loaders
+    assert ev["steps"] == 6 and ev["passes"] == 3 and ev["role"] == "other"
+    assert ev["config"]["nested_in"] == rep.loader["label"]
+    assert ev["config"]["type"] == "DataLoader"

@@ -10,6 +10,10 @@ step body). A ``next()`` that starts while another one runs on the same thread
 loader built again at the same place in the user's code (``DataLoader(...)``
 inside the epoch loop) after the previous one's pass ended is the same data
 path rebuilt: it continues that loader's clock (:meth:`StepClocks.clock`).
+A pass of a loader begun under ``torch.no_grad()`` inside its own open pass
+begun with autograd on (a quick evaluation on a few training batches every N
+steps, ``for xv, yv in loader`` nested in ``for x, y in loader``) is an
+evaluation data path of its own: it gets its own clock (:meth:`StepClocks.owner`).
 
 Clocks only append to lists while running; everything derived (step bodies
 with other loaders' time taken out, epoch starts moved into the wait) is
@@ -37,7 +41,11 @@ LOADER_ATTRS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_work
 
 
 def loader_config(obj: Any) -> dict[str, Any]:
-    """The settings ``obj`` exposes (DataLoader or feedline.Loader; empty for a plain iterable)."""
+    """The settings ``obj`` exposes (DataLoader or feedline.Loader; empty for a plain iterable);
+    a :class:`NestedPass` has its loader's, and ``nested_in``: the label of the loader whose
+    pass it runs in."""
+    if isinstance(obj, NestedPass):
+        return loader_config(obj.loader) | {"nested_in": obj.parent}
     out: dict[str, Any] = {"type": type(obj).__name__}
     for name in LOADER_ATTRS:
         value = getattr(obj, name, None)
@@ -188,6 +196,8 @@ class LoaderClock:
     inner: bool = False
     """A pass of this loader ran inside another loader's pass, which then went on (a
     validation loader run every N training steps): it is not the training loader."""
+    pass_grad: bool = True
+    """The current (or last) pass began with autograd enabled."""
     grad: bool = False
     """A pass of this loader began with autograd enabled. Passes begun under
     ``torch.no_grad()`` / ``inference_mode()`` only are evaluation (a validation loader
@@ -233,6 +243,7 @@ class LoaderClock:
             last = self.starts[-1] + self.waits[-1] if self.steps > self.pass_step0 else p0
             self.pass_ends.append(min(t, max(p0, last)))
         self.pass_starts.append(t)
+        self.pass_grad = grad
         self.grad = self.grad or grad
         self.pass_step0 = self.steps
         self.hosted.clear()
@@ -275,6 +286,20 @@ class LoaderClock:
                                        self.pass_starts[len(self.pass_ends):]]
         return StepsView(list(self.starts), waits, bodies, list(self.runq), gpu,
                          list(zip(self.pass_starts, ends, strict=False)))
+
+
+class NestedPass:
+    """A loader's passes begun under ``no_grad`` inside its own open training pass (see
+    :meth:`StepClocks.owner`): timed on a clock of their own. Reads the loader's settings
+    through to it."""
+
+    def __init__(self, loader: Any, parent: str) -> None:
+        self.loader, self.parent = loader, parent
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("loader", "parent"):  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.loader, name)
 
 
 IN_TURN = 8
@@ -413,6 +438,8 @@ class StepClocks:
         self.aliases: dict[int, int] = {}
         """``id`` of a rebuilt loader -> the key of the clock it continues."""
         self._owners: list[Any] = []  # keeps owners alive so their ids stay theirs
+        self._nested: dict[int, NestedPass] = {}
+        """Each loader's evaluation passes nested in its training pass (:meth:`owner`)."""
         self._lock = threading.Lock()
         self._tls = threading.local()
         self.primary: Any = None
@@ -424,6 +451,21 @@ class StepClocks:
         what ends a training step that takes several draws (:func:`group_draws`)."""
 
     # -- naming
+    def owner(self, loader: Any) -> Any:
+        """What a new iterator of ``loader`` made now on this thread is timed as:
+        ``loader``, or its :class:`NestedPass` when autograd is off and ``loader``'s
+        own pass, begun with autograd on, is open on this thread with a step in it (an
+        evaluation on the training loader's batches inside the training loop)."""
+        c = self.find(loader)
+        if (c is None or isinstance(loader, NestedPass) or _grad_enabled() or not c.pass_grad
+                or not c.in_pass or threading.get_ident() not in c.tids):
+            return loader
+        with self._lock:
+            nested = self._nested.get(id(loader))
+            if nested is None:
+                nested = self._nested[id(loader)] = NestedPass(loader, c.label)
+        return nested
+
     def find(self, owner: Any) -> LoaderClock | None:
         """The clock of ``owner`` if it has one."""
         key = id(owner)

@@ -146,7 +146,10 @@ def render_text(rep: Report, width: int = 100) -> str:
     for other in rep.loaders:
         w = other["wait"]
         kind = "lockstep training loader" if other.get("role") == "lockstep" else "other loader"
-        con.print(f"{kind} {other['label']} ({other['config'].get('type', '?')}): "
+        what = other["config"].get("type", "?")
+        if other["config"].get("nested_in"):
+            what += f": no_grad passes of {other['config']['nested_in']} inside its own pass"
+        con.print(f"{kind} {other['label']} ({what}): "
                   f"{other['share_of_wall']:.0%} of the run's wall time, {other['steps']} steps "
                   f"in {other['passes']} pass(es), waits for data {other['stall_fraction']:.0%} "
                   f"of its time (wait p50 {_ms(w['p50'])} ms, p99 {_ms(w['p99'])} ms)\n"

@@ -129,7 +129,8 @@ class Session:
             self.hooks = TorchHooks(HookTargets(
                 self.recorder, self.copy_log, self.clocks.on_next, self.clocks.on_iter,
                 self.clocks.label, self.clocks.current, self._worker_dir,
-                self.on_fork, self.clocks.on_optimizer_step, self.clocks.on_backward))
+                self.on_fork, self.clocks.on_optimizer_step, self.clocks.on_backward,
+                self.clocks.owner))
             stack.enter_context(self.hooks.installed())
         self.sampler.start()
         stack.callback(self.sampler.stop)

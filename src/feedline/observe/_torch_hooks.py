@@ -319,7 +319,9 @@ class HookTargets:
     ``backward()``, when given, after every autograd backward pass there
     (``Tensor.backward``, ``torch.autograd.backward`` or ``torch.autograd.grad``:
     a loop that updates its parameters by hand, ``p.data -= lr * p.grad``, steps
-    no optimizer).
+    no optimizer); ``owner(loader)``, when given, names what a new iterator of
+    ``loader`` is reported as (``loader`` itself, or a stand-in for a data path of
+    its own: an evaluation pass nested in the loader's training pass).
     """
 
     sink: Sink
@@ -332,6 +334,7 @@ class HookTargets:
     forked: Callable[[], None] | None = None
     optimizer_step: Callable[[], None] | None = None
     backward: Callable[[], None] | None = None
+    owner: Callable[[Any], Any] | None = None
 
 
 class TorchHooks:
@@ -441,19 +444,20 @@ class TorchHooks:
                     return dl.DataLoader.__iter__(loader)  # through them, back here, to torch
                 return orig(loader)
             t0 = time.perf_counter()
+            owner = hooks.t.owner(loader) if hooks.t.owner is not None else loader
             inner = loader.worker_init_fn
             wrap = (hooks.t.worker_dir is not None and loader.num_workers > 0
                     and not isinstance(inner, WorkerInit))
             if wrap:  # read once by the multiprocessing iterator as it starts its workers
                 loader.worker_init_fn = WorkerInit(inner, str(hooks.t.worker_dir),
-                                                   hooks.t.label(loader))
+                                                   hooks.t.label(owner))
             try:
                 it = orig(loader)
             finally:
                 if wrap:
                     loader.worker_init_fn = inner
-            it._feedline_owner = loader
-            hooks.t.on_iter(loader, t0, time.perf_counter(), it)
+            it._feedline_owner = owner
+            hooks.t.on_iter(owner, t0, time.perf_counter(), it)
             return it
 
         return dl_iter
