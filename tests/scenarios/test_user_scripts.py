@@ -37,7 +37,13 @@ match one to one: LBFGS's closure (several backward passes a batch), data echoin
 updates a batch), samples stacked by hand from ``batch_size=None`` (16 ``next()`` calls a
 step), a mixup partner from a second live iterator of the same loader, k-fold loaders
 rebuilt per fold, a batch-size finder's trial loaders, one slow rank under torchrun and
-one slow shard of an ``IterableDataset``.
+one slow shard of an ``IterableDataset``. Round 9 (``s_*.py``) adds loops whose parts sit
+elsewhere: inference bound by writing its predictions (no optimizer), a quick no_grad
+evaluation on the SAME loader nested in its own pass, a step that slows as a leak grows,
+a slow ``Sampler`` (it runs in the training process, never in the workers), a home-made
+trainer whose callback ends training by an exception, the step on an executor thread,
+``torch.multiprocessing`` producers feeding a queue, and forked feedline process workers
+on I/O.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -376,17 +382,40 @@ TRUTH = {
     # a batch-size finder (three short trial loaders), then the training loader
     "t_batch_size_finder": Truth("data-bound", "read", DATA, "".join(
         f"epoch {e}: 20 batches (tried [8, 16, 32])\n" for e in range(2))),
+    # -- round 9 (s_*.py)
+    # inference under no_grad, no optimizer, bound by fsync + commit of each prediction file
+    "s_infer_write": Truth("compute-bound", "gpu", COMPUTE, "batches 40 files 40\n"),
+    # a no_grad evaluation on the SAME DataLoader nested in its own pass every 10 steps
+    "s_eval_same_loader": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 20 steps, 4 eval batches\n" for e in range(2))),
+    # a step that grows 2 -> 17 ms (a leak), against a steady 48 ms batch
+    "s_step_drift_up": Truth("data-bound", "read", DATA, "steps 60 history 60\n"),
+    # a Sampler whose __iter__ takes 3 ms an index, in the training process
+    "s_slow_sampler": Truth("data-bound", "sampler", DATA,
+                            "epoch 0: 15 batches\nepoch 1: 15 batches\n"),
+    # a home-made Trainer with callbacks; StopTraining raised from a hook ends the run
+    "s_trainer_callbacks": Truth("data-bound", "read", DATA,
+                                 "stopped at step 30 in epoch 1, 3 log lines\n"),
+    # the step (forward, backward, optimizer) on a one-thread executor, the loader on main
+    "s_step_on_executor": Truth("data-bound", "read", DATA,
+                                "epoch 0: 15 steps\nepoch 1: 15 steps\n"),
+    # two torch.multiprocessing producers (spawn) feeding a queue: no loader to hook
+    "s_torch_mp_producers": Truth("unknown", "unknown", (0.0, 0.0), "batches 30\n"),
+    # feedline.Loader, 2 forked process workers, 8 ms of storage latency a sample
+    "s_feedline_fork_read": Truth("data-bound", "read", DATA,
+                                  "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
-        "z_manual_sgd_val_grad", "v_cgan_label_loader", "t_manual_batching")
+        "z_manual_sgd_val_grad", "v_cgan_label_loader", "t_manual_batching", "s_slow_sampler")
 """The default suite's share (40-50 s on two busy cores): one of each fix (start-up
 binding, run-queue wait of process workers, zipped loaders, ranks in processes the
 command starts, a loader rebuilt every epoch, torchrun's ranks judged by the one waiting
 for data, thread workers whose Python holds the GIL or the cores, a no_grad validation loader with
 more steps than training, a dataset decoding on its own thread pool, a hand-written
 update whose backward passes name the training loader, a loader drawn once per two steps
-of another as training data taken in turn, 16 draws a step counted as one step)."""
+of another as training data taken in turn, 16 draws a step counted as one step, a slow
+sampler binding in the training process)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
@@ -530,6 +559,32 @@ def test_sixteen_draws_between_two_updates_are_one_step(fast_runs: dict) -> None
     assert "batch_size=None" in data["recommendation"]
 
 
+def test_a_slow_sampler_is_named_and_not_given_more_workers(fast_runs: dict) -> None:
+    data = fast_runs["s_slow_sampler"][1]
+    assert data["stages"]["sampler"]["p50"] >= 0.015  # 8 indices x 3 ms a batch
+    assert "num_workers=" not in data["recommendation"]
+
+
+def round9_checks(results: dict) -> None:
+    """Round 9's steps, loaders and advice, beyond the verdict."""
+    # a no_grad pass of the training loader inside its own pass: its own loader line
+    nested = results["s_eval_same_loader"][1]
+    assert nested["steps"] == 39
+    (ev,) = nested["loaders"]
+    assert ev["steps"] == 8 and ev["role"] == "other"
+    assert ev["config"]["nested_in"] == nested["loader"]["label"]
+    # a slow sampler: make it cheap, not more workers (they do not run it)
+    rec = results["s_slow_sampler"][1]["recommendation"]
+    assert "IndexService(...)" in rec and "__iter__" in rec and "num_workers=" not in rec
+    # no optimizer at all: every batch is a step
+    assert results["s_infer_write"][1]["steps"] == 39
+    # no loader to hook: unknown, and how to measure it
+    assert "feedline.watch" in results["s_torch_mp_producers"][1]["fix"]
+    # I/O in forked process workers: more workers than the 2 it has
+    rec = results["s_feedline_fork_read"][1]["recommendation"]
+    assert int(rec.split("workers=")[1].split(",")[0]) > 2, rec
+
+
 def round8_checks(results: dict) -> None:
     """Round 8's steps, workers and advice, beyond the verdict."""
     # a step is what lies between two updates: several backward passes or updates a
@@ -637,3 +692,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         round6_checks(results)
         round7_checks(results)
         round8_checks(results)
+        round9_checks(results)
