@@ -16,14 +16,22 @@ the signals that came are sent to the main thread again once the finalizer has
 returned (a real signal, so a ``sleep`` or a wait in the main thread ends as it
 would have). A signal whose disposition is the default (``SIGTERM`` kills) or
 ignored is left alone.
+
+:func:`holding_signals` is the same promise for a step that must not be cut short
+either: forking a worker. ``os.fork`` runs the at-fork callbacks of the
+process (``logging`` releases its lock there) in Python; a Ctrl-C that arrived
+during the fork was raised inside one of them, printed as "Exception ignored in"
+and dropped (the training went on, and ``logging``'s lock could stay held). While
+it is held, a signal is only noted; it is delivered once the block has ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 DEFERRED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
@@ -74,6 +82,36 @@ def deferring_signals(fn: Callable[[], Any]) -> None:
                                  name="feedline-redeliver-signals", daemon=True).start()
             except RuntimeError:  # the interpreter is exiting (an atexit finalizer): it ends anyway
                 pass
+
+
+@contextlib.contextmanager
+def holding_signals() -> Iterator[None]:
+    """Run the block to its end; Python-handled signals that arrive meanwhile are delivered after it.
+
+    The handlers are restored and each signal that came is sent again to the main
+    thread as the block ends, so its handler (``KeyboardInterrupt``, a ``sys.exit``)
+    runs in the code that follows, where its exception is not swallowed. Off the
+    main thread the block simply runs.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_kill"):
+        yield
+        return
+    got: list[int] = []
+
+    def note(signum: int, _frame: Any) -> None:
+        got.append(signum)
+
+    saved: dict[int, Any] = {}
+    try:
+        for sig in DEFERRED:
+            if callable(signal.getsignal(sig)):
+                saved[sig] = signal.signal(sig, note)
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(got):
+            signal.pthread_kill(threading.get_ident(), sig)  # the handler runs at the next bytecode
 
 
 def _redeliver(main: int, signals: list[int]) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 
 from feedline import spans
 from feedline.errors import ConfigError, ResourceError, WorkerDied, WorkerError
-from feedline.pipeline import _by_reference, collate, forking, shm
+from feedline.pipeline import _by_reference, _deferred_signals, collate, forking, shm
 from feedline.pipeline.forkserver import (
     forkserver_died,
     packages_of,
@@ -394,7 +394,9 @@ class ProcessWorkers:
                                      args=(child, sent, name, batch_size, custom_collate, timed,
                                            placement, forked))
                 try:
-                    proc.start()
+                    # a Ctrl-C during the fork (in an at-fork callback) is delivered after it, not lost
+                    with _deferred_signals.holding_signals() if forked else contextlib.nullcontext():
+                        proc.start()
                 except (pickle.PicklingError, TypeError, AttributeError) as exc:
                     parent.close()
                     raise _start_pickling_error(ctx, custom_collate, exc, self.start_why) from exc
