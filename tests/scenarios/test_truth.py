@@ -183,7 +183,7 @@ def test_a_validation_loader_is_its_own_line_in_every_output(runs: dict) -> None
     assert 0.05 < val["share_of_wall"] < 0.5 and val["stall_fraction"] > 0.3
     assert "num_workers=" in val["advice"]
     # its time is not the training step's: the step stays the 30 ms of compute
-    assert data["stages"]["step"]["p50"] < 0.04
+    assert data["stages"]["step"]["p50"] < 0.05  # 30 ms of compute, with a margin for a loaded host
     assert f"other loader {val['label']}" in err
     out = runs["_dir"]
     assert "Other loaders" in (out / "tv.html").read_text() and val["label"] in (
