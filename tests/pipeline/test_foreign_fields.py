@@ -88,6 +88,34 @@ def test_torch_files_load_as_tensors_pickles_as_bytes_npz_as_arrays(tmp_path: Pa
     assert not marker.exists()
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_a_torch_dict_with_names_and_bfloat16_collates_as_default_collate(tmp_path: Path, worker_type: str) -> None:
+    """A ``.pt`` dict with a string member and a ``bfloat16`` tensor (before: the string made the
+    whole field a list of dicts; bfloat16, which numpy lacks, came as a list of tensors)."""
+    from torch.utils.data import default_collate
+
+    (tmp_path / "src").mkdir()
+    saved = []
+    for i in range(6):
+        value = {"image": torch.full((2, 3), i, dtype=torch.uint8), "label": i, "name": f"obj {i}",
+                 "emb": torch.arange(4, dtype=torch.bfloat16) / (i + 1), "meta": {"id": torch.tensor(i), "who": "me"}}
+        buf = io.BytesIO()
+        torch.save(value, buf)
+        (tmp_path / "src" / f"{i:04d}.pt").write_bytes(buf.getvalue())
+        saved.append(value)
+    pack([os.fspath(tmp_path / "src")], os.fspath(tmp_path / "ds"), durable=False, warn=lambda line: None)
+    with feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=3, workers=2, shuffle=False,
+                         worker_type=worker_type) as loader:
+        batches = [b["pt"] for b in loader]
+    for k, got in enumerate(batches):
+        want = default_collate(saved[3 * k:3 * k + 3])
+        assert got["name"] == want["name"] and got["meta"]["who"] == want["meta"]["who"]
+        for member in ("image", "label", "emb"):
+            assert got[member].dtype == want[member].dtype and torch.equal(got[member], want[member]), member
+        assert torch.equal(got["meta"]["id"], want["meta"]["id"])
+
+
 def test_a_torch_file_holding_an_object_is_refused_never_run(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     trap = io.BytesIO()

@@ -123,14 +123,16 @@ def _plain_tuple(value: Any) -> bool:
 
 
 def _array_tree(value: Mapping[Any, Any] | tuple[Any, ...]) -> bool:
-    """Whether every value of a non-empty dict or (plain) tuple is an array (numpy, or
-    torch's, which has ``__array__`` and ``shape``) or such a dict or tuple: what ``.npz``
-    and ``.pt`` fields decode to. A JSON value never is one (its numbers are Python's)."""
-    values = value.values() if isinstance(value, Mapping) else value
-    return bool(value) and all(
-        ((isinstance(v, Mapping) or _plain_tuple(v)) and _array_tree(v))
-        or (isinstance(v, np.ndarray) or (hasattr(v, "__array__") and hasattr(v, "shape")))
-        for v in values)
+    """Whether a dict or (plain) tuple holds arrays (numpy, or torch's, which has
+    ``__array__`` and ``shape``), such dicts or tuples, and strings, at least one of them
+    not a string: what ``.npz`` and ``.pt`` fields decode to (``{"image": t, "label": 3,
+    "name": "cat"}``: the string members a list, as ``default_collate`` gives them). A JSON
+    value never is one (its numbers are Python's)."""
+    values = list(value.values() if isinstance(value, Mapping) else value)
+    arrays = [((isinstance(v, Mapping) or _plain_tuple(v)) and _array_tree(v))
+              or isinstance(v, np.ndarray) or (hasattr(v, "__array__") and hasattr(v, "shape"))
+              for v in values]
+    return any(arrays) and all(a or isinstance(v, str) for a, v in zip(arrays, values))
 
 
 def unflatten(skeleton: Any, values: Mapping[Path, Any]) -> Any:

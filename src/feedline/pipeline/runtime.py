@@ -66,9 +66,22 @@ def _record(stage: str, t0: float, t1: float, attrs: dict[str, Any]) -> None:
     spans.emit(stage, t0, t1, **attrs)
 
 
-def _ragged(values: list[Any]) -> list[Any]:
-    return [torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" else v
-            for v in values]
+def _ragged(values: list[Any]) -> list[Any] | torch.Tensor:
+    """A ragged leaf as delivered: arrays as tensors, in a list; tensors of a dtype numpy
+    lacks (``bfloat16`` members of a ``.pt``, which the numpy collate cannot stack) of one
+    shape stacked, as ``default_collate`` gives them."""
+    out = [torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype.kind in "biufc" else v
+           for v in values]
+    first = out[0] if out else None
+    if (isinstance(first, torch.Tensor) and first.dtype in _NOT_NUMPY
+            and all(isinstance(v, torch.Tensor) and v.dtype == first.dtype and v.shape == first.shape
+                    for v in out)):
+        return torch.stack(out)
+    return out
+
+
+_NOT_NUMPY = frozenset(getattr(torch, name) for name in (
+    "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, name))
 
 
 @dataclass
