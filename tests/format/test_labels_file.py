@@ -315,3 +315,28 @@ def test_labels_as_spreadsheets_write_them(tmp_path: Path, text: str, cls: dict[
         _photos(tmp_path / "imgs", ["a.jpg", "b.jpg"])
         with pytest.warns(UserWarning, match="neither class ids nor class names"):
             pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "t.csv")))
+
+
+def test_space_separated_ids_are_multi_label_lists_and_tag_names_a_note(tmp_path: Path) -> None:
+    """Kaggle's multi-label tables: the Human Protein Atlas' ``Id,Target`` (``16 0``) gives
+    each file its ids as a list, no cls (before: the string "16 0" was one class of its own);
+    Planet's ``image_name,tags`` (``haze primary``) stays class names, with a note saying how to
+    split them; names with spaces that are not tags (``tiger shark``) pack as before, no note."""
+    (tmp_path / "hpa.csv").write_text("Id,Target\na,16 0\nb,7\nc,0 7 25\n")
+    table = read_table(tmp_path / "hpa.csv")
+    assert table.classes is None and {k: r.cls for k, r in table.rows.items()} == {"a": None, "b": None, "c": None}
+    assert table.rows["a"].extra == {"label": [16, 0]} and table.rows["b"].extra == {"label": [7]}
+    assert "multi-label" in (table.note or "") and "'16 0'" in (table.note or "")
+    _photos(tmp_path / "hpa", ["a.jpg", "b.jpg", "c.jpg"])
+    with pytest.warns(UserWarning, match="space-separated class ids"):
+        pack([tmp_path / "hpa"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "hpa.csv")))
+    assert {k: s["json"]["label"] for k, s in _load(tmp_path / "ds").items()} == {"a": [16, 0], "b": [7], "c": [0, 7, 25]}
+
+    tags = ["haze primary", "clear primary", "clear primary water", "cloudy", "haze primary water", "clear"]
+    (tmp_path / "planet.csv").write_text("image_name,tags\n" + "".join(f"t{i},{t}\n" for i, t in enumerate(tags)))
+    table = read_table(tmp_path / "planet.csv")
+    assert table.classes == tuple(sorted(tags)) and table.rows["t0"].cls == sorted(tags).index("haze primary")
+    assert "6 class names made of 5 words" in (table.note or "") and ".split()" in (table.note or "")
+    (tmp_path / "sharks.csv").write_text("file,label\na,tiger shark\nb,great white shark\nc,tiger\nd,hammerhead\n")
+    table = read_table(tmp_path / "sharks.csv")
+    assert table.note is None and table.classes == ("great white shark", "hammerhead", "tiger", "tiger shark")

@@ -29,7 +29,8 @@ sample's ``cls`` as written; when the labels are names, ``cls`` is the index
 of the name in the sorted list of names, which goes into the manifest as the
 classes (as ``--labels from-folder`` does). Labels ``1.0``/``0.0`` (pandas writes
 an integer column with a blank so) count as integers, and integers mixed with names
-(``3``, ``cat``) as names. A label that is a list (multi-label), a fraction (a
+(``3``, ``cat``) as names. A label that is a list (multi-label; in a CSV, space-separated
+class ids such as ``16 0``), a fraction (a
 regression target) or absent from some rows gives no ``cls``; when a table has such
 labels, :attr:`LabelTable.note` says so and ``pack`` prints it. Every other value of a row (and, for
 COCO, the image's record with its ``annotations`` and each annotation's
@@ -351,6 +352,7 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
                           fix="give a readable UTF-8 file") from None
     records, order = _records(p, text, label_column)
     records = _as_classes([label for _, label, _ in records], records)
+    records, tagged = _id_tags(records)
     labels = [label for _, label, _ in records]
     ints = all(_is_int(v) for v in labels) and order is None
     names = all(isinstance(v, str) for v in labels)
@@ -374,12 +376,45 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
             extra["label"] = label
         rows[name] = Row(cls, extra or None)
     odd = [v for v in labels if v is not None]
-    note = None
-    if odd and not ints and classes is None:
+    note = _tags_note(p, labels) if classes is not None else None
+    if tagged:
+        note = (f"{p}: its labels are space-separated class ids ({tagged}...), a multi-label table, so no "
+                "sample has a cls field; each one's json holds its ids as a list under 'label' "
+                "(make the multi-hot target from it in collate=)")
+    elif odd and not ints and classes is None:
         shown = ", ".join(repr(v) for v in list(dict.fromkeys(map(str, odd)))[:4])
         note = (f"{p}: its labels ({shown}...) are neither class ids nor class names in every row, "
                 "so no sample has a cls field; each one's json holds its value under 'label'")
     return LabelTable(str(p), rows, classes, note)
+
+
+def _id_tags(records: list[Record]) -> tuple[list[Record], str]:
+    """Space-separated class ids (Kaggle's multi-label tables: the Human Protein Atlas'
+    ``Id,Target`` with ``16 0``, iMet's ``attribute_ids``) as lists of ints, and a few of
+    them as written (``""``: not such a table, records unchanged). Every label must be ids
+    and one at least two of them; names are never split (``tiger shark`` is one class)."""
+    labels = [label for _, label, _ in records]
+    if not labels or not all(_is_int(v) or isinstance(v, str) for v in labels):
+        return records, ""
+    parts = [str(v).split() for v in labels]
+    if not any(len(t) > 1 for t in parts) or not all(t and all(x.isdigit() for x in t) for t in parts):
+        return records, ""
+    shown = ", ".join(repr(str(v)) for v in list(dict.fromkeys(v for v in labels if " " in str(v)))[:3])
+    return [(n, [int(x) for x in t], rest) for (n, _, rest), t in zip(records, parts, strict=True)], shown
+
+
+def _tags_note(p: Path, labels: list[Any]) -> str | None:
+    """A note when class names look like space-separated tags (Planet's ``haze primary``):
+    some name holds several words and the names hold fewer distinct words than names.
+    They stay class names (``tiger shark`` is one class); the note says how to split them."""
+    names = {v for v in labels if isinstance(v, str)}
+    words = {w for v in names for w in v.split()}
+    if not any(len(v.split()) > 1 for v in names) or len(words) >= len(names):
+        return None
+    shown = ", ".join(repr(v) for v in sorted((v for v in names if " " in v), key=len, reverse=True)[:3])
+    return (f"{p}: {len(names)} class names made of {len(words)} words ({shown}...): packed as {len(names)} "
+            "classes; if they are space-separated tags of a multi-label table, split the class name "
+            "(read_manifest(ds).classes[cls].split()) into a multi-hot target in collate=")
 
 
 def _as_classes(labels: list[Any], records: list[Record]) -> list[Record]:

@@ -132,7 +132,7 @@ def _array_tree(value: Mapping[Any, Any] | tuple[Any, ...]) -> bool:
     arrays = [((isinstance(v, Mapping) or _plain_tuple(v)) and _array_tree(v))
               or isinstance(v, np.ndarray) or (hasattr(v, "__array__") and hasattr(v, "shape"))
               for v in values]
-    return any(arrays) and all(a or isinstance(v, str) for a, v in zip(arrays, values))
+    return any(arrays) and all(a or isinstance(v, str) for a, v in zip(arrays, values, strict=True))
 
 
 def unflatten(skeleton: Any, values: Mapping[Path, Any]) -> Any:
