@@ -749,15 +749,33 @@ def measure(shape: str, folder: Path, rounds: int, workers: int, auto: bool = Fa
             "load": os.getloadavg()[0]}
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def common_parser(description: str, shapes: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The options every shapes benchmark takes (this one and bench/outside_shapes.py)."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="tiny datasets, one round (smoke test)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 3; 1 with --quick)")
     p.add_argument("--workers", type=int, default=2, help="workers of every contender")
-    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {','.join(SHAPES)}")
+    p.add_argument("--shapes", default=",".join(shapes), help=f"comma-separated subset of {','.join(shapes)}")
     p.add_argument("--dir", metavar="DIR", help="scratch folder for the data (default: system temp)")
     p.add_argument("--keep", action="store_true", help="keep the generated data")
+    return p
+
+
+def prepare(args: argparse.Namespace, shapes: tuple[str, ...], prefix: str) -> tuple[list[str], int, Path]:
+    """The chosen shapes (an unknown one exits naming the choices), the rounds, and a fresh
+    scratch folder (under ``--dir`` when given)."""
+    chosen = [s for s in args.shapes.split(",") if s]
+    unknown = set(chosen) - set(shapes)
+    if unknown:
+        raise SystemExit(f"unknown shape(s) {sorted(unknown)}; choose from {','.join(shapes)}")
+    if args.dir is not None:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+    return chosen, args.rounds or (1 if args.quick else 3), Path(tempfile.mkdtemp(prefix=prefix, dir=args.dir))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = common_parser(__doc__.splitlines()[0], SHAPES)
     p.add_argument("--auto", action="store_true",
                    help='also run Loader(worker_type="auto") (with --second-epoch: timed after it '
                         "measured the first batches and chose threads or processes)")
@@ -768,15 +786,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    shapes = [s for s in args.shapes.split(",") if s]
-    unknown = set(shapes) - set(SHAPES)
-    if unknown:
-        raise SystemExit(f"unknown shape(s) {sorted(unknown)}; choose from {','.join(SHAPES)}")
-    rounds = args.rounds or (1 if args.quick else 3)
+    shapes, rounds, scratch = prepare(args, SHAPES, "peers-shapes-")
     sizes = QUICK if args.quick else FULL
-    if args.dir is not None:
-        Path(args.dir).mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="peers-shapes-", dir=args.dir))
     results = []
     try:
         for shape in shapes:

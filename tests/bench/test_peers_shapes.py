@@ -1,6 +1,6 @@
-"""Smoke test of bench/peers_shapes.py at its --quick size: every contender delivers every
-sample of every shape once, and the JSON carries medians and ratios against the baseline
-of the same run. No timing assertions (the machine is shared)."""
+"""Smoke tests of bench/peers_shapes.py and bench/outside_shapes.py at their --quick size:
+every contender delivers every sample of every shape once, and the JSON carries medians and
+ratios against the baseline of the same run. No timing assertions (the machine is shared)."""
 
 from __future__ import annotations
 
@@ -9,27 +9,33 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.timeout(600)
-def test_peers_shapes_quick(tmp_path: Path) -> None:
+def _run_quick(name: str, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
+    """Run ``bench/NAME.py --quick`` in this process: (its module, its JSON)."""
     sys.path.insert(0, str(ROOT / "bench"))  # process workers import the collate from here
     try:
-        spec = importlib.util.spec_from_file_location("peers_shapes", ROOT / "bench" / "peers_shapes.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
-        sys.modules["peers_shapes"] = mod
+        sys.modules[name] = mod
         spec.loader.exec_module(mod)
         out = tmp_path / "shapes.json"
         assert mod.main(["--quick", "--json", str(out), "--dir", str(tmp_path)]) == 0
     finally:
         sys.path.remove(str(ROOT / "bench"))
-        sys.modules.pop("peers_shapes", None)
-    doc = json.loads(out.read_text())
+        sys.modules.pop(name, None)
+    return mod, json.loads(out.read_text())
+
+
+@pytest.mark.timeout(600)
+def test_peers_shapes_quick(tmp_path: Path) -> None:
+    mod, doc = _run_quick("peers_shapes", tmp_path)
     assert doc["quick"] is True and doc["rounds"] == 1 and doc["preliminary"] is True
     assert [s["shape"] for s in doc["shapes"]] == list(mod.SHAPES)
     for shape in doc["shapes"]:
@@ -43,3 +49,19 @@ def test_peers_shapes_quick(tmp_path: Path) -> None:
             assert row["min"] <= row["samples_per_s"] <= row["max"]
         assert shape["rows"][2]["ratio"] == 1.0
     assert not any(p.name.startswith("peers-shapes-") for p in tmp_path.iterdir())  # cleaned up
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_outside_shapes_quick_batches_equal_the_dataloaders(tmp_path: Path) -> None:
+    """bench/outside_shapes.py: every shape packs as README.md says, both Loaders deliver every
+    sample, and their batches equal the DataLoader's, value by value."""
+    mod, doc = _run_quick("outside_shapes", tmp_path)
+    assert [s["shape"] for s in doc["shapes"]] == list(mod.SHAPES)
+    for shape in doc["shapes"]:
+        assert shape["correct"] is True, (shape["shape"], shape["differences"])
+        assert [r["name"] for r in shape["rows"]] == ["Loader (threads)", "Loader (processes)", "DataLoader"]
+        for row in shape["rows"]:
+            assert row["samples"] == mod.QUICK[shape["shape"]], (shape["shape"], row)
+            assert math.isfinite(row["samples_per_s"]) and row["samples_per_s"] > 0
+    assert not any(p.name.startswith("outside-shapes-") for p in tmp_path.iterdir())  # cleaned up
