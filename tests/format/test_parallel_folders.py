@@ -79,3 +79,20 @@ def test_a_missing_partner_is_said_and_the_default_rule_points_to_parallel(tmp_p
 def test_parallel_folders_refuse_labels(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"labels/x\.cls"):
         SourceRules(key="parallel", labels="from-folder")
+
+
+@pytest.mark.timeout(60)
+def test_episode_folders_are_not_parallel_and_their_meta_files_are_named(tmp_path: Path) -> None:
+    """Robot episodes, ``episode_000/step_0001.{cam.png, imu.f32}`` with an ``episode_000/meta.json``
+    in each (before: pack said to use --key parallel, which would make one sample of every
+    episode's step_0001; the meta files, samples with every other field missing, went unnamed)."""
+    for e in range(3):
+        for t in range(4):
+            (tmp_path / "log" / f"episode_{e:03d}").mkdir(parents=True, exist_ok=True)
+            (tmp_path / "log" / f"episode_{e:03d}" / f"step_{t:04d}.cam.png").write_bytes(_png(np.zeros((2, 2), np.uint8)))
+            (tmp_path / "log" / f"episode_{e:03d}" / f"step_{t:04d}.imu.f32").write_bytes(bytes(24))
+        (tmp_path / "log" / f"episode_{e:03d}" / "meta.json").write_text('{"hz": 10}')
+    (note,) = collect([tmp_path / "log"]).notes()
+    assert "--key parallel" not in note and "3 sample(s) share no field" in note
+    assert "episode_000/meta (json)" in note and "--exclude '*/meta.json'" in note
+    assert collect([tmp_path / "log"], SourceRules(exclude=("*/meta.json",))).notes() == []

@@ -87,6 +87,7 @@ import fnmatch
 import json
 import os
 import stat
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -280,8 +281,14 @@ class Collection:
         """Fields only some samples hold: one line each, or one line for them all when there are
         many; one line naming ``--key file`` when dotted names were split at their first dot
         (``frame.000123.jpg`` -> sample ``frame``, field ``000123.jpg``)."""
-        n = len(self.samples)
-        partial = [(name, count) for name, count in sorted(self.field_counts.items()) if count < n]
+        loners = {s.key for s in self._loners()}
+        n = len(self.samples) - len(loners)
+        counts = dict(self.field_counts)
+        for s in self.samples:
+            if s.key in loners:
+                for f in s.files:
+                    counts[f.field] -= 1
+        partial = [(name, count) for name, count in sorted(counts.items()) if 0 < count < n]
         if self._dotted_names():
             big = max(self.samples, key=lambda s: len(s.files))
             shown = ", ".join(repr(f.field) for f in big.files[:3])
@@ -312,14 +319,45 @@ class Collection:
         return self.rule == "webdataset" and fields > 16 and fields > len(self.samples)
 
     def _parallel_folders(self) -> bool:
-        """Whether most samples have a namesake in another top folder (images/x + masks/x)."""
-        tops: dict[str, set[str]] = {}
+        """Whether most samples have a namesake in another top folder holding other fields
+        (images/x.jpg + masks/x.png; not episode_000/step_0001 + episode_001/step_0001, whose
+        fields are the same)."""
+        tops: dict[str, dict[str, frozenset[str]]] = {}
         for s in self.samples:
             top, slash, rest = s.key.partition("/")
             if slash:
-                tops.setdefault(rest, set()).add(top)
-        paired = sum(len(t) for t in tops.values() if len(t) > 1)
+                tops.setdefault(rest, {})[top] = frozenset(f.field for f in s.files)
+        paired = sum(len(t) for t in tops.values() if len(t) > 1 and len(set(t.values())) == len(t))
         return paired * 2 > len(self.samples)
+
+    def _loners(self) -> list[PlannedSample]:
+        """WebDataset rule: samples sharing no field with the most common sample's fields and
+        named alike in two or more folders (``episode_000/meta.json`` beside the episode's
+        ``step_0001.cam.png``...): files kept per folder, not samples."""
+        if self.rule != "webdataset" or len(self.samples) < 3:
+            return []
+        kinds = Counter(frozenset(f.field for f in s.files) for s in self.samples)
+        common = kinds.most_common(1)[0][0]
+        apart = [s for s in self.samples if "/" in s.key and not common & {f.field for f in s.files}]
+        def kind(s: PlannedSample) -> tuple[str, ...]:  # its name in its folder, and its fields
+            return (s.key.rpartition("/")[2], *sorted(f.field for f in s.files))
+
+        folders: dict[tuple[str, ...], set[str]] = {}
+        for s in apart:
+            folders.setdefault(kind(s), set()).add(s.key.rpartition("/")[0])
+        return [s for s in apart if len(folders[kind(s)]) > 1]
+
+    def _loner_note(self, limit: int) -> list[str]:
+        loners = self._loners()
+        if not loners:
+            return []
+        files = sorted({f"*/{s.key.rpartition('/')[2]}.{f.field}" for s in loners for f in s.files})
+        shown = ", ".join(f"{s.key} ({', '.join(f.field for f in s.files)})" for s in loners[:limit])
+        more = f" and {len(loners) - limit} more" if len(loners) > limit else ""
+        return [f"{len(loners)} sample(s) share no field with the others and are named alike in several folders: "
+                f"{shown}{more}. If they are files kept per folder (an episode's or a scene's metadata), "
+                "batches mix them in with every other field missing: leave them out with --exclude "
+                f"{' '.join(repr(f) for f in files[:3])} and read them by the sample's key"]
 
     def notes(self, limit: int = 5) -> list[str]:
         """One line per thing the user should hear about: skipped files, fields
@@ -343,6 +381,7 @@ class Collection:
                 f"{' '.join(repr('*/' + f) for f in fields[:3])} and read them by the sample's key, "
                 "or copy them into every sample folder"
             )
+        lines.extend(self._loner_note(limit))
         lines.extend(self._partial_fields(limit))
         pickled = sorted(f for f in self.field_counts if f.lower().rsplit(".", 1)[-1] in PICKLE_EXTENSIONS)
         if pickled:
