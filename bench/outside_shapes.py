@@ -9,7 +9,8 @@ compared value by value (``correct`` in the JSON; a difference is listed, not ra
 
 * ``robot``: episodes ``episode_003/step_0042.{cam.png, lidar.npy, imu.f32, joints.json}``:
   PNG RGB frames 96x128, lidar float32 (N, 4) with N varying (a list), IMU 6 raw floats,
-  joint angles as JSON (a list of dicts), batch 16;
+  joint angles as JSON (a list of dicts), batch 16; each episode's ``meta.json`` is left out
+  with the ``--exclude '*/meta.json'`` pack's note gives;
 * ``tokvar``: token sequences of 16-1024 ids as raw ``.u16``, padded into int64 by a
   collate (``collate=`` / ``collate_fn=``), batch 32;
 * ``blocks``: fixed 1025-token blocks written with ``DatasetWriter`` (``.npy`` uint16);
@@ -106,6 +107,8 @@ def files(shape: str, n: int, seed: int = 0) -> Iterator[tuple[str, bytes]]:
     for i in range(n):
         if shape == "robot":
             key = f"episode_{i // 100:03d}/step_{i % 100:04d}"
+            if i % 100 == 0:  # what each episode holds beside its steps (left out by pack --exclude)
+                yield f"episode_{i // 100:03d}/meta.json", json.dumps({"robot": "franka", "hz": 10}).encode()
             yield f"{key}.cam.png", _png(rng.integers(0, 256, (96, 128, 3), dtype=np.uint8))
             yield f"{key}.lidar.npy", _npy(rng.standard_normal((int(rng.integers(500, 3000)), 4)).astype(np.float32))
             yield f"{key}.imu.f32", rng.standard_normal(6).astype("<f4").tobytes()
@@ -160,7 +163,9 @@ def build(shape: str, n: int, folder: Path) -> Path:
         path.write_bytes(data)
         labels.append((Path(rel).stem, BREEDS[k % len(BREEDS)]))
     args = [os.fspath(src), "--out", os.fspath(folder / "ds")]
-    if shape == "imagenet":
+    if shape == "robot":  # what pack's note says for the per-episode meta.json
+        args += ["--exclude", "*/meta.json"]
+    elif shape == "imagenet":
         args += ["--labels", "from-folder"]
     elif shape == "kaggle":
         with open(folder / "labels.csv", "w", newline="") as f:
@@ -202,7 +207,7 @@ class Files:
     def __init__(self, root: Path) -> None:
         groups: dict[str, list[tuple[str, Path]]] = {}
         for path in root.rglob("*"):
-            if path.is_file():
+            if path.is_file() and path.name != "meta.json":  # an episode's metadata is no sample
                 rel = path.relative_to(root).as_posix()
                 dot = rel.find(".", rel.rfind("/") + 1)
                 groups.setdefault(rel[:dot], []).append((rel[dot + 1:], path))
