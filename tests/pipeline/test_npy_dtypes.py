@@ -66,3 +66,29 @@ def test_npy_dtypes_and_byte_orders_batch_as_np_load_gives_them(npy_dataset: Pat
         assert set(recipes.values()) == {"sample"}
     else:  # the big-endian field too is read into its rows, then byte-swapped
         assert recipes == dict.fromkeys(["be.npy", "ids.npy", "mask.npy", "t.npy", "x.npy"], "read-rows")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_string_arrays_come_as_lists_of_arrays(tmp_path: Path, worker_type: str) -> None:
+    """Strings saved with numpy (a ``.npy`` of words, ``np.array("cat")`` in an ``.npz``) are
+    no tensor: they come as a list of the arrays ``np.load`` gives, the numbers beside them
+    stacked (before: a TypeError from torch for the whole batch)."""
+    import io
+
+    (tmp_path / "src").mkdir()
+    for i in range(6):
+        np.save(tmp_path / "src" / f"{i:04d}.words.npy", np.array(["ab", f"c{i}"]))
+        buf = io.BytesIO()
+        np.savez(buf, image=np.full((2, 2), i, np.uint8), name=np.array(f"cat {i}"))
+        (tmp_path / "src" / f"{i:04d}.npz").write_bytes(buf.getvalue())
+    pack([os.fspath(tmp_path / "src")], os.fspath(tmp_path / "ds"), durable=False, warn=lambda line: None)
+    with feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=3, workers=2, shuffle=False,
+                         worker_type=worker_type) as loader:
+        batches = list(loader)
+    assert len(batches) == 2
+    for k, batch in enumerate(batches):
+        ids = range(3 * k, 3 * k + 3)
+        assert [w.tolist() for w in batch["words.npy"]] == [["ab", f"c{i}"] for i in ids]
+        assert [str(n) for n in batch["npz"]["name"]] == [f"cat {i}" for i in ids]
+        assert batch["npz"]["image"].tolist() == [[[i, i], [i, i]] for i in ids]

@@ -11,7 +11,7 @@ whose values are numbers or arrays, and whose
 most common shape and dtype is held by more than half of that batch, becomes
 a *dense* leaf, stacked into a preallocated slot array of shape
 ``(batch_size, *shape)``; every other leaf (strings, bytes, lists, arrays of
-varying shape) is *ragged* and delivered as a list.
+varying shape, numpy arrays of strings or records) is *ragged* and delivered as a list.
 
 A later batch in which some sample's dense leaf has another shape or dtype
 (a portrait photo among landscape ones) does not fail: that leaf falls back
@@ -152,7 +152,9 @@ def _as_dense(value: Any) -> np.ndarray | None:
             arr = np.asarray(value)
         except (TypeError, RuntimeError):  # a tensor numpy cannot hold (bfloat16): a list
             return None
-        return None if arr.dtype.hasobject else arr
+        # only what a tensor holds is stacked: strings (np.array("cat") in an .npz), records
+        # and dates stay arrays in a list (before: torch refused the slot, a TypeError)
+        return arr if arr.dtype.kind in "biufc" else None
     return None
 
 
