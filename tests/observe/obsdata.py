@@ -65,3 +65,23 @@ class Shards(torch.utils.data.IterableDataset):
                 if s == self.slow:
                     time.sleep(self.sleep)
                 yield torch.full((4,), float(s))
+
+
+class External(torch.utils.data.Dataset):
+    """``n`` items, each decoded by a child interpreter that spins ``spin`` seconds of CPU
+    (an external decoder run with ``subprocess.run``, as ``ffmpeg`` is)."""
+
+    def __init__(self, spin: float = 0.02, n: int = 4) -> None:
+        self.spin, self.n = spin, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import subprocess
+        import sys
+
+        code = (f"import time\nend = time.process_time() + {self.spin}\n"
+                "while time.process_time() < end:\n    pass\n")
+        subprocess.run([sys.executable, "-S", "-c", code], check=True)
+        return torch.full((4,), float(i))

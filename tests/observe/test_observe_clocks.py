@@ -495,3 +495,36 @@ def test_no_grad_passes_of_the_training_loader_inside_its_own_pass_are_their_own
     assert ev["steps"] == 6 and ev["passes"] == 3 and ev["role"] == "other"
     assert ev["config"]["nested_in"] == rep.loader["label"]
     assert ev["config"]["type"] == "DataLoader"
+
+
+def test_an_iterator_dropped_mid_pass_shuts_its_workers_down_in_the_wait_not_the_step() -> None:
+    """``it = iter(loader)`` again every few steps: the new iterator is made before the old
+    one is dropped, and the old one's worker shutdown (it joins a worker busy on a
+    150 ms item) runs in the loop, outside any ``next()``. Both are data time: the step
+    bodies stay near zero, and the two iterators are not counted as alive at once."""
+    import torch
+    from obsdata import Slow
+    from torch.utils.data import DataLoader
+
+    from feedline.observe._session import Session
+
+    torch.set_num_threads(1)
+    session = Session("reiter", "cpu").start()
+    swaps: list[float] = []
+    try:
+        loader = DataLoader(Slow(sleep=0.15, n=64), batch_size=1, num_workers=1)
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+            next(it)
+            t0 = time.perf_counter()
+            it = iter(loader)  # the old iterator is dropped here, its worker mid-item
+            swaps.append(time.perf_counter() - t0)
+        next(it)
+        del it
+    finally:
+        session.stop()
+    rep = session.report()
+    assert rep.steps == 6 and min(swaps) > 0.05  # each swap waited for a worker to exit
+    assert rep.stages["step"].total < 0.2 * sum(swaps)
+    assert "live_iterators" not in rep.loader

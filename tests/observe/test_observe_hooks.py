@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from obsdata import Pooled, Slow, worker_flag
+from obsdata import External, Pooled, Slow, worker_flag
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import fetch as fetch_mod
 from torch.utils.data._utils import pin_memory as pin_mod
@@ -136,6 +136,21 @@ def test_a_worker_charges_its_fetches_with_the_cpu_of_all_its_threads(tmp_path) 
     fetches = [s for s in read_worker_spans(tmp_path) if s.stage == "fetch"]
     assert len(fetches) == 4
     assert all(s.attrs["cpu"] >= 0.8 * 4 * 0.004 for s in fetches), [s.attrs for s in fetches]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_fetch_is_charged_with_the_cpu_of_the_decoders_it_ran(tmp_path, workers: int) -> None:  # type: ignore[no-untyped-def]
+    # each item waits for a child interpreter spinning 20 ms: the fetch's own thread only
+    # waits, yet the fetch is CPU work (decode), not time blocked (read)
+    h, rec, _ = hooks(tmp_path, label="train")
+    with h.installed():
+        batches = list(DataLoader(External(spin=0.02, n=4), batch_size=2, num_workers=workers))
+    assert len(batches) == 2
+    spans = rec.spans("fetch") if workers == 0 else read_worker_spans(tmp_path)
+    fetches = [s for s in spans if s.stage == "fetch"]
+    assert len(fetches) == 2
+    assert all(s.attrs.get("child_cpu", 0.0) >= 0.8 * 2 * 0.02 for s in fetches), [
+        s.attrs for s in fetches]
 
 
 def test_worker_init_is_picklable_and_calls_the_users_function(tmp_path) -> None:  # type: ignore[no-untyped-def]

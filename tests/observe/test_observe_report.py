@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from feedline.observe._stats import Span
-from feedline.observe.report import Measurements, build_report
+from feedline.observe.report import Measurements, Report, build_report
 
 
 def meas(wait: float, body: float, fetch: float, cpu: float, workers: int | None,
@@ -272,6 +272,26 @@ def test_cpu_in_the_loaders_item_code_is_decode_and_blocked_time_read() -> None:
     assert cpu.analysis["per_batch"]["decode"] == pytest.approx(0.036)
     io = build_report(loader_reads(30, 0.040, 0.001, 1, {}, body=0.005))
     assert io.verdict == "data-bound" and io.binding == "read"
+
+
+def test_an_external_decoders_cpu_is_decode_with_its_wait_for_a_core() -> None:
+    # each fetch waits 60 ms for child decoders that used 20 ms of CPU on a host where
+    # the loader's processes wait 2 s for a core per CPU second: all of it is decode, and
+    # no more workers than cores; without the children's CPU it would be a blocked read
+    def run(child: float) -> Report:
+        spans = [Span("fetch", i * 0.1, i * 0.1 + 0.060, 1, 1,
+                      {"cpu": 0.0005, "runq": 0.0} | ({"child_cpu": child} if child else {}))
+                 for i in range(30)]
+        return build_report(Measurements(
+            name="r", device_type="cpu", wait=[0.050] * 30, body=[0.005] * 30,
+            gpu=[0.005] * 30, spans=spans, cores=2, host={"loader_runq_per_cpu": 2.0},
+            loader={"num_workers": 2, "batch_size": 4}))
+
+    rep = run(0.020)
+    assert rep.verdict == "data-bound" and rep.binding == "decode"
+    assert rep.analysis["per_batch"]["decode"] == pytest.approx(0.060)
+    assert rep.analysis["blocked_fraction"] < 0.1
+    assert run(0.0).binding == "read"
 
 
 def test_gil_bound_item_code_binds_on_decode_with_its_cpu_as_stall() -> None:

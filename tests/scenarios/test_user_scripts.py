@@ -43,7 +43,13 @@ evaluation on the SAME loader nested in its own pass, a step that slows as a lea
 a slow ``Sampler`` (it runs in the training process, never in the workers), a home-made
 trainer whose callback ends training by an exception, the step on an executor thread,
 ``torch.multiprocessing`` producers feeding a queue, and forked feedline process workers
-on I/O.
+on I/O. Round 10 (``r_*.py``) adds loops whose parts hide in other shapes: a
+distillation step with a no_grad teacher forward, a training function under
+``@torch.no_grad()`` that re-enables autograd for the step, ``torch.func.grad`` with no
+optimizer and no ``backward()``, a dataset with ``__getitems__``, a short slow loader
+restarted under a long one (``max_size_cycle``), ``iter(loader)`` again every 10 steps,
+a ``deque`` replay buffer filled from a loader, corrupt samples dropped in ``collate_fn``
+with empty batches skipped, and an external decoder run with ``subprocess.run``.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -404,10 +410,37 @@ TRUTH = {
     # feedline.Loader, 2 forked process workers, 8 ms of storage latency a sample
     "s_feedline_fork_read": Truth("data-bound", "read", DATA,
                                   "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # -- round 10 (r_*.py)
+    # knowledge distillation: a frozen teacher's forward under no_grad inside every step
+    "r_distill_teacher": Truth("compute-bound", "gpu", COMPUTE,
+                               "epoch 0: 16 steps\nepoch 1: 16 steps\n"),
+    # @torch.no_grad() on the training function, `with torch.enable_grad():` around the step
+    "r_enable_grad_inside": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 12 steps, 3 val batches\n" for e in range(2))),
+    # torch.func.grad + functional_call, a hand-written update: no optimizer, no backward()
+    "r_func_grad": Truth("data-bound", "decode", DATA,
+                         "epoch 0: 10 batches\nepoch 1: 10 batches\nupdates 20\n"),
+    # a dataset with __getitems__: one multi-get round trip per batch
+    "r_getitems_batched": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 12 batches, shape (8, 5)\n" for e in range(2))),
+    # CombinedLoader("max_size_cycle") by hand: a short slow loader restarted under a long one
+    "r_max_size_cycle": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 30 steps, short loader restarted 4 times\n" for e in range(2))
+        + "steps 60 restarts 8\n"),
+    # it = iter(loader) again every 10 steps; workers log in for 400 ms in worker_init_fn
+    "r_reiter_every_n": Truth("data-bound", "startup", DATA, "steps 40 iterators 4\n"),
+    # a collections.deque replay buffer filled from a DataLoader, updates sampled from it
+    "r_deque_replay": Truth("data-bound", "read", DATA, "batches 20 updates 17 buffer 128\n"),
+    # collate_fn drops corrupt (None) samples, the loop `continue`s on empty batches
+    "r_skip_bad_batches": Truth("data-bound", "read", DATA, "steps 32 skipped 8\n"),
+    # each sample decoded by an external program (subprocess.run), 2 workers on 2 cores
+    "r_subprocess_decode": Truth("data-bound", "decode", DATA,
+                                 "epoch 0: 8 batches\nepoch 1: 8 batches\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
-        "z_manual_sgd_val_grad", "v_cgan_label_loader", "t_manual_batching", "s_slow_sampler")
+        "z_manual_sgd_val_grad", "v_cgan_label_loader", "t_manual_batching", "s_slow_sampler",
+        "r_reiter_every_n")
 """The default suite's share (40-50 s on two busy cores): one of each fix (start-up
 binding, run-queue wait of process workers, zipped loaders, ranks in processes the
 command starts, a loader rebuilt every epoch, torchrun's ranks judged by the one waiting
@@ -415,7 +448,8 @@ for data, thread workers whose Python holds the GIL or the cores, a no_grad vali
 more steps than training, a dataset decoding on its own thread pool, a hand-written
 update whose backward passes name the training loader, a loader drawn once per two steps
 of another as training data taken in turn, 16 draws a step counted as one step, a slow
-sampler binding in the training process)."""
+sampler binding in the training process, an iterator replaced mid-pass whose workers'
+shutdown is data time)."""
 
 
 def diagnose(out: Path, name: str) -> tuple[int, dict, str, str]:
@@ -565,6 +599,41 @@ def test_a_slow_sampler_is_named_and_not_given_more_workers(fast_runs: dict) -> 
     assert "num_workers=" not in data["recommendation"]
 
 
+def test_an_iterator_replaced_mid_pass_is_start_up_not_step_time(fast_runs: dict) -> None:
+    data = fast_runs["r_reiter_every_n"][1]
+    # the old iterator is dropped after the new one is made: not two alive at once, and
+    # its workers' shutdown is no part of the 8 ms step
+    assert "live_iterators" not in data["loader"] and data["analysis"]["workers"] == 2
+    assert data["stages"]["step"]["p95"] < 0.08, data["stages"]["step"]  # 37-160 ms before
+    assert "persistent_workers=True" in data["recommendation"]
+
+
+def round10_checks(results: dict) -> None:
+    """Round 10's steps, loaders and advice, beyond the verdict."""
+    # a no_grad teacher forward inside the step is step time, no loader of its own
+    distill = results["r_distill_teacher"][1]
+    assert distill["steps"] == 31 and distill["loaders"] == []
+    # a training pass under no_grad whose step re-enables autograd is still training
+    grad = results["r_enable_grad_inside"][1]
+    (val,) = grad["loaders"]
+    assert grad["steps"] == 23 and val["steps"] == 6 and val["role"] == "other"
+    # torch.func.grad: no backward(), no optimizer: every batch is a step
+    assert results["r_func_grad"][1]["steps"] == 19
+    # the short, slow loader restarted inside the loop binds; the long one is in lockstep
+    cyc = results["r_max_size_cycle"][1]
+    (long,) = cyc["loaders"]
+    assert cyc["loader"]["zipped_with"] == [long["label"]] and long["role"] == "lockstep"
+    assert cyc["loader"]["num_workers"] == 2 and cyc["loader"].get("live_iterators") is None
+    # an external decoder is CPU: no more workers than cores
+    sub = results["r_subprocess_decode"][1]
+    assert sub["analysis"]["blocked_fraction"] < 0.5
+    rec = sub["recommendation"]
+    assert "num_workers=" not in rec or int(rec.split("num_workers=")[1].split(",")[0]) <= 2, rec
+    # one round trip per batch through __getitems__: read, not decode
+    per = results["r_getitems_batched"][1]["analysis"]["per_batch"]
+    assert per["read"] > 4 * per["decode"], per
+
+
 def round9_checks(results: dict) -> None:
     """Round 9's steps, loaders and advice, beyond the verdict."""
     # a no_grad pass of the training loader inside its own pass: its own loader line
@@ -693,3 +762,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         round7_checks(results)
         round8_checks(results)
         round9_checks(results)
+        round10_checks(results)

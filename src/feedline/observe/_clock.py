@@ -514,12 +514,8 @@ class StepClocks:
 
     # -- events
     def on_iter(self, owner: Any, t0: float, t1: float, it: Any = None) -> None:
-        """``iter(owner)`` ran from ``t0`` to ``t1`` and made ``it``: a new pass starts.
-
-        Iterators of one DataLoader alive at once (a mixup partner, a GAN's two draws)
-        each run their own ``num_workers`` processes: the most seen at once is the
-        config's ``live_iterators`` (a torch iterator whose workers are shut down, at its
-        end or when it was dropped, is not alive)."""
+        """``iter(owner)`` ran from ``t0`` to ``t1`` and made ``it``: a new pass starts
+        (its iterator is counted at the pass's first ``next()``, :meth:`_count_live`)."""
         c = self.clock(owner)
         c.gaps.append((t0, t1))
         c.begin_pass(t0, _grad_enabled())
@@ -528,9 +524,32 @@ class StepClocks:
                 c.iterators.add(it)
             except TypeError:  # not weakly referenceable: not counted
                 return
-            live = sum(not getattr(i, "_shutdown", True) for i in list(c.iterators))
-            if live > int(c.config.get("live_iterators") or 1):
-                c.config["live_iterators"] = live
+
+    @staticmethod
+    def _count_live(c: LoaderClock) -> None:
+        """Iterators of one DataLoader alive at once (a mixup partner, a GAN's two draws)
+        each run their own ``num_workers`` processes: the most seen at once as a pass
+        draws its first batch is the config's ``live_iterators``. Counted then, not at
+        ``iter()``: ``it = iter(loader)`` makes the new iterator before the old one is
+        dropped, and a torch iterator whose workers are shut down (at its end, or dropped)
+        is not alive."""
+        if not c.iterators:
+            return
+        live = sum(not getattr(i, "_shutdown", True) for i in list(c.iterators))
+        if live > int(c.config.get("live_iterators") or 1):
+            c.config["live_iterators"] = live
+
+    def on_teardown(self, owner: Any, t0: float, t1: float) -> None:
+        """An iterator of ``owner`` dropped before its end shut its workers down from
+        ``t0`` to ``t1`` on this thread: data time between passes, like ``iter()``'s
+        start-up (moved from the step body into the next wait). Inside a ``next()`` (the
+        pass's end) it is already in the wait; on a thread that never drew from
+        ``owner`` (a garbage collection elsewhere) it is nobody's step."""
+        c = self.find(owner)
+        if (c is None or getattr(self._tls, "clock", None) is not None
+                or threading.get_ident() not in c.tids):
+            return
+        c.gaps.append((t0, t1))
 
     def on_next(self, owner: Any, fetch: Callable[[], Any]) -> Any:
         """Run one ``next()`` of ``owner`` (``fetch()``), timed on its clock."""
@@ -579,6 +598,8 @@ class StepClocks:
             c.batch_samples = c.batch_samples or samples
             c.batch_bytes = nbytes or c.batch_bytes
         c.last = batch
+        if c.steps == c.pass_step0 + 1:
+            self._count_live(c)
         n = c.steps
         if n >= 16 and n & (n - 1) == 0 and n.bit_length() % 2 == 1 and self.on_milestone:
             self.on_milestone()

@@ -130,7 +130,7 @@ class Session:
                 self.recorder, self.copy_log, self.clocks.on_next, self.clocks.on_iter,
                 self.clocks.label, self.clocks.current, self._worker_dir,
                 self.on_fork, self.clocks.on_optimizer_step, self.clocks.on_backward,
-                self.clocks.owner))
+                self.clocks.owner, self.clocks.on_teardown))
             stack.enter_context(self.hooks.installed())
         self.sampler.start()
         stack.callback(self.sampler.stop)

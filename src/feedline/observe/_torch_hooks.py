@@ -20,7 +20,10 @@ its patches, and one removed out of order turns itself into a pass-through.
   (:func:`read_worker_spans` collects them; perf_counter is CLOCK_MONOTONIC on
   Linux, so times line up across processes).
 * Iteration: ``DataLoader.__iter__`` and the iterator's ``__next__`` are
-  reported to the owner's ``on_iter`` / ``on_next`` callbacks (step clocks).
+  reported to the owner's ``on_iter`` / ``on_next`` callbacks (step clocks); so is
+  the shutdown of a multiprocessing iterator's workers outside a ``next()`` (an
+  iterator dropped before its end: ``it = iter(loader)`` again, a ``break``), to
+  ``teardown``.
 * Sampling: the iterator's draw of the next indices from the sampler (its
   ``_next_index``) runs in the consumer process whatever ``num_workers`` is;
   each draw inside a ``next()`` gives a ``sampler`` span labelled with the
@@ -200,6 +203,13 @@ class _TimedCollate:
         return out
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have ended and been waited for (a
+    decoder the dataset ran with ``subprocess.run``: ``ffmpeg``, ``sox``, ``convert``)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
                live: Callable[[], bool],
                cpu_clock: Callable[[], float] = time.thread_time) -> Any:
@@ -209,6 +219,8 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
     ``cpu_clock``: the CPU seconds a fetch is charged with; a worker process passes
     ``time.process_time`` (every thread of the worker: a dataset that decodes on its own
     thread pool is CPU work, not time blocked), the training process its thread's.
+    The CPU of child processes that ended during the fetch (:func:`children_cpu`: an
+    external decoder the items waited for) is its ``child_cpu``: decoding, not I/O.
     """
     counter = itertools.count()
 
@@ -220,9 +232,10 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
             col = self.collate_fn = _TimedCollate(col, cpu_clock)
         sampled = always_sample or next(counter) % RUNQ_EVERY == 0
         clock = sched_times
-        t0, cpu0 = time.perf_counter(), cpu_clock()
+        t0, cpu0, kids0 = time.perf_counter(), cpu_clock(), children_cpu()
         _, q0 = clock() if sampled else (0.0, 0.0)
         out = orig(self, index)
+        kids = children_cpu() - kids0
         _, q1 = clock() if sampled else (0.0, 0.0)
         c_start, c_end = col.last
         k_start, k_end = col.cpu
@@ -230,6 +243,8 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
             c_start = c_end = time.perf_counter()
             k_start = k_end = cpu_clock()
         attrs: dict[str, Any] = {"cpu": max(0.0, k_start - cpu0)}
+        if kids > 0:
+            attrs["child_cpu"] = kids
         if sampled:  # an unsampled fetch carries no runq: the report estimates it
             # the run-queue delay of the whole fetch, split by wall time (collate is its own stage)
             attrs["runq"] = max(0.0, q1 - q0) * (c_start - t0) / max(c_end - t0, 1e-12)
@@ -321,7 +336,10 @@ class HookTargets:
     a loop that updates its parameters by hand, ``p.data -= lr * p.grad``, steps
     no optimizer); ``owner(loader)``, when given, names what a new iterator of
     ``loader`` is reported as (``loader`` itself, or a stand-in for a data path of
-    its own: an evaluation pass nested in the loader's training pass).
+    its own: an evaluation pass nested in the loader's training pass);
+    ``teardown(loader, t0, t1)``, when given, is told when a multiprocessing
+    iterator of ``loader`` shut its workers down from ``t0`` to ``t1`` outside its
+    ``next()`` (dropped before its end, on the thread that dropped it).
     """
 
     sink: Sink
@@ -335,6 +353,7 @@ class HookTargets:
     optimizer_step: Callable[[], None] | None = None
     backward: Callable[[], None] | None = None
     owner: Callable[[Any], Any] | None = None
+    teardown: Callable[[Any, float, float], None] | None = None
 
 
 class TorchHooks:
@@ -380,6 +399,10 @@ class TorchHooks:
         self._patch(pin_mod, "pin_memory", self._make_pin(pin_mod.pin_memory))
         self._patch(dl.DataLoader, "__iter__", self._make_iter(dl.DataLoader.__iter__))
         self._patch(dl._BaseDataLoaderIter, "__next__", self._make_next(dl._BaseDataLoaderIter.__next__))
+        shutdown = getattr(dl._MultiProcessingDataLoaderIter, "_shutdown_workers", None)
+        if self.t.teardown is not None and shutdown is not None:
+            self._patch(dl._MultiProcessingDataLoaderIter, "_shutdown_workers",
+                        self._make_shutdown(shutdown))
         if hasattr(dl._BaseDataLoaderIter, "_next_index"):
             self._patch(dl._BaseDataLoaderIter, "_next_index",
                         self._make_next_index(dl._BaseDataLoaderIter._next_index))
@@ -472,6 +495,22 @@ class TorchHooks:
             return hooks.t.on_next(owner, lambda: orig(it))
 
         return dl_next
+
+    def _make_shutdown(self, orig: Any) -> Any:
+        hooks = self
+
+        def shutdown_workers(it: Any) -> Any:
+            owner = getattr(it, "_feedline_owner", None)
+            if owner is None or getattr(it, "_shutdown", True) or not hooks._here():
+                return orig(it)  # not ours, or already shut down: nothing to time
+            t0 = time.perf_counter()
+            try:
+                return orig(it)
+            finally:
+                if hooks.t.teardown is not None:
+                    hooks.t.teardown(owner, t0, time.perf_counter())
+
+        return shutdown_workers
 
     def _make_next_index(self, orig: Any) -> Any:
         hooks = self

@@ -288,10 +288,16 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     sampled_wall = sum(s.duration for s in sampled)
     runq_rate = sum(float(s.attrs["runq"]) for s in sampled) / sampled_wall if sampled_wall else 0.0
     read = sum(s.duration for s in by.get("read", []))
+    # Stages that carry only their CPU time (the Loader's, an external decoder's) get the
+    # loader threads' measured run-queue delay per CPU second: on a busy host a CPU-bound
+    # stage also waits for a core.
+    queued = float(m.host.get("loader_runq_per_cpu") or 0.0)
     cpu: dict[str, float] = {"decode": 0.0, "transform": 0.0, "collate": 0.0}
     for s in fetches:  # DataLoader: the dataset's item code, blocked part and CPU part
         runq = float(s.attrs["runq"]) if "runq" in s.attrs else runq_rate * s.duration
-        c = min(s.duration, cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)), runq))
+        # a child process the items waited for (an external decoder) was on the CPU
+        kids = float(s.attrs.get("child_cpu", 0.0)) * (1.0 + queued)
+        c = min(s.duration, cpu_demand(s.duration, float(s.attrs.get("cpu", 0.0)), runq) + kids)
         cpu["decode"] += c
         read += s.duration - c
     kind = m.loader.get("worker_kind") or m.loader.get("worker_type")  # auto: what it chose
@@ -309,9 +315,6 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     pb.gil_share = (stage_cpu + read_cpu) / span_s if span_s > 0 else 0.0
     pb.gil_wait = float(m.host.get("gil_wait_ms") or 0.0) / 1e3
     pb.gil_bound = threads and pb.gil_wait >= GIL_BOUND_WAIT
-    # Stages that carry only their CPU time (the Loader's) get the loader threads' measured
-    # run-queue delay per CPU second: on a busy host a CPU-bound stage also waits for a core.
-    queued = float(m.host.get("loader_runq_per_cpu") or 0.0)
     # Under the GIL a read that keeps half a core busy is Python work: its time waiting
     # is for the GIL, not for I/O (a blocked read holds no CPU and keeps its time).
     cpu_reads = pb.gil_bound and span_s > 0 and read_cpu / span_s >= 0.5
@@ -336,7 +339,8 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     per = n / max(m.draws_per_step, 1.0)  # batches of one step: the figures are per step
     pb.measured = bool(fetches or any(by.get(k) for k in DATA_STAGES))
     pb.read, pb.decode = max(0.0, read) / per, cpu["decode"] / per
-    pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0)) for s in fetches)
+    pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0))
+                                              + float(s.attrs.get("child_cpu", 0.0)) for s in fetches)
                    + cpu["collate"]) / per
     pb.transform, pb.collate = cpu["transform"] / per, cpu["collate"] / per
     # each stage's mean per batch (a batch has one span of each): their sum is the time
