@@ -25,6 +25,7 @@ from feedline.io._catalog import Catalog, file_stamp, load_catalog
 from feedline.io._columns import gather_labels, read_columns
 from feedline.io._handles import HandleBudget, ShardReadState
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
+from feedline.io._subset import PackedSubset
 from feedline.io._window import ShardJob, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
 from feedline.io.planner import DEFAULT_MAX_GAP, DEFAULT_MAX_WINDOW, Window, coalesce
@@ -385,6 +386,17 @@ class PackedDataset:
         """
         catalog = self._state().catalog
         gather_labels(catalog, self._indices(indices, catalog.num_samples), out)
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> PackedSubset:
+        """Samples ``indices`` of this dataset as a packed dataset of their own (a train or
+        validation split), read as fast as the whole; sample ``i`` of it is sample
+        ``indices[i]`` here. ``Loader`` does the same with a ``torch.utils.data.Subset``
+        (what ``random_split`` returns) of a packed dataset.
+
+        Raises:
+            ArgumentError / SampleIndexError: ``indices`` not ints, or out of range.
+        """
+        return PackedSubset(self, indices)
 
     def __iter__(self) -> Any:
         n = len(self)

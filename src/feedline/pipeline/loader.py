@@ -32,7 +32,7 @@ from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
 from feedline.pipeline.runtime import Options, Ready, Runtime
 from feedline.pipeline.slots import SlotPool, placed_allocator
-from feedline.pipeline.source import Source
+from feedline.pipeline.source import Source, packed_subset
 from feedline.pipeline.stages import Stage
 from feedline.pipeline.transfer import make_engine
 from feedline.pipeline.workers_process import ProcessWorkers
@@ -75,8 +75,10 @@ class Loader:
     """Load batches from a packed or map-style dataset onto ``device``.
 
     Args:
-        dataset: a PackedDataset, a path to one (opened with ``io``), or any map-style
-            dataset (``len`` + ``__getitem__``).
+        dataset: a PackedDataset, a path to one (opened with ``io``), a split of one
+            (``ds.subset(indices)``, or a ``torch.utils.data.Subset`` such as
+            ``random_split`` gives: read and decoded as packed), or any map-style dataset
+            (``len`` + ``__getitem__``). Kept as :attr:`dataset`.
         batch_size: samples per batch.
         device: ``"cpu"`` or ``"cuda:N"`` (explicit index).
         shuffle, seed: the global order is a permutation from ``(seed, epoch)``; above
@@ -199,11 +201,16 @@ class Loader:
         options.check_unknown(unknown, Loader.__init__)
         shuffle, drop_last, in_order = (options.check_flag(n, v) for n, v in (
             ("shuffle", shuffle), ("drop_last", drop_last), ("in_order", in_order)))
+        # a torch Subset (random_split) of a packed dataset reads as a packed dataset (its
+        # own __getitem__ gives the raw field bytes, not decoded samples)
+        given, dataset = dataset, packed_subset(dataset)
         options.check_io(io, dataset)
         if isinstance(dataset, (str, os.PathLike)):
             from feedline.io import open_dataset
 
-            dataset = open_dataset(dataset, io=_host_io(io))
+            given = dataset = open_dataset(dataset, io=_host_io(io))
+        self.dataset = given
+        """The dataset as given (a path opened as a ``PackedDataset``), as ``DataLoader.dataset``."""
         self.batch_size = options.positive_int("batch_size", batch_size)
         self.workers = (default_workers() if workers is None
                         else options.positive_int("workers", workers, options.MAX_WORKERS))

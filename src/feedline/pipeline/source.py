@@ -6,7 +6,8 @@ Two kinds of dataset are accepted:
   samples are read in batches through its read planner and decoded by field
   extension;
 * any map-style dataset (``len`` and ``__getitem__``, e.g. a
-  ``torch.utils.data.Dataset``): samples are used as returned.
+  ``torch.utils.data.Dataset``): samples are used as returned; a ``Subset`` of a
+  packed dataset (``random_split``) is read as packed (:func:`packed_subset`).
 
 A source is picklable when its dataset is (process workers reopen it).
 """
@@ -36,6 +37,16 @@ def is_packed(dataset: Any) -> bool:
     return callable(getattr(dataset, "read_many", None)) and callable(
         getattr(dataset, "locate", None)
     )
+
+
+def packed_subset(dataset: Any) -> Any:
+    """A ``torch.utils.data.Subset`` (``random_split``'s result) of a packed dataset as a
+    ``feedline.io.PackedSubset``, read and decoded as packed; anything else as it is."""
+    if not any(c.__name__ == "Subset" for c in type(dataset).__mro__):
+        return dataset  # checked by name: neither torch nor feedline.io is imported here
+    from feedline.io._subset import as_packed_subset
+
+    return as_packed_subset(dataset)
 
 
 def _is_iterable_dataset(dataset: Any) -> bool:

@@ -1,0 +1,183 @@
+"""A packed dataset restricted to some of its samples: a train/validation split.
+
+``torch.utils.data.random_split(open_dataset("data/"), [0.9, 0.1])`` gives
+``Subset`` objects whose ``__getitem__`` returns the packed sample's raw field
+bytes; a loader given one cannot see the packed dataset inside. :class:`PackedSubset`
+is the same selection as a packed dataset of its own: batched reads through the
+read planner, decoding by field extension, labels gathered from the index, keys and
+shards in errors. ``PackedDataset.subset(indices)`` makes one, and
+:func:`as_packed_subset` turns a (nested) ``Subset`` of a packed dataset into one,
+which is what :class:`feedline.Loader` does with the ``Subset`` it is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from feedline.errors import ArgumentError, SampleIndexError
+
+__all__ = ["PackedSubset", "as_packed_subset"]
+
+
+class PackedSubset:
+    """Samples ``indices`` of a packed dataset, renumbered ``0 .. len(indices) - 1``.
+
+    Reads, keys, fields and schema are the base dataset's; sample ``i`` here is sample
+    ``indices[i]`` there (an index may repeat). Picklable as its base is (process
+    workers reopen the base). Closing it closes the base.
+
+    Raises:
+        ArgumentError: ``indices`` is not a flat sequence of ints.
+        SampleIndexError: an index is out of the base dataset's range.
+    """
+
+    def __init__(self, base: Any, indices: Sequence[int] | np.ndarray) -> None:
+        n = len(base)
+        try:
+            idx = np.asarray(indices)
+        except (ValueError, OverflowError) as e:
+            raise ArgumentError(f"subset indices must be a flat sequence of ints: {e}",
+                                field="indices") from None
+        if idx.size and (idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer)):
+            raise ArgumentError(f"subset indices must be a flat sequence of ints, got dtype "
+                                f"{idx.dtype} and shape {idx.shape}", field="indices")
+        idx = idx.astype(np.int64).reshape(-1)
+        bad = (idx < -n) | (idx >= n)
+        if bad.any():
+            raise SampleIndexError(f"subset index {int(idx[bad][0])} out of range for a "
+                                   f"dataset of {n} samples")
+        self._base = base
+        self._idx = np.where(idx < 0, idx + n, idx)
+        self._idx.setflags(write=False)
+
+    @property
+    def base(self) -> Any:
+        """The packed dataset this selects from."""
+        return self._base
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Sample ``i`` here is sample ``indices[i]`` of :attr:`base` (read-only int64)."""
+        return self._idx
+
+    def _map(self, indices: Any) -> np.ndarray:
+        n = len(self._idx)
+        idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices)
+        if idx.size and (idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer)):
+            raise ArgumentError(f"indices must be a flat sequence of ints, got dtype {idx.dtype} "
+                                f"and shape {idx.shape}", field="indices")
+        idx = idx.astype(np.int64).reshape(-1)
+        bad = (idx < -n) | (idx >= n)
+        if bad.any():
+            raise SampleIndexError(f"sample index {int(idx[bad][0])} out of range for a "
+                                   f"subset of {n} samples")
+        return self._idx[idx]
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise ArgumentError(f"dataset index must be an int, got {type(i).__name__}", field="index")
+        return self._base.read_many(self._map([int(i)]))[0]
+
+    def locate(self, i: int) -> tuple[str, str]:
+        """``(shard name, sample key)`` of sample ``i`` of the subset."""
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise ArgumentError(f"sample index must be an int, got {type(i).__name__}", field="index")
+        return self._base.locate(int(self._map([int(i)])[0]))
+
+    def read_many(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
+        """``base.read_many`` of the mapped indices."""
+        return self._base.read_many(self._map(indices))
+
+    def read_fields_into(self, indices: Sequence[int] | np.ndarray,
+                         out: Mapping[str, np.ndarray]) -> list[str]:
+        """``base.read_fields_into`` of the mapped indices."""
+        return self._base.read_fields_into(self._map(indices), out)
+
+    def gather_labels(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> None:
+        """``base.gather_labels`` of the mapped indices."""
+        self._base.gather_labels(self._map(indices), out)
+
+    def keys(self) -> list[str]:
+        """The subset's sample keys, in its order."""
+        keys = self._base.keys()
+        return [keys[i] for i in self._idx]
+
+    @property
+    def fields(self) -> list[str]:
+        """The base dataset's field names."""
+        return self._base.fields
+
+    @property
+    def schema(self) -> Any:
+        """The base dataset's schema (a field varying anywhere in it is ``var`` here too)."""
+        return self._base.schema
+
+    @property
+    def backend(self) -> Any:
+        return self._base.backend
+
+    @property
+    def root(self) -> str:
+        return str(self._base.root)
+
+    @property
+    def fingerprint(self) -> str:
+        """The base's fingerprint and the selection's: a loader state saved on one split
+        does not load on another."""
+        h = hashlib.sha256(np.ascontiguousarray(self._idx).tobytes()).hexdigest()[:16]
+        return f"{self._base.fingerprint}:subset-{len(self._idx)}-{h}"
+
+    def release_buffers(self) -> int:
+        return int(self._base.release_buffers())
+
+    def close(self) -> None:
+        self._base.close()
+
+    def __repr__(self) -> str:
+        return f"PackedSubset({self._base!r}, {len(self._idx)} of {len(self._base)} samples)"
+
+
+def _is_subset(dataset: Any) -> bool:
+    """A ``torch.utils.data.Subset`` (checked by name, without importing torch)."""
+    return (any(c.__name__ == "Subset" for c in type(dataset).__mro__)
+            and hasattr(dataset, "dataset") and hasattr(dataset, "indices"))
+
+
+def as_packed_subset(dataset: Any) -> Any:
+    """A ``Subset`` (or a ``Subset`` of a ``Subset``...) of a packed dataset as a
+    :class:`PackedSubset`; anything else as it is. A ``Subset`` subclass that overrides
+    ``__getitem__`` (or ``__getitems__``) is left alone: its samples are its own."""
+    chain = []
+    inner = dataset
+    while _is_subset(inner) and not _overrides_getitem(inner):
+        chain.append(inner.indices)
+        inner = inner.dataset
+    if not chain or not (callable(getattr(inner, "read_many", None))
+                         and callable(getattr(inner, "locate", None))):
+        return dataset
+    base, idx = (inner.base, inner.indices) if isinstance(inner, PackedSubset) else (
+        inner, np.arange(len(inner), dtype=np.int64))
+    for indices in reversed(chain):  # the innermost Subset selects first
+        try:
+            idx = idx[np.asarray(indices, dtype=np.int64)]
+        except (IndexError, ValueError, TypeError) as e:
+            raise SampleIndexError(f"a Subset's indices do not fit the {len(idx)} samples "
+                                   f"it selects from: {e}") from None
+    return PackedSubset(base, idx)
+
+
+def _overrides_getitem(subset: Any) -> bool:
+    """True when a class below ``Subset`` defines ``__getitem__`` or ``__getitems__``."""
+    for c in type(subset).__mro__:
+        if c.__name__ == "Subset" and c.__module__.startswith("torch."):
+            return False
+        if "__getitem__" in vars(c) or "__getitems__" in vars(c):
+            return True
+    return False
