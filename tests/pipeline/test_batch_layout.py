@@ -74,6 +74,9 @@ def test_the_list_fallback_warns_once_naming_the_field_and_the_fix() -> None:
         assert len(batches) == 10
     ours = [w for w in caught if "'image'" in str(w.message)]
     assert len(ours) == 1 and "transform=" in str(ours[0].message)
+    # the fixes a newcomer can apply as named, and the line of their own loop
+    assert "decode_size=(h, w)" in str(ours[0].message) and "ImageTransform('image'" in str(ours[0].message)
+    assert ours[0].filename == __file__
     assert loader.stats["list_fallbacks"]["image"] == sum(
         isinstance(b["image"], list) for b in batches) >= 1
 

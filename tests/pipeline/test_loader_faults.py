@@ -25,6 +25,7 @@ from loader_helpers import (
 
 import feedline
 from feedline.errors import LoaderTimeout, ResourceError, WorkerDied, WorkerError
+from feedline.pipeline.options import SkippedSampleWarning
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
@@ -121,6 +122,26 @@ def test_skip_keeps_batch_sizes_counts_and_rank_lockstep() -> None:
     assert {s["key"] for s in stats0["skipped_samples"] + stats1["skipped_samples"]} == {
         str(i) for i in bad}
     assert run(0)[0] == r0  # the refill is deterministic
+
+
+@pytest.mark.timeout(60)
+def test_the_first_skip_is_warned_once_with_its_key_and_error() -> None:
+    # before: on_error="skip" dropped bad files without a word (a folder with many broken
+    # downloads trained on fewer images than the user thought)
+    with feedline.Loader(Failing(32, {5, 20}), batch_size=4, workers=1, seed=0,
+                         on_error="skip") as loader:
+        with pytest.warns(SkippedSampleWarning) as seen:
+            for epoch in range(2):
+                loader.set_epoch(epoch)
+                assert len(list(loader)) == 8
+        stats = loader.stats
+    mine = [w for w in seen if w.category is SkippedSampleWarning]
+    assert len(mine) == 1 and stats["skipped"] == 4
+    text = str(mine[0].message)
+    assert "KeyError" in text and "is broken" in text and "stats['skipped']" in text
+    assert any(f"skipped sample '{s['key']}'" in text for s in stats["skipped_samples"])
+    assert mine[0].filename == __file__  # points at the loop that met it
+    assert all("is broken" in s["message"] for s in stats["skipped_samples"])
 
 
 def test_abandoned_loaders_leave_nothing_behind() -> None:

@@ -178,7 +178,8 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
             item, stage, exc = min(failed, key=lambda f: order[id(f[0])])
             raise worker_error(exc, item, stage, worker, ctx.source.shard_of(item))
         for item, stage, exc in failed:
-            out.skipped.append({"key": item.key, "stage": stage, "error": type(exc).__name__})
+            out.skipped.append({"key": item.key, "stage": stage, "error": type(exc).__name__,
+                                "message": str(exc)[:200]})
         for item, sample in live:
             out.samples.append(sample)
             out.keys.append(item.key)

@@ -268,6 +268,7 @@ class Loader:
         self._plans: dict[int, sampler.Plan] = {}  # this epoch's and the next one's
         self._epochs_set = False  # set_epoch called since the last iter()
         self._warned_repeat = False
+        self._warned_skip = False
         self._live: weakref.ref[Pass] | None = None  # the latest pass (one stream at a time)
 
     # -- order and position ---------------------------------------------------------------
@@ -459,6 +460,9 @@ class Loader:
         fresh = [s for s in skipped if (self._pos.epoch, s["key"]) not in self._skipped_keys]
         self._skipped_keys.update((self._pos.epoch, s["key"]) for s in fresh)
         self._counters["skipped"] += len(fresh)
+        if fresh and not self._warned_skip:
+            self._warned_skip = True
+            options.warn_skipped(fresh[0])
         self._skipped_log = (self._skipped_log + fresh)[-100:]
 
     # -- lifetime -------------------------------------------------------------------------

@@ -205,6 +205,25 @@ def warn_repeated_epoch(epoch: int) -> None:
     )
 
 
+class SkippedSampleWarning(UserWarning):
+    """``on_error="skip"`` skipped a bad sample (said once per loader)."""
+
+
+def warn_skipped(skipped: dict[str, str]) -> None:
+    """Say (once per loader: the caller keeps track) which sample was skipped and why, and
+    where the later ones are counted: a skip is silent otherwise, and a dataset with many
+    bad files trains on fewer distinct samples than it holds."""
+    why = f"{skipped.get('error', 'error')}: {skipped['message']}" if skipped.get("message") else \
+        skipped.get("error", "error")
+    warnings.warn(
+        f"on_error='skip': skipped sample {skipped['key']!r} ({skipped.get('stage', '?')}: {why}); "
+        "another sample of the epoch took its place in the batch. Later skips are not warned: "
+        "loader.stats['skipped'] counts them, loader.stats['skipped_samples'] lists the last "
+        "100 (feedline verify DIR --decode lists every undecodable sample of a packed dataset)",
+        SkippedSampleWarning, stacklevel=5,
+    )
+
+
 class OversubscribedWarning(UserWarning):
     """More process workers than the cores this process may use."""
 

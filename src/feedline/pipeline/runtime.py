@@ -353,9 +353,11 @@ class Runtime:
                     f"field {name!r}: a sample of another shape or dtype than batch 0's "
                     f"{leaf.shape} {np.dtype(leaf.dtype).name}, or without the field; this batch "
                     "(and any other like it) gives the field as a list of tensors (None where a "
-                    "sample lacks it). For dense batches make it one size: resize or crop in "
-                    "transform=, or decode it to a fixed size with decode={field: fn}",
-                    RuntimeWarning, stacklevel=4)
+                    "sample lacks it). For dense batches make it one size: for images "
+                    "Loader(decode_size=(h, w)), or transform=feedline.vision.ImageTransform("
+                    f"{name!r}, size=...) (crop, flip, normalise), or another resize or crop in "
+                    "transform=; for other fields decode={field: fn} to a fixed size",
+                    RuntimeWarning, stacklevel=5)  # warn, note_lists, _delivered, _next, __next__
 
     def _send_tree(self, job: Job, tree: Any, worker: str) -> tuple[Any, Fence | None]:
         """Start the transfer; when timed, the ``h2d`` span carries the copy stream's
