@@ -15,6 +15,7 @@ image the same size here (``random_resized_crop`` / ``resize``).
 Helpers (all take and return numpy arrays; none allocates more than its output):
 
 - :func:`random_resized_crop`, :func:`resize`, :func:`center_crop` -> ``uint8`` HWC;
+- :func:`resize_nearest` -> a label map (segmentation mask) resized without blending ids;
 - :func:`hflip`, :func:`random_hflip` -> ``uint8`` HWC (a view when flipped);
 - :func:`to_rgb` -> ``uint8`` HWC with 3 channels (grey repeated, alpha dropped, 16-bit
   scaled to 8);
@@ -65,6 +66,7 @@ __all__ = [
     "random_hflip",
     "random_resized_crop",
     "resize",
+    "resize_nearest",
     "to_chw",
     "to_rgb",
 ]
@@ -125,6 +127,23 @@ def resize(img: np.ndarray, size: int | Sequence[int]) -> np.ndarray:
     pil = Image.fromarray(np.ascontiguousarray(src[:, :, 0] if c == 1 else src))
     out = np.array(pil.resize((ow, oh), Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP))
     return out if out.ndim == 3 else out[:, :, None]
+
+
+def resize_nearest(arr: np.ndarray, size: int | Sequence[int]) -> np.ndarray:
+    """Resize a label map (a segmentation mask of class ids, a depth or instance map) to
+    ``size`` = ``(height, width)`` by nearest neighbour: every output value is one of the
+    input's, never a blend of two class ids (which :func:`resize`'s bilinear filter would
+    make). Any dtype, shape ``(H, W)`` or ``(H, W, C)``; returns a new contiguous array of
+    the same dtype and number of dimensions. Pixel centres are mapped as Pillow's
+    ``NEAREST`` maps them."""
+    if not isinstance(arr, np.ndarray) or arr.ndim not in (2, 3) or 0 in arr.shape:
+        raise ConfigError(f"resize_nearest: need a non-empty (H, W) or (H, W, C) array, got "
+                          f"{type(arr).__name__} {getattr(arr, 'shape', '')}")
+    oh, ow = _size(size)
+    h, w = arr.shape[:2]
+    rows = np.minimum(((np.arange(oh) + 0.5) * (h / oh)).astype(np.intp), h - 1)
+    cols = np.minimum(((np.arange(ow) + 0.5) * (w / ow)).astype(np.intp), w - 1)
+    return np.ascontiguousarray(arr[rows[:, None], cols[None, :]])
 
 
 def center_crop(img: np.ndarray, size: int | Sequence[int]) -> np.ndarray:
@@ -257,6 +276,12 @@ class ImageTransform:
     :func:`to_chw` (``uint8``) when ``mean=None``. Every sample thus leaves with
     an image of one shape, whatever its size, orientation or channels.
 
+    With ``masks=`` (segmentation: ``images/x.jpg`` + ``masks/x.png`` packed with
+    ``--key parallel``), each mask field gets the image's own crop and flip and is
+    resized by nearest neighbour (:func:`resize_nearest`: class ids are never blended),
+    so ``batch[mask]`` is ``uint8[N, h, w]`` (``[N, h, w, C]`` for a colour mask) aligned
+    pixel for pixel with the image; ``.long()`` it for ``cross_entropy``.
+
     Args:
         field: the image field (``"jpg"``), or several (``("jpg", "png")``) when a
             dataset mixes formats: each sample's first present one is used, the
@@ -266,18 +291,27 @@ class ImageTransform:
         mean, std: per-channel statistics in 0..1 units; ``mean=None`` skips
             normalising.
         out: the field name of the result (default: the first of ``field``).
+        masks: label-map fields to transform with the image (``"masks.png"`` or
+            several); each must be present in every sample, with the image's height
+            and width.
 
     Raises:
         ConfigError: a bad argument; at call time, a sample with none of the
-            fields or whose image is not ``uint8`` (the loader adds the sample key).
+            fields, whose image is not ``uint8``, or whose mask is missing or of
+            another size than its image (the loader adds the sample key).
     """
 
     def __init__(
         self, field: str | Sequence[str], size: int | Sequence[int] = 224, *,
         train: bool = True, mean: Sequence[float] | None = IMAGENET_MEAN,
         std: Sequence[float] = IMAGENET_STD, out: str | None = None,
+        masks: str | Sequence[str] = (),
     ) -> None:
         fields = (field,) if isinstance(field, str) else tuple(field)
+        self.masks = (masks,) if isinstance(masks, str) else tuple(masks)
+        if not all(isinstance(m, str) and m for m in self.masks) or set(self.masks) & set(fields):
+            raise ConfigError(f"ImageTransform: masks must be field names other than the image's, "
+                              f"got {masks!r}")
         if not fields or not all(isinstance(f, str) and f for f in fields):
             raise ConfigError(f"ImageTransform: field must be a field name or names, got {field!r}")
         if out is not None and (not isinstance(out, str) or not out):
@@ -299,17 +333,47 @@ class ImageTransform:
             raise ConfigError(f"ImageTransform: the sample has no field {want} (it has {have})",
                               fix="pass the image field's name(s)")
         img = to_rgb(_image(_eight_bits(sample[name]), name=f"field {name!r}"))
+        masks = {m: self._mask(sample, m, img.shape[:2]) for m in self.masks}
         if self.train:
-            img = random_hflip(random_resized_crop(img, self.size))
+            rng = _rng(None)
+            top, left, h, w = crop_box(img.shape[0], img.shape[1], rng)
+            flip = rng.random() < 0.5  # the draws random_hflip(random_resized_crop(img)) makes
+            img = resize(img[top: top + h, left: left + w], self.size)
+            masks = {m: resize_nearest(a[top: top + h, left: left + w], self.size)
+                     for m, a in masks.items()}
+            if flip:
+                img = img[:, ::-1]
+                masks = {m: a[:, ::-1] for m, a in masks.items()}
         else:
             oh, ow = self.size
             f = max(oh, ow) / 0.875 / min(img.shape[0], img.shape[1])
-            img = center_crop(resize(img, (max(oh, round(img.shape[0] * f)),
-                                           max(ow, round(img.shape[1] * f)))), self.size)
+            scaled = (max(oh, round(img.shape[0] * f)), max(ow, round(img.shape[1] * f)))
+            img = center_crop(resize(img, scaled), self.size)
+            masks = {m: _center(resize_nearest(a, scaled), self.size) for m, a in masks.items()}
         result = {k: v for k, v in sample.items() if k not in self.fields}
         result[self.out] = to_chw(img) if self.mean is None else normalize(img, self.mean, self.std)
+        result.update((m, np.ascontiguousarray(a)) for m, a in masks.items())
         return result
+
+    def _mask(self, sample: dict[str, Any], name: str, hw: tuple[int, ...]) -> np.ndarray:
+        arr = sample.get(name)
+        if not isinstance(arr, np.ndarray) or arr.ndim not in (2, 3):
+            got = "no such field" if arr is None else f"{type(arr).__name__} {getattr(arr, 'shape', '')}"
+            raise ConfigError(f"ImageTransform: mask {name!r} must be a decoded (H, W) or "
+                              f"(H, W, C) array, got {got} (the sample has {sorted(sample)})",
+                              fix="pass masks= the mask field's name as the batch shows it")
+        if arr.shape[:2] != hw:
+            raise ConfigError(f"ImageTransform: mask {name!r} is {arr.shape[:2]}, its image "
+                              f"{tuple(hw)}: a mask must cover its image pixel for pixel",
+                              fix="re-export the mask at the image's size")
+        return arr
 
     def __repr__(self) -> str:
         return (f"ImageTransform({self.fields!r}, size={self.size}, train={self.train}, "
-                f"mean={self.mean}, std={self.std}, out={self.out!r})")
+                f"mean={self.mean}, std={self.std}, out={self.out!r}, masks={self.masks!r})")
+
+
+def _center(arr: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """The central ``size`` window of an (H, W) or (H, W, C) array of any dtype."""
+    top, left = (arr.shape[0] - size[0]) // 2, (arr.shape[1] - size[1]) // 2
+    return arr[top: top + size[0], left: left + size[1]]
