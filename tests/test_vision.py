@@ -186,3 +186,32 @@ def test_sixteen_bit_images_are_scaled_to_eight_bits_not_clipped() -> None:
     assert rgb[..., 0].tolist() == [[0, 1, 128], [255, 0, 255]] and np.array_equal(rgb[..., 0], rgb[..., 2])
     out = vision.ImageTransform("png", size=8, train=False, mean=None)({"png": np.full((20, 30), 40000, np.uint16)})
     assert out["png"].dtype == np.uint8 and out["png"].shape == (3, 8, 8) and int(out["png"].max()) == 156
+
+
+def _image_and_label(sample: dict) -> tuple:
+    out = vision.ImageTransform("jpg", size=16)(sample)
+    return out["jpg"], out["cls"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_a_tuple_transform_gives_tuple_batches_for_a_tutorial_loop(tmp_path, worker_type: str) -> None:
+    # a packed sample is a dict: `for images, labels in loader` raised "too many values to
+    # unpack" until the docs said that a transform returning a tuple gives tuple batches
+    import simplejpeg
+
+    from feedline.format import pack
+
+    (tmp_path / "src").mkdir()
+    for i in range(12):
+        img = _photo(20 + 4 * (i % 2), 30, seed=i)  # two sizes: dense only after the crop
+        (tmp_path / "src" / f"{i:03d}.jpg").write_bytes(simplejpeg.encode_jpeg(img))
+        (tmp_path / "src" / f"{i:03d}.cls").write_text(str(i % 4))
+    pack([tmp_path / "src"], tmp_path / "ds")
+    with feedline.Loader(str(tmp_path / "ds"), batch_size=4, workers=2, worker_type=worker_type,
+                         shuffle=False, transform=_image_and_label) as loader:
+        seen = []
+        for images, labels in loader:
+            assert tuple(images.shape) == (4, 3, 16, 16) and str(images.dtype) == "torch.float32"
+            seen += labels.tolist()
+    assert seen == [i % 4 for i in range(12)]

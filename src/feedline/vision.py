@@ -8,7 +8,9 @@ workers (threads, or spawned processes, so it must be picklable there) after
 decoding, once per sample. ``sample`` is a dict of decoded fields (a JPEG or
 PNG field is a ``uint8`` array of shape ``(H, W, 3)``, HWC, RGB) plus
 ``"__key__"``; it returns the sample to collate (a dict, the same or a new one;
-never ``None``). Returned numpy arrays of one shape per field become one
+or a tuple such as ``(image, label)``, which makes each batch a tuple of tensors
+as a DataLoader over an ``ImageFolder`` gives, for loops written
+``for images, labels in loader:``; never ``None``). Returned numpy arrays of one shape per field become one
 torch tensor ``[B, ...]`` per batch; so to get dense image batches, give every
 image the same size here (``random_resized_crop`` / ``resize``).
 
@@ -30,6 +32,11 @@ Example::
     train_tf = vision.ImageTransform("jpg", size=224, train=True)  # crop, flip, CHW, normalise
     loader = feedline.Loader(ds, batch_size=64, transform=train_tf)
     # batch["jpg"]: float32[64, 3, 224, 224]
+
+    def image_and_label(sample):          # a tuple per sample: a tuple per batch, so
+        out = train_tf(sample)            # `for images, labels in loader:` works as with
+        return out["jpg"], out["cls"]     # a DataLoader over an ImageFolder
+    loader = feedline.Loader(ds, batch_size=64, transform=image_and_label)
 
 Random choices come from ``rng`` (a ``numpy.random.Generator``) when given;
 otherwise from a generator private to the calling thread, seeded from the OS,
