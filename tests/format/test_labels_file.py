@@ -340,3 +340,36 @@ def test_space_separated_ids_are_multi_label_lists_and_tag_names_a_note(tmp_path
     (tmp_path / "sharks.csv").write_text("file,label\na,tiger shark\nb,great white shark\nc,tiger\nd,hammerhead\n")
     table = read_table(tmp_path / "sharks.csv")
     assert table.note is None and table.classes == ("great white shark", "hammerhead", "tiger", "tiger shark")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("name", "text"), [
+    # a blank cell in a class-name column, and pandas' int column with a missing value
+    ("t.csv", "file,label\na.jpg,cat\nb.jpg,\nc.jpg,dog\nd.jpg, \n"),
+    ("t.csv", "file,label\na.jpg,0.0\nb.jpg,\nc.jpg,1.0\nd.jpg,nan\n"),
+    ("t.jsonl", '{"file": "a.jpg", "label": "cat"}\n{"file": "b.jpg", "label": null}\n'
+                '{"file": "c.jpg", "label": "dog"}\n{"file": "d.jpg"}\n'),
+])
+def test_rows_without_a_label_are_skipped_and_listed(tmp_path: Path, name: str, text: str) -> None:
+    """Before: a blank cell became a class named '' and pack wrote a manifest that inspect
+    and Loader refused ("'classes' must be a list of distinct non-empty names"); a NaN
+    left the whole table without cls."""
+    _photos(tmp_path / "imgs", ["a.jpg", "b.jpg", "c.jpg", "d.jpg"])
+    (tmp_path / name).write_text(text)
+    with pytest.warns(UserWarning, match=r"b\.jpg \(its label is blank in the labels file"):
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / name)))
+    got = _load(tmp_path / "ds")
+    assert sorted(got) == ["a", "c"] and [int(got[k]["cls"]) for k in ("a", "c")] == [0, 1]
+    classes = read_manifest(tmp_path / "ds").classes
+    assert classes in (None, ("cat", "dog")) and (classes is None) == ("0.0" in text)
+
+
+@pytest.mark.timeout(60)
+def test_a_table_typed_on_windows_matches_files_in_another_case(tmp_path: Path) -> None:
+    _photos(tmp_path / "imgs", ["sub/A1.JPG", "sub/b2.jpeg", "c3.jpg"])
+    (tmp_path / "t.csv").write_text("path,label\nsub/a1.jpg,cat\nSUB/B2.JPEG,dog\nC3.JPG,cat\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing unmatched, nothing skipped
+        pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "t.csv")))
+    got = _load(tmp_path / "ds")
+    assert {k: int(v["cls"]) for k, v in got.items()} == {"sub/A1": 0, "sub/b2": 1, "c3": 0}

@@ -30,9 +30,13 @@ of the name in the sorted list of names, which goes into the manifest as the
 classes (as ``--labels from-folder`` does). Labels ``1.0``/``0.0`` (pandas writes
 an integer column with a blank so) count as integers, and integers mixed with names
 (``3``, ``cat``) as names. A label that is a list (multi-label; in a CSV, space-separated
-class ids such as ``16 0``), a fraction (a
-regression target) or absent from some rows gives no ``cls``; when a table has such
-labels, :attr:`LabelTable.note` says so and ``pack`` prints it. Every other value of a row (and, for
+class ids such as ``16 0``) or a fraction (a
+regression target) gives no ``cls``; when a table has such
+labels, :attr:`LabelTable.note` says so and ``pack`` prints it. A row whose label is
+blank (an empty cell, ``NaN``, ``null``, a missing key) while other rows have one
+gives its file no sample: pack skips and lists it (``Row.blank``), and the classes
+come from the labelled rows (before, a blank cell became a class named ``""`` and a
+manifest that no reader would open). Every other value of a row (and, for
 COCO, the image's record with its ``annotations`` and each annotation's
 ``category_name``) goes into one ``json`` field, numbers of CSV cells parsed.
 
@@ -44,7 +48,8 @@ root spell them) is matched by the part below it. Names compare in Unicode NFC, 
 a table typed on any system matches files unpacked on a Mac (which stores ``é`` decomposed). An entry that matches no file name is tried as the name
 without its extension, as Kaggle's tables write ids (``id,breed`` with
 ``000bec180eb18c7604dcecc8fe0dba07`` for ``000bec180eb18c7604dcecc8fe0dba07.jpg``),
-under the same rules. A ``.csv`` whose header is split by ``;``, a tab or ``|``
+under the same rules, and last in another letter case (``x.jpg`` for ``x.JPG``, as a
+table typed on Windows or macOS, whose file systems ignore case, may spell it). A ``.csv`` whose header is split by ``;``, a tab or ``|``
 rather than commas (a spreadsheet saved in a locale that writes decimal commas) is
 read with that delimiter. Bounded: a file over :data:`MAX_TABLE_BYTES` is refused
 before it is read.
@@ -55,6 +60,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -83,6 +89,9 @@ class Row:
 
     cls: int | None
     extra: Any = None
+    blank: bool = False
+    """The table gives this file no label (a blank cell, NaN, null, a missing key) while
+    other rows have one: pack skips the file and lists it."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,12 @@ class LabelTable:
                 by_stem.setdefault(key.rsplit(".", 1)[0], []).append(name)
                 if "/" in key:
                     by_stem.setdefault(base.rsplit(".", 1)[0], []).append(name)
+        folded: dict[str, list[str]] = {}  # a table typed on Windows or macOS: x.jpg for x.JPG
+        for name in names:
+            key = nfc(name).casefold()
+            folded.setdefault(key, []).append(name)
+            if "/" in key:
+                folded.setdefault(key.rsplit("/", 1)[-1], []).append(name)
         found: dict[str, Row] = {}
         unmatched: list[str] = []
         markers = [nfc(r).strip("/") + "/" for r in roots if r.strip("/") not in ("", ".", "..")]
@@ -134,6 +149,9 @@ class LabelTable:
             if not hits:
                 hits = [h for h in by_stem.get(norm, [])
                         if "/" not in norm or nfc(h).rsplit(".", 1)[0] == norm]
+            if not hits:  # the same name in another case (case-insensitive file systems)
+                hits = [h for h in folded.get(norm.casefold(), [])
+                        if "/" not in norm or nfc(h).casefold() == norm.casefold()]
             if len(hits) > 1:
                 raise ConfigError(
                     f"{self.path}: entry {entry!r} matches {len(hits)} files: {', '.join(hits[:3])}",
@@ -351,6 +369,10 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
         raise ConfigError(f"cannot read labels file {str(p)!r}: {e}", path=str(p),
                           fix="give a readable UTF-8 file") from None
     records, order = _records(p, text, label_column)
+    blank = {name for name, label, _ in records if _blank(label)}
+    if len(blank) == len(records):
+        blank = set()  # no labels at all (--label-column none, a table of metadata)
+    records = [r for r in records if r[0] not in blank]
     records = _as_classes([label for _, label, _ in records], records)
     records, tagged = _id_tags(records)
     labels = [label for _, label, _ in records]
@@ -375,6 +397,11 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
         if cls is None and label is not None:
             extra["label"] = label
         rows[name] = Row(cls, extra or None)
+    for name in blank:
+        if name in rows:
+            raise ConfigError(f"{p}: file {name!r} is named twice", path=str(p),
+                              fix="give one row per file (a list of labels for multi-label)")
+        rows[name] = Row(None, None, blank=True)
     odd = [v for v in labels if v is not None]
     note = _tags_note(p, labels) if classes is not None else None
     if tagged:
@@ -415,6 +442,12 @@ def _tags_note(p: Path, labels: list[Any]) -> str | None:
     return (f"{p}: {len(names)} class names made of {len(words)} words ({shown}...): packed as {len(names)} "
             "classes; if they are space-separated tags of a multi-label table, split the class name "
             "(read_manifest(ds).classes[cls].split()) into a multi-hot target in collate=")
+
+
+def _blank(label: Any) -> bool:
+    """No label: a blank CSV cell, NaN (pandas' missing value), JSON null or a missing key."""
+    return label is None or (isinstance(label, str) and not label.strip()) or (
+        isinstance(label, float) and math.isnan(label))
 
 
 def _as_classes(labels: list[Any], records: list[Record]) -> list[Record]:

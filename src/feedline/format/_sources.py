@@ -743,9 +743,10 @@ def _apply_table(table: LabelTable, grouped: dict[str, dict[str, SourceFile]], n
     for key, name in names.items():
         row = found.get(name)
         sample = grouped[key]
-        if row is None:
+        if row is None or row.blank:
             del grouped[key]
-            skipped.append(Skipped(name, f"not named in the labels file {table.path}"))
+            skipped.append(Skipped(name, f"its label is blank in the labels file {table.path}" if row
+                                   else f"not named in the labels file {table.path}"))
             continue
         for field_name, value in ((LABEL_FIELD, None if row.cls is None else str(row.cls)),
                                   (EXTRA_FIELD, None if row.extra is None else json.dumps(row.extra, ensure_ascii=False))):
