@@ -189,3 +189,15 @@ def test_verify_decode_lists_the_samples_the_loader_would_skip(tmp_path: Path, c
     assert _run(["verify", str(tmp_path / "ds"), "--decode", "--json", str(tmp_path / "v.json")]) == 1
     doc = json.loads((tmp_path / "v.json").read_text())
     assert doc["ok"] is False and [u["key"] for u in doc["undecodable"]] == ["0007", "0290"]
+
+
+@pytest.mark.timeout(60)
+def test_class_depth_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("mammal/cat/1.jpg", "mammal/dog/1.jpg", "bird/owl/1.jpg"):
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_bytes(b"\xff\xd8" + name.encode())
+    assert _run(["pack", str(tmp_path / "src"), "--out", str(tmp_path / "ds"), "--labels", "from-folder",
+                 "--class-depth", "2", "-q"]) == 0
+    assert read_manifest(tmp_path / "ds").classes == ("bird/owl", "mammal/cat", "mammal/dog")
+    assert _run(["pack", str(tmp_path / "src"), "--out", str(tmp_path / "x"), "--class-depth", "2", "-q"]) == 2
+    assert "class_depth" in capsys.readouterr().err

@@ -284,3 +284,33 @@ def test_folder_keys_name_files_lying_beside_sample_folders(tmp_path: Path) -> N
     clean = collect([root], SourceRules(key="folder", exclude=("*/calib.json", "*/notes.txt")))
     assert clean.enclosing == {} and len(clean.samples) == 4
     assert not any(line.startswith("--key folder") for line in clean.notes())
+
+
+@pytest.mark.timeout(60)
+def test_nested_class_folders_say_so_and_class_depth_uses_the_sub_folders(tmp_path: Path) -> None:
+    """A tree of <group>/<class>/<image>: before, it packed silently as 2 classes (the
+    groups) with no word and no way to label by the sub-folders."""
+    root = _tree(tmp_path / "animals", {
+        "mammal/dog/1.jpg": b"d", "mammal/cat/1.jpg": b"c", "mammal/cat/2.jpg": b"c2",
+        "bird/owl/1.jpg": b"o", "bird/crow/x.JPG": b"k", "bird/stray.jpg": b"s",
+    })
+    found = collect([root], FOLDER)  # depth 1 stays torchvision's numbering ...
+    assert found.classes == ("bird", "mammal") and found.label_note is None  # bird/stray.jpg is shallow
+    (root / "bird" / "stray.jpg").unlink()
+    found = collect([root], FOLDER)
+    assert found.classes == ("bird", "mammal")
+    assert "--class-depth 2 makes each of the 4 a class" in (found.label_note or "")  # ... and says so
+    with pytest.warns(PackWarning, match="sub-folder of its class folder"):
+        pack([root], tmp_path / "one", rules=FOLDER)
+
+    (root / "bird" / "stray.jpg").write_bytes(b"s")
+    deep = collect([root], SourceRules(labels="from-folder", class_depth=2))
+    assert deep.classes == ("bird/crow", "bird/owl", "mammal/cat", "mammal/dog")
+    labels = {s.key: next(f.data for f in s.files if f.field == "cls") for s in deep.samples}
+    assert labels == {"bird/crow/x": b"0", "bird/owl/1": b"1", "mammal/cat/1": b"2",
+                      "mammal/cat/2": b"2", "mammal/dog/1": b"3"}
+    assert [(s.name, "2 folders deep" in s.reason) for s in deep.skipped] == [("bird/stray.jpg", True)]
+    with pytest.raises(ConfigError, match="class_depth"):
+        SourceRules(class_depth=2)
+    with pytest.raises(ConfigError, match="class_depth"):
+        SourceRules(labels="from-folder", class_depth=0)

@@ -169,6 +169,7 @@ def pack_cmd(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="output folder for shards, indexes and manifest.json (required; may lie inside SRC: it is left out; may not be SRC)")] = None,
     labels: Annotated[str | None, typer.Option("--labels", metavar="from-folder|FILE", help="from-folder: an ImageFolder tree SRC/<class>/...: each image gets an integer 'cls' (its class folder's index in sorted order, as torchvision numbers them) and the class list goes into the manifest; packs image files only unless --include is given. FILE (.csv/.tsv with a header 'filename,label', .jsonl of objects with a 'file_name', or a COCO annotations.json): packs the files it names, each with 'cls' (class names are numbered in sorted order and listed in the manifest) and a 'json' field with the rest of its row (COCO: the image's boxes). Both imply --key file")] = None,
     label_column: Annotated[str | None, typer.Option("--label-column", metavar="COLUMN", help="with --labels FILE.csv: its label column when none is named label/class/category/target/cls (Kaggle's id,breed,...); several comma-separated: one-hot columns (cls = the column holding the 1, classes in column order; found without this option when every other column is one-hot); none: no cls, every column into json")] = None,
+    class_depth: Annotated[int, typer.Option("--class-depth", metavar="N", help="with --labels from-folder: how many folder levels name the class; 1 (default, as torchvision's ImageFolder): SRC/<class>/.../<image>; 2: SRC/<group>/<class>/<image>, classes named group/class")] = 1,
     classes: Annotated[Path | None, typer.Option("--classes", metavar="DATASET", help="take the class list (label numbers) from another packed dataset, e.g. pack val/ with --classes data/train, so a split that misses a class folder keeps the same numbers; a class not in that list is an error")] = None,
     key: Annotated[str | None, typer.Option("--key", metavar="webdataset|file|folder|parallel", help="how names become samples. webdataset (default): the key runs to the first dot of the file name, so 000123.cam0.jpg + 000123.json are one sample. file (default with --labels): each file is a sample keyed by its path minus the final extension, so IMG_2023.01.05.jpg is safe (stored as IMG_2023%2E01%2E05.jpg in the tar for WebDataset readers; __key__ gives IMG_2023.01.05). folder: each folder is a sample and its files are the fields, so clip_0001/frame_000.jpg ... frame_015.jpg is one sample of 16 frames. parallel: the top folders name the fields, so images/x.jpg + masks/x.png are fields images.jpg and masks.png of sample x")] = None,
     include: Annotated[list[str] | None, typer.Option("--include", metavar="GLOB", help="pack only files matching a glob (repeatable); a pattern without / matches the file name, with / the path below SRC")] = None,
@@ -205,7 +206,7 @@ def pack_cmd(
     class_list = _classes_of(classes) if classes is not None else None
     rules = SourceRules(key=key, labels=labels, include=tuple(include or ()), exclude=tuple(exclude or ()),
                         follow_symlinks=follow_symlinks, classes=class_list,
-                        label_column=label_column)
+                        label_column=label_column, class_depth=class_depth)
     start = time.perf_counter()
     bar = _LazyBar(console)
     last: list[PackProgress] = []

@@ -181,6 +181,9 @@ class SourceRules:
         follow_symlinks: follow symbolic links that lead outside the source folder.
         classes: the class names in label order (another split's), for class-name labels;
             None: the sorted names this source holds.
+        class_depth: with ``labels="from-folder"``, how many folder levels name the class:
+            1 (torchvision's ``ImageFolder``: ``<class>/.../<image>``), 2 for a tree of
+            ``<group>/<class>/<image>`` whose classes are ``"group/class"``, and so on.
         label_column: with a CSV/TSV ``labels`` file, its label column (several
             comma-separated: one-hot columns; ``"none"``: no ``cls``); None: found by its
             name or as one-hot columns (see :mod:`feedline.format._labels`).
@@ -193,12 +196,21 @@ class SourceRules:
     follow_symlinks: bool = False
     classes: tuple[str, ...] | None = None
     label_column: str | None = None
+    class_depth: int = 1
 
     def __post_init__(self) -> None:
         if self.label_column is not None and (self.labels is None or self.labels in LABEL_MODES):
             raise ConfigError("label_column: names a column of a labels file, and labels is "
                               f"{self.labels!r}", field="label_column",
                               fix="give the table too: --labels train.csv --label-column breed")
+        if isinstance(self.class_depth, bool) or not isinstance(self.class_depth, int) \
+                or not 1 <= self.class_depth <= 64:
+            raise ConfigError(f"class_depth: must be an int from 1 to 64, got {self.class_depth!r}",
+                              field="class_depth")
+        if self.class_depth != 1 and self.labels != "from-folder":
+            raise ConfigError("class_depth: counts the class folders of --labels from-folder, and labels "
+                              f"is {self.labels!r}", field="class_depth",
+                              fix="add --labels from-folder, or drop --class-depth")
         if self.key is not None and self.key not in KEY_RULES:
             raise ConfigError(f"key: must be one of {', '.join(KEY_RULES)}, got {self.key!r}")
         if self.key == "folder" and self.labels is not None and self.labels not in LABEL_MODES:
@@ -261,7 +273,8 @@ class Collection:
         unmatched: entries of a labels file that name no file found.
         enclosing: ``key="folder"``: samples whose folder also holds sample folders
             (``scene_007/calib.json`` beside ``scene_007/frame_00012/``), with their fields.
-        label_note: why a labels file gave no ``cls`` although it holds labels.
+        label_note: why a labels file gave no ``cls`` although it holds labels; or, with
+            ``labels="from-folder"``, that the class folders hold only sub-folders.
         rule: the key rule the samples were grouped by.
     """
 
@@ -577,6 +590,8 @@ def collect(
     sources = list(sources)
     rule = rules.key_rule
     labelled = rules.labels == "from-folder"
+    depth = rules.class_depth
+    below: set[str] = set()  # class/sub-folder pairs (depth 1): a hint when every image is in one
     table = read_table(rules.labels, rules.classes, rules.label_column) if rules.labels is not None and not labelled else None
     table_real = os.path.realpath(table.path) if table is not None else None
     names: dict[str, str] = {}  # key -> file name (with a labels table)
@@ -593,7 +608,7 @@ def collect(
         src = Path(source)
         if src.is_dir():
             walker = _Walker(src, skip_real, rules.follow_symlinks, skipped)
-            if labelled:
+            if labelled and depth == 1:  # empty class folders keep their numbers, as in torchvision
                 class_names.update(walker.top_folders())
             entries: Iterable[tuple[str, str, os.stat_result]] = walker.files()
         elif src.is_file():
@@ -632,13 +647,17 @@ def collect(
                                        "own entries (__key__, __url__), not a file: rename the file"))
                 continue
             if labelled:
-                if "/" not in name:
-                    skipped.append(Skipped(name, "not inside a class folder"))
+                if name.count("/") < depth:
+                    skipped.append(Skipped(name, "not inside a class folder" if depth == 1 else
+                                           f"not {depth} folders deep (--class-depth {depth}: "
+                                           f"{'/'.join(['<folder>'] * depth)}/<image>)"))
                     continue
-                class_names.add(name.split("/", 1)[0])
-                labels[key] = name.split("/", 1)[0]
-                if name.count("/") == 1:
+                labels[key] = "/".join(name.split("/")[:depth])
+                class_names.add(labels[key])
+                if name.count("/") == depth:
                     shallow.add(labels[key])
+                elif depth == 1:
+                    below.add("/".join(name.split("/")[:2]))
             if table is not None:
                 names[key] = name
             sample = grouped.setdefault(key, {})
@@ -660,7 +679,7 @@ def collect(
         roots = [os.path.basename(os.path.normpath(os.fspath(s))) for s in sources]
         roots += [os.path.basename(os.path.realpath(s)) for s in sources]
         unmatched = _apply_table(table, grouped, names, skipped, roots)
-    if labelled:
+    if labelled and depth == 1:
         _refuse_splits(class_names, shallow, sources)
     classes = _class_list(class_names, rules.classes) if labelled else table.classes if table is not None else None
     if classes is not None and labelled:
@@ -686,8 +705,21 @@ def collect(
         raise ConfigError(f"no files to pack: none of the files found is named in {table.path if table else 'SRC'}",
                           fix="check that the labels file names files below SRC (paths or bare names)")
     enclosing = _enclosing(grouped) if rule == "folder" else {}
+    note = table.note if table is not None else _nested_note(classes, shallow, below) if labelled else None
     return Collection(samples, classes, skipped, excluded, counts, empty, empty_files, unmatched, enclosing,
-                      table.note if table is not None else None, rule)
+                      note, rule)
+
+
+def _nested_note(classes: tuple[str, ...] | None, shallow: set[str], below: set[str]) -> str | None:
+    """With ``--labels from-folder``: when no class folder holds an image directly and the
+    sub-folders would give more classes (``mammal/cat``, ``mammal/dog``), say which folders
+    became the classes and how to use the sub-folders instead; nothing otherwise."""
+    if not classes or shallow or len(below) <= len(classes):
+        return None
+    shown = ", ".join(sorted(below)[:3])
+    return (f"every image lies in a sub-folder of its class folder ({shown}, ...): the {len(classes)} "
+            f"top folders are the classes, as torchvision's ImageFolder numbers them; if the "
+            f"sub-folders are the classes, --class-depth 2 makes each of the {len(below)} a class")
 
 
 def _enclosing(grouped: dict[str, dict[str, SourceFile]]) -> dict[str, list[str]]:
