@@ -144,6 +144,45 @@ def test_the_first_skip_is_warned_once_with_its_key_and_error() -> None:
     assert all("is broken" in s["message"] for s in stats["skipped_samples"])
 
 
+class PhotoFolder:
+    """torchvision's ImageFolder in miniature: ``samples`` holds (path, class) per index."""
+
+    def __init__(self, root: Path) -> None:
+        self.samples = [(os.fspath(p), 0) for p in sorted(root.glob("*.jpg"))]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import numpy as np
+        from PIL import Image
+
+        path, label = self.samples[i]
+        return {"jpg": np.asarray(Image.open(path).convert("RGB")), "cls": label}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_a_broken_photo_of_a_map_style_folder_is_named_by_its_file(tmp_path: Path, worker_type: str) -> None:
+    # before: "OSError in read: Truncated File Read [key='2']": an index, not the photo to delete
+    import numpy as np
+    from PIL import Image
+
+    for i in range(6):
+        Image.fromarray(np.full((8, 8, 3), i * 40, np.uint8)).save(tmp_path / f"p{i}.jpg")
+    whole = (tmp_path / "p2.jpg").read_bytes()
+    (tmp_path / "p2.jpg").write_bytes(whole[: len(whole) // 2])
+    ds = PhotoFolder(tmp_path)
+    with feedline.Loader(ds, batch_size=3, workers=1, worker_type=worker_type, shuffle=False) as loader, \
+            pytest.raises(WorkerError) as caught:
+        list(loader)
+    assert caught.value.file == os.fspath(tmp_path / "p2.jpg") and "p2.jpg" in str(caught.value)
+    with feedline.Loader(ds, batch_size=3, workers=1, worker_type=worker_type, shuffle=False,
+                         on_error="skip") as loader, pytest.warns(SkippedSampleWarning, match="p2.jpg"):
+        assert len(list(loader)) == 2
+        assert [s["file"] for s in loader.stats["skipped_samples"]] == [os.fspath(tmp_path / "p2.jpg")]
+
+
 def test_abandoned_loaders_leave_nothing_behind() -> None:
     def snapshot() -> tuple[int, int, set[str]]:  # /dev/shm: ours only (not others' torch_*)
         return (len(os.listdir("/proc/self/fd")), threading.active_count(),

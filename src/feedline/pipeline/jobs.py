@@ -85,10 +85,11 @@ class Prepared:
 
 
 def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
-                 shard: str | None = None) -> WorkerError:
+                 shard: str | None = None, file: str | None = None) -> WorkerError:
     """Wrap ``exc`` with its place; keeps type name and traceback text.
 
-    The fix is ``exc``'s own when it has one (a shard deleted mid-epoch, a descriptor
+    ``file``: the file a map-style dataset read the sample from, when it says
+    (:meth:`Source.file_of`). The fix is ``exc``'s own when it has one (a shard deleted mid-epoch, a descriptor
     limit: the sample's code is not what to change), else to fix the sample or function;
     either way ``on_error="skip"`` is offered.
     """
@@ -99,7 +100,7 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     err = WorkerError(
         f"{type(exc).__name__} in {stage}: {ours.placed() if ours else exc}",
         worker=worker, shard=cause_shard or shard or item.shard, key=item.key, stage=stage, field=field,
-        fix=f'{fix}, or pass on_error="skip" to skip bad samples',
+        file=file, fix=f'{fix}, or pass on_error="skip" to skip bad samples',
     )
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     err.__dict__.update(exc_type=type(exc).__name__, traceback_text=text)
@@ -176,10 +177,12 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
         if failed and ctx.on_error == "raise":
             order = {id(it): k for k, it in enumerate(items)}
             item, stage, exc = min(failed, key=lambda f: order[id(f[0])])
-            raise worker_error(exc, item, stage, worker, ctx.source.shard_of(item))
+            raise worker_error(exc, item, stage, worker, ctx.source.shard_of(item),
+                               ctx.source.file_of(item))
         for item, stage, exc in failed:
-            out.skipped.append({"key": item.key, "stage": stage, "error": type(exc).__name__,
-                                "message": str(exc)[:200]})
+            skip = {"key": item.key, "stage": stage, "error": type(exc).__name__, "message": str(exc)[:200]}
+            file = ctx.source.file_of(item)
+            out.skipped.append(skip if file is None else {**skip, "file": file})
         for item, sample in live:
             out.samples.append(sample)
             out.keys.append(item.key)

@@ -216,7 +216,9 @@ def warn_skipped(skipped: dict[str, str]) -> None:
     why = f"{skipped.get('error', 'error')}: {skipped['message']}" if skipped.get("message") else \
         skipped.get("error", "error")
     warnings.warn(
-        f"on_error='skip': skipped sample {skipped['key']!r} ({skipped.get('stage', '?')}: {why}); "
+        f"on_error='skip': skipped sample {skipped['key']!r}"
+        + (f" (file {skipped['file']!r})" if skipped.get("file") else "")
+        + f" ({skipped.get('stage', '?')}: {why}); "
         "another sample of the epoch took its place in the batch. Later skips are not warned: "
         "loader.stats['skipped'] counts them, loader.stats['skipped_samples'] lists the last "
         "100 (feedline verify DIR --decode lists every undecodable sample of a packed dataset)",

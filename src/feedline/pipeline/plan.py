@@ -257,7 +257,8 @@ def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batc
         except DecodeError as exc:
             if ctx.on_error == "raise":
                 item = ctx.source.item(prep.indices[k], prep.keys[k])
-                raise worker_error(exc, item, "collate", worker, ctx.source.shard_of(item)) from None
+                raise worker_error(exc, item, "collate", worker, ctx.source.shard_of(item),
+                                   ctx.source.file_of(item)) from None
             return layout, fill(ctx, make_plan(ctx, layout), job, worker, record, arrays)
     ragged = collate.fill(layout, arrays, prep.samples)
     if record is not None:

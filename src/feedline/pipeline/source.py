@@ -14,6 +14,7 @@ A source is picklable when its dataset is (process workers reopen it).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -187,6 +188,26 @@ class Source:
             except Exception:  # the error being reported matters more than its shard
                 return None
         return item.shard
+
+    def file_of(self, item: Item) -> str | None:
+        """The file a map-style dataset reads sample ``item`` from, when it keeps the list
+        the torchvision way (``samples``/``imgs``: ``(path, class)`` per index, as
+        ``ImageFolder`` has; or ``files``): named in errors, where the index alone does not
+        say which photo is broken. None for packed datasets (their key names the sample)."""
+        if self.packed:
+            return None
+        for name in ("samples", "imgs", "files"):
+            table = getattr(self.dataset, name, None)
+            if not isinstance(table, Sequence) or isinstance(table, (str, bytes)):
+                continue
+            try:
+                entry = table[item.index] if 0 <= item.index < len(table) else None
+            except Exception:  # an odd container: the error being reported matters more
+                return None
+            first = entry[0] if isinstance(entry, (tuple, list)) and entry else entry
+            if isinstance(first, (str, os.PathLike)):
+                return os.fspath(first)
+        return None
 
     def _fetch_one(self, index: int) -> Item:
         try:
