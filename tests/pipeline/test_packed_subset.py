@@ -95,3 +95,20 @@ def test_a_subset_of_a_map_style_dataset_is_left_alone(tmp_path: Path) -> None:
     ds = feedline.open_dataset(os.fspath(make_packed(tmp_path, n=6)))
     with feedline.Loader(Subset(ds, [4, 2]), batch_size=2, workers=1, shuffle=False) as loader:
         assert next(iter(loader))["x"].tolist() == [[4, 4], [2, 2]]
+
+
+@pytest.mark.timeout(60)
+def test_classes_as_imagefolder_has_them(tmp_path: Path) -> None:
+    # a tutorial's num_classes = len(train_loader.dataset.classes): before, a packed dataset had
+    # no classes attribute (only feedline.format.read_manifest(path).classes)
+    for name in ("owls/1.jpg", "cats/1.jpg", "cats/2.jpg"):
+        (tmp_path / "train" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "train" / name).write_bytes(b"\xff\xd8" + name.encode())
+    from feedline.format import SourceRules, pack
+
+    pack([tmp_path / "train"], tmp_path / "ds", rules=SourceRules(labels="from-folder"))
+    loader = feedline.Loader(os.fspath(tmp_path / "ds"), batch_size=1, workers=1)
+    assert loader.dataset.classes == ("cats", "owls") and loader.dataset.class_to_idx == {"cats": 0, "owls": 1}
+    assert loader.dataset.subset([2]).classes == ("cats", "owls")
+    loader.close()
+    assert feedline.open_dataset(make_packed(tmp_path / "plain", n=2)).classes is None

@@ -115,6 +115,15 @@ class PackedSubset:
         return self._base.fields
 
     @property
+    def classes(self) -> tuple[str, ...] | None:
+        """The base dataset's class names (a split keeps every class's number)."""
+        return self._base.classes
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return dict(self._base.class_to_idx)
+
+    @property
     def schema(self) -> Any:
         """The base dataset's schema (a field varying anywhere in it is ``var`` here too)."""
         return self._base.schema

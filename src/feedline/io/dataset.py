@@ -228,6 +228,18 @@ class PackedDataset:
         return sorted(self._state().catalog.manifest.fields)
 
     @property
+    def classes(self) -> tuple[str, ...] | None:
+        """The class names, label ``i`` = ``classes[i]``, as torchvision's ``ImageFolder.classes``
+        (what ``pack --labels`` stored in the manifest); None for a dataset packed without."""
+        return self._state().catalog.manifest.classes
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """``{class name: label}``, as torchvision's ``ImageFolder.class_to_idx``; empty without
+        :attr:`classes`."""
+        return {c: i for i, c in enumerate(self.classes or ())}
+
+    @property
     def schema(self) -> Mapping[str, FieldSchema]:
         """Field name -> :class:`~feedline.format.FieldSchema` for the whole dataset (read-only).
 
