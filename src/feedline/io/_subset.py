@@ -36,22 +36,8 @@ class PackedSubset:
     """
 
     def __init__(self, base: Any, indices: Sequence[int] | np.ndarray) -> None:
-        n = len(base)
-        try:
-            idx = np.asarray(indices)
-        except (ValueError, OverflowError) as e:
-            raise ArgumentError(f"subset indices must be a flat sequence of ints: {e}",
-                                field="indices") from None
-        if idx.size and (idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer)):
-            raise ArgumentError(f"subset indices must be a flat sequence of ints, got dtype "
-                                f"{idx.dtype} and shape {idx.shape}", field="indices")
-        idx = idx.astype(np.int64).reshape(-1)
-        bad = (idx < -n) | (idx >= n)
-        if bad.any():
-            raise SampleIndexError(f"subset index {int(idx[bad][0])} out of range for a "
-                                   f"dataset of {n} samples")
         self._base = base
-        self._idx = np.where(idx < 0, idx + n, idx)
+        self._idx = _checked(indices, len(base), "dataset")
         self._idx.setflags(write=False)
 
     @property
@@ -65,17 +51,7 @@ class PackedSubset:
         return self._idx
 
     def _map(self, indices: Any) -> np.ndarray:
-        n = len(self._idx)
-        idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices)
-        if idx.size and (idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer)):
-            raise ArgumentError(f"indices must be a flat sequence of ints, got dtype {idx.dtype} "
-                                f"and shape {idx.shape}", field="indices")
-        idx = idx.astype(np.int64).reshape(-1)
-        bad = (idx < -n) | (idx >= n)
-        if bad.any():
-            raise SampleIndexError(f"sample index {int(idx[bad][0])} out of range for a "
-                                   f"subset of {n} samples")
-        return self._idx[idx]
+        return self._idx[_checked(indices, len(self._idx), "subset")]
 
     def __len__(self) -> int:
         return len(self._idx)
@@ -151,6 +127,27 @@ class PackedSubset:
 
     def __repr__(self) -> str:
         return f"PackedSubset({self._base!r}, {len(self._idx)} of {len(self._base)} samples)"
+
+
+def _checked(indices: Any, n: int, of: str) -> np.ndarray:
+    """``indices`` as int64 in ``[0, n)`` (negative ones counted from the end).
+
+    Raises:
+        ArgumentError: not a flat sequence of ints.
+        SampleIndexError: an index out of range for ``n`` samples (of a ``of``).
+    """
+    try:
+        idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ArgumentError(f"indices must be a flat sequence of ints: {e}", field="indices") from None
+    if idx.size and (idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer)):
+        raise ArgumentError(f"indices must be a flat sequence of ints, got dtype {idx.dtype} "
+                            f"and shape {idx.shape}", field="indices")
+    idx = idx.astype(np.int64).reshape(-1)
+    bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        raise SampleIndexError(f"sample index {int(idx[bad][0])} out of range for a {of} of {n} samples")
+    return np.where(idx < 0, idx + n, idx)
 
 
 def _is_subset(dataset: Any) -> bool:
