@@ -177,6 +177,12 @@ def test_a_broken_photo_of_a_map_style_folder_is_named_by_its_file(tmp_path: Pat
             pytest.raises(WorkerError) as caught:
         list(loader)
     assert caught.value.file == os.fspath(tmp_path / "p2.jpg") and "p2.jpg" in str(caught.value)
+    import torch
+
+    half = torch.utils.data.Subset(ds, [5, 2, 0])  # a random_split half: index 1 is p2
+    with feedline.Loader(half, batch_size=3, workers=1, worker_type=worker_type, shuffle=False) as loader, \
+            pytest.raises(WorkerError, match=r"key='1'.*p2\.jpg"):
+        list(loader)
     with feedline.Loader(ds, batch_size=3, workers=1, worker_type=worker_type, shuffle=False,
                          on_error="skip") as loader, pytest.warns(SkippedSampleWarning, match="p2.jpg"):
         assert len(list(loader)) == 2

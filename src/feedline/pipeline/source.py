@@ -192,16 +192,22 @@ class Source:
     def file_of(self, item: Item) -> str | None:
         """The file a map-style dataset reads sample ``item`` from, when it keeps the list
         the torchvision way (``samples``/``imgs``: ``(path, class)`` per index, as
-        ``ImageFolder`` has; or ``files``): named in errors, where the index alone does not
-        say which photo is broken. None for packed datasets (their key names the sample)."""
+        ``ImageFolder`` has; or ``files``), also through a ``Subset`` of one: named in
+        errors, where the index alone does not say which photo is broken. None for packed datasets (their key names the sample)."""
         if self.packed:
             return None
+        dataset, index = self.dataset, item.index
+        try:
+            while hasattr(dataset, "indices") and hasattr(dataset, "dataset"):  # random_split's Subset
+                dataset, index = dataset.dataset, int(dataset.indices[index])
+        except Exception:  # an odd container: the error being reported matters more
+            return None
         for name in ("samples", "imgs", "files"):
-            table = getattr(self.dataset, name, None)
+            table = getattr(dataset, name, None)
             if not isinstance(table, Sequence) or isinstance(table, (str, bytes)):
                 continue
             try:
-                entry = table[item.index] if 0 <= item.index < len(table) else None
+                entry = table[index] if 0 <= index < len(table) else None
             except Exception:  # an odd container: the error being reported matters more
                 return None
             first = entry[0] if isinstance(entry, (tuple, list)) and entry else entry
