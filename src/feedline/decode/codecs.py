@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from feedline.dense import why_not_dense
-from feedline.errors import DecodeError
+from feedline.errors import ArgumentError, ConfigError, DecodeError
 
 Buffer = bytes | bytearray | memoryview
 
@@ -41,8 +41,10 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_pixels"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ArgumentError(f"Limits.{name} must be a positive integer, got {value!r}", field=name)
+            if value < 1:
+                raise ConfigError(f"Limits.{name} must be a positive integer, got {value!r}", field=name)
 
 
 RAW_DTYPES: dict[str, str] = {

@@ -8,6 +8,7 @@ dataset root.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import tarfile
@@ -49,6 +50,20 @@ def _compression(path: Path) -> str | None:
     return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
 
 
+class _Capped(io.FileIO):
+    """A tar read by ``tarfile``, whose reads never ask for more than the file holds: a
+    pax or GNU long-name header claiming 1 TiB made ``tarfile`` allocate that much
+    (a raw ``MemoryError``); capped, it reads what is there and finds the tar short."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, "rb")
+        self.size = os.fstat(self.fileno()).st_size
+
+    def read(self, size: int | None = -1) -> bytes:
+        left = max(0, self.size - self.tell())
+        return super().read(left if size is None or size < 0 or size > left else size)
+
+
 def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
     """(key, field, data offset, size) of each regular member, in tar order.
 
@@ -61,7 +76,7 @@ def _scan(path: Path, shard: str) -> list[tuple[str, str, int, int]]:
     file_size = path.stat().st_size
     last = "the start of the file"
     try:
-        with tarfile.open(path, mode="r:") as tar:
+        with _Capped(path) as raw, tarfile.open(fileobj=raw, mode="r:") as tar:
             for info in tar:
                 last = f"member {info.name!r}"
                 if info.size < 0:

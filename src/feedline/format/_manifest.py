@@ -100,10 +100,14 @@ def write_manifest(root: str | os.PathLike[str], manifest: Manifest, *, durable:
     return path
 
 
+_MAX_INT = 2**63 - 1  # no size, count or offset on a real file system is larger
+
+
 def _int(doc: dict[str, Any], name: str, path: Path, minimum: int = 0) -> int:
     value = doc.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise FormatError(f"manifest field {name!r} must be an integer >= {minimum}, got {value!r}", path=str(path), fix=_FIX)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAX_INT:
+        raise FormatError(f"manifest field {name!r} must be an integer from {minimum} to 2**63 - 1, got {value!r}",
+                          path=str(path), fix=_FIX)
     return value
 
 
@@ -118,7 +122,8 @@ def _relative(doc: dict[str, Any], name: str, path: Path) -> str:
     """A file name that stays inside the dataset folder: relative, no ``..`` part, no NUL."""
     value = _str(doc, name, path)
     parts = value.replace("\\", "/").split("/")
-    if os.path.isabs(value) or value.startswith(("/", "\\")) or "\0" in value or ".." in parts:
+    if os.path.isabs(value) or value.startswith(("/", "\\")) or "\0" in value or ".." in parts \
+            or all(p in ("", ".") for p in parts):  # "." or "./": the dataset folder itself
         raise FormatError(
             f"manifest {name} {value!r} points outside the dataset folder: only paths inside it are read",
             path=str(path), fix="this manifest was edited or crafted; repack or re-index the dataset",
@@ -241,11 +246,21 @@ def _no_manifest_fix(folder: Path) -> str:
     return "pack it with `feedline pack SRC --out DIR` or adopt tars with `feedline index`"
 
 
+def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: with a key given twice (``"shards"``, hand-edited
+    or crafted), ``json`` would silently keep the last one."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        twice = next(k for i, (k, _) in enumerate(pairs) if any(k == o for o, _ in pairs[:i]))
+        raise ValueError(f"the key {twice!r} is given twice in one object")
+    return doc
+
+
 def _load_json(data: bytes, path: Path) -> dict[str, Any]:
     if len(data) > _MAX_MANIFEST:
         raise FormatError(f"manifest is larger than {_MAX_MANIFEST} bytes", path=str(path), fix=_FIX)
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_twice)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise FormatError(f"manifest is not valid JSON: {e}", path=str(path), fix=_FIX) from None
     if not isinstance(doc, dict) or doc.get("format") != "feedline":

@@ -94,7 +94,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
-from feedline.errors import ConfigError
+from feedline.errors import ConfigError, ReadError
 from feedline.format._labels import SUFFIXES, LabelTable, nfc, read_table
 from feedline.format._schema import STRICT_LABELS
 from feedline.format._tar import (
@@ -440,12 +440,19 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
 class _Walker:
     """Walks one source folder, following links only inside it (or everywhere when asked)."""
 
-    def __init__(self, root: Path, skip: Path | None, follow: bool, skipped: list[Skipped]) -> None:
+    def __init__(self, root: Path, skip: Path | None, follow: bool, skipped: list[Skipped],
+                 prune: tuple[str, ...] = ()) -> None:
         self.root = root
         self.real_root = os.path.realpath(root)
         self.skip = skip
         self.follow = follow
         self.skipped = skipped
+        # exclude patterns with a "/" that take every file below a folder ('scratch/*'): an
+        # unreadable folder or a link loop there is no error (its files would be left out)
+        self.prune = tuple(p for p in prune if "/" in p)
+
+    def _pruned(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name + "/\0", p) for p in self.prune)
 
     def _inside(self, real: str) -> bool:
         return real == self.real_root or real.startswith(self.real_root.rstrip(os.sep) + os.sep)
@@ -466,8 +473,18 @@ class _Walker:
         return self.skip is not None and os.path.realpath(path) == str(self.skip)
 
     def _entries(self, folder: str, prefix: str) -> Iterator[tuple[str, str, os.stat_result]]:
-        with os.scandir(folder) as it:
-            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+        except PermissionError as e:
+            where = prefix.rstrip("/")
+            if where and self._pruned(where):
+                return
+            raise ReadError(
+                f"cannot read the source folder {folder!r}: {e.strerror}", path=folder,
+                fix=f"give this user read access to it (chmod u+rx), or leave it out with --exclude '{where}/*'"
+                if where else "give this user read access to it (chmod u+rx)",
+            ) from None
         for entry in entries:
             name = prefix + entry.name
             if entry.name.lower() in OS_METADATA:
@@ -509,9 +526,11 @@ class _Walker:
                     continue
                 ident = (st.st_dev, st.st_ino)
                 if ident in ancestors:
+                    if self._pruned(name):
+                        continue
                     raise ConfigError(
                         f"symbolic-link loop: {path!r} leads back to {ancestors[ident]!r}",
-                        path=path, fix="remove the link, or --exclude the folder that holds it",
+                        path=path, fix=f"remove the link, or leave it out with --exclude '{name}/*'",
                     )
                 yield from self._walk(path, name + "/", {**ancestors, ident: path})
             elif stat.S_ISREG(st.st_mode):
@@ -527,9 +546,14 @@ def _listed(list_file: Path, skipped: list[Skipped]) -> Iterable[tuple[str, str,
             lines = [line.strip() for line in f]
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read list file {str(list_file)!r}: {e}", fix="give a UTF-8 text file, one path per line") from None
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         if not line or line.startswith("#"):
             continue
+        if "\0" in line:  # no path holds a NUL: a binary file given as SRC (a .jpg, a .tar)
+            raise ConfigError(
+                f"list file {str(list_file)!r} has a NUL byte in line {number}: it is not a list of paths",
+                path=str(list_file), fix="give a folder, or a UTF-8 text file with one path per line",
+            )
         path = base / line
         rel = os.path.relpath(path, base)
         if rel.startswith(".."):
@@ -607,7 +631,7 @@ def collect(
     for source in sources:
         src = Path(source)
         if src.is_dir():
-            walker = _Walker(src, skip_real, rules.follow_symlinks, skipped)
+            walker = _Walker(src, skip_real, rules.follow_symlinks, skipped, rules.exclude)
             if labelled and depth == 1:  # empty class folders keep their numbers, as in torchvision
                 class_names.update(walker.top_folders())
             entries: Iterable[tuple[str, str, os.stat_result]] = walker.files()

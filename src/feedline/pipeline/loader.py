@@ -24,7 +24,7 @@ from typing import Any
 from feedline.cores import usable_cores
 from feedline.decode import Decoders, Limits, as_decoders
 from feedline.decode.jpeg_batch import JpegBatchDecoder
-from feedline.errors import ConfigError
+from feedline.errors import ArgumentError, ConfigError
 from feedline.pipeline import options, sampler, state
 from feedline.pipeline._deferred_signals import deferring_signals
 from feedline.pipeline.device_decode import make_device_decode, worker_decoders
@@ -228,6 +228,9 @@ class Loader:
         self.rank, self.world_size = rank_and_world(process_group, rank, world_size)
         decoders = as_decoders(decode)
         if limits is not None:
+            if not isinstance(limits, Limits):
+                raise ArgumentError(f"limits must be a feedline.decode.Limits or None, got {limits!r}",
+                                    field="limits", fix="pass Limits(max_bytes=..., max_pixels=...)")
             decoders = decoders.replace(limits=limits)
         self._source = Source(dataset)
         options.check_decode_fields(decoders.overrides,

@@ -150,6 +150,12 @@ def check_processes(worker_type: str, start_method: Any, shm_dir: Any) -> None:
         ConfigError: a start method other than forkserver/spawn/fork.
         ResourceError: ``shm_dir`` is not a writable directory.
     """
+    # types are checked whatever the workers (a wrong type is a bug); values only where used
+    if not isinstance(shm_dir, str):
+        raise ArgumentError(f"shm_dir must be a str path, got {shm_dir!r}", field="shm_dir")
+    if not isinstance(start_method, str):
+        raise ArgumentError(f'start_method must be a str ("fork", "forkserver", "spawn"), got {start_method!r}',
+                            field="start_method")
     if worker_type == "thread":
         return
     if start_method not in ("forkserver", "spawn", "fork"):
@@ -161,8 +167,6 @@ def check_processes(worker_type: str, start_method: Any, shm_dir: Any) -> None:
         )
     if worker_type != "process":
         return
-    if not isinstance(shm_dir, str):
-        raise ArgumentError(f"shm_dir must be a str path, got {shm_dir!r}", field="shm_dir")
     from feedline.pipeline import shm
 
     shm.check_dir(shm_dir)

@@ -1,0 +1,170 @@
+"""Round 10 of hostile inputs (issue 13): the seeded sweep of ``hostile_sweep.py`` (``slow``)
+and a quick test for each failure it found.
+
+Found and fixed: a list file holding a NUL byte (a binary file given as SRC) was a raw
+``ValueError`` traceback; an unreadable source folder said "choose a path you may
+write"; the ``--exclude`` that a symbolic-link loop's error advised did not stop the
+walk; a manifest giving a key twice was read as its last value; a manifest size past
+2**63 was a ``ReadError`` "OverflowError ... check the endpoint"; a manifest shard name
+``"."`` opened the dataset folder as a shard; ``Loader(limits=...)`` of a wrong type
+failed in the worker with ``AttributeError``; ``shm_dir`` of a wrong type was accepted
+with thread workers (so was ``start_method``); a pax or GNU long-name header claiming
+1 TiB made ``feedline index`` a raw ``MemoryError``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import feedline
+from feedline.decode import Limits
+from feedline.errors import ArgumentError, ConfigError, FormatError
+from feedline.format import SourceRules, index_tars, pack
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _source(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"k{i}.bin").write_bytes(os.urandom(300))
+    return src
+
+
+def test_a_list_file_with_a_nul_byte_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    listing = tmp_path / "photo.jpg"  # a binary file given as SRC is read as a list file
+    listing.write_bytes(b"src/k0.bin\x00src/k1.bin\n")
+    with pytest.raises(ConfigError, match="NUL byte in line 1") as err:
+        pack([listing], tmp_path / "out")
+    assert err.value.path == str(listing)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert sorted(p.name for p in src.iterdir()) == ["k0.bin", "k1.bin", "k2.bin"]
+
+
+def test_the_exclude_a_link_loop_error_advises_packs_the_rest(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    (src / "loopd").mkdir()
+    (src / "loopd" / "back").symlink_to("..")
+    with pytest.raises(ConfigError, match="symbolic-link loop") as err:
+        pack([src], tmp_path / "out")
+    advice = err.value.fix.split("--exclude ")[1].strip("'")
+    assert advice == "loopd/back/*"
+    manifest = pack([src], tmp_path / "out", rules=SourceRules(exclude=(advice,)))
+    assert manifest.num_samples == 3  # before: the same loop error, whatever was excluded
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="makes a folder unreadable by dropping root's CAP_DAC_OVERRIDE")
+@pytest.mark.timeout(120)
+def test_an_unreadable_source_folder_is_named_with_the_exclude_that_skips_it(tmp_path: Path) -> None:
+    src = _source(tmp_path)
+    (src / "locked").mkdir()
+    (src / "locked" / "x.bin").write_bytes(b"x")
+    os.chmod(src / "locked", 0)
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search",
+            "--inh-caps=-dac_override,-dac_read_search"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*drop, sys.executable, "-m", "feedline", "pack", str(src), "--out",
+                               str(tmp_path / "out"), "-q", *extra],
+                              env=env, capture_output=True, text=True, timeout=100)
+
+    try:
+        res = run()
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "cannot read the source folder" in res.stderr and "locked" in res.stderr
+        assert "--exclude 'locked/*'" in res.stderr  # before: "choose a path you may write"
+        assert run("--exclude", "locked/*").returncode == 0
+    finally:
+        os.chmod(src / "locked", 0o755)
+    assert len(feedline.open_dataset(tmp_path / "out")) == 3
+
+
+def _dataset(tmp_path: Path) -> Path:
+    pack([_source(tmp_path)], tmp_path / "ds", shard_size=1024)
+    return tmp_path / "ds"
+
+
+def test_a_manifest_key_given_twice_is_refused(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path)
+    man = json.loads((ds / "manifest.json").read_text())
+    first = man["shards"][:1]
+    # consistent on its own: only the twice-given keys tell that a shard went missing
+    text = json.dumps(man)[:-1] + f', "shards": {json.dumps(first)}, "num_samples": 1}}'
+    (ds / "manifest.json").write_text(text)
+    with pytest.raises(FormatError, match="'shards' is given twice"):
+        feedline.open_dataset(ds)  # before: a dataset of 1 sample, the other 2 silently gone
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("index_size", 10**30, "2\\*\\*63"),  # before: ReadError "OverflowError", fix "check the endpoint"
+    ("size", 2**63, "2\\*\\*63"),
+    ("name", ".", "outside the dataset folder"),  # before: the folder itself opened as a shard
+    ("index", "./", "outside the dataset folder"),
+])
+def test_manifest_sizes_and_names_out_of_range_are_format_errors(tmp_path: Path, field: str,
+                                                                 value: object, words: str) -> None:
+    ds = _dataset(tmp_path)
+    man = json.loads((ds / "manifest.json").read_text())
+    man["shards"][0][field] = value
+    (ds / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(FormatError, match=words):
+        feedline.open_dataset(ds)
+
+
+def test_loader_limits_and_shm_dir_of_a_wrong_type_are_argument_errors(tmp_path: Path) -> None:
+    ds = feedline.open_dataset(_dataset(tmp_path))
+    for bad in ("1e999", float("-inf"), 5):
+        with pytest.raises(ArgumentError, match="limits") as err:  # before: AttributeError in decode
+            feedline.Loader(ds, batch_size=1, workers=1, limits=bad)
+        assert err.value.field == "limits"
+    with pytest.raises(ArgumentError, match="shm_dir"):  # before: accepted with thread workers
+        feedline.Loader(ds, batch_size=1, workers=1, shm_dir=bytearray(b"/dev/shm"))
+    with pytest.raises(ArgumentError, match="start_method"):
+        feedline.Loader(ds, batch_size=1, workers=1, start_method=True)
+    with pytest.raises(ArgumentError, match="max_bytes"):
+        Limits(max_bytes="1GiB")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_pixels"):
+        Limits(max_pixels=0)
+
+
+@pytest.mark.parametrize("typeflag", [b"x", b"g", b"L", b"K"])
+def test_a_tar_header_claiming_a_terabyte_is_a_format_error(tmp_path: Path, typeflag: bytes) -> None:
+    """A pax (x, g) or GNU long-name/link (L, K) header whose size field says 1 TiB: tarfile
+    reads such a header's payload whole; before, ``MemoryError`` (or 1 TiB asked of the OS)."""
+    head = bytearray(512)
+    head[0:6] = b"s0.bin"
+    head[100:108] = b"0000644\0"
+    head[124:136] = bytes([0x80]) + (2**40).to_bytes(11, "big")  # base-256 size
+    head[156:157] = typeflag
+    head[257:265] = b"ustar\x0000"
+    head[148:156] = b" " * 8
+    head[148:156] = b"%06o\0 " % sum(head)
+    tar = tmp_path / "t.tar"
+    tar.write_bytes(bytes(head) + bytes(3 * 512))
+    with pytest.raises(FormatError) as err:
+        index_tars([tar], tmp_path / "ds")
+    assert err.value.shard == "t.tar"
+    assert tar.stat().st_size == 2048 and not (tmp_path / "ds" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_the_seeded_sweep_finds_no_failure(tmp_path: Path) -> None:
+    """All ~400 cases of ``hostile_sweep.py`` (about 25 minutes on 2 cores)."""
+    res = subprocess.run([sys.executable, str(Path(__file__).with_name("hostile_sweep.py")),
+                          "--json", str(tmp_path / "sweep.json")],
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                         capture_output=True, text=True, timeout=3500)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
+    results = json.loads((tmp_path / "sweep.json").read_text())
+    assert len(results) >= 150 and not [r for r in results if r["status"] == "FAIL"]
