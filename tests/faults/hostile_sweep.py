@@ -1206,6 +1206,81 @@ for _s in range(40):
     add("index", f"tar-{_s}", index_case(_s))
 
 
+# ----------------------------------------------------------------------------- labels
+
+_LABEL_CELLS = ["cat", "dog", "", " ", "3", "-1", "1.0", "0.37", "nan", "1e3", "10" * 20, "a,b", 'q"uote',
+                "NULL", "ünï", "cat ", "Cat"]
+_FILE_CELLS = ["img0.jpg", "img1.jpg", "img2.jpg", "./img0.jpg", "../outside.jpg", "/etc/hostname",
+               "IMG0.JPG", "nope.jpg", "", "sub/img3.jpg", "src/img1.jpg"]
+
+
+def labels_case(seed: int) -> CaseFn:
+    """``pack --labels`` with a seeded hostile table (CSV, TSV, JSONL, JSON, COCO): a clear
+    error, or a dataset whose payloads are files below SRC and whose cls are class ids."""
+
+    def run(tmp: Path) -> str:
+        rng = random.Random(seed)
+        src = tmp / "src"
+        (src / "sub").mkdir(parents=True)
+        for i in range(3):
+            (src / f"img{i}.jpg").write_bytes(b"img%d-" % i + rng.randbytes(50))
+        (src / "sub" / "img3.jpg").write_bytes(b"img3-" + rng.randbytes(50))
+        (tmp / "outside.jpg").write_bytes(b"SECRET-outside")
+        kind = rng.choice(["csv", "tsv", "jsonl", "json", "coco"])
+        rows = [(rng.choice(_FILE_CELLS), rng.choice(_LABEL_CELLS)) for _ in range(rng.randint(1, 6))]
+        if kind in ("csv", "tsv"):
+            d = "," if kind == "csv" else "\t"
+            head = rng.choice([["filename", "label"], ["filename", "label", "label"], ["file", "x", "y"],
+                               ["filename"], ["id", "breed"], ["\ufefffilename", "label"]])
+            lines = [d.join(head)]
+            for f, lab in rows:
+                cells = [f, lab] + ["1"] * (len(head) - 2)
+                lines.append(d.join('"%s"' % c.replace('"', '""') if (d in c or '"' in c) else c
+                                    for c in cells[:max(len(head), 1) + rng.choice([0, 0, 0, 1])]))
+            text = rng.choice(["\n", "\r\n"]).join(lines) + "\n"
+        elif kind == "jsonl":
+            text = "\n".join(json.dumps({"file_name": f, "label": rng.choice([lab, None, 7, [1], 1.5])})
+                              for f, lab in rows)
+        elif kind == "json":
+            text = json.dumps(rng.choice([{f: lab for f, lab in rows},
+                                          [{"file_name": f, "label": lab} for f, lab in rows], 5, "x"]))
+        else:
+            text = json.dumps({"images": [{"id": i, "file_name": f} for i, (f, _) in enumerate(rows)],
+                               "annotations": [{"image_id": rng.choice([0, 1, 99, None]), "bbox": [1, 2, 3, 4],
+                                                "category_id": rng.choice([1, "x", None])}],
+                               "categories": rng.choice([[{"id": 1, "name": "cat"}], [], "bad", [5]])})
+        table = tmp / f"labels.{kind if kind != 'coco' else 'json'}"
+        table.write_text(text)
+        before = tree_digest(src)
+        res = cli("pack", str(src), "--out", str(tmp / "out"), "-q", "--labels", str(table))
+        verdict = cli_clean(res, codes=(0, 1, 2), names=(table.name, "no files", "labels"))
+        if tree_digest(src) != before:
+            raise Failure("the source tree changed")
+        if res.returncode == 0:
+            ds = feedline.open_dataset(tmp / "out", verify=True)
+            man = json.loads((tmp / "out" / "manifest.json").read_text())
+            classes = man.get("classes")
+            for i in range(len(ds)):
+                sample = ds[i]
+                data = bytes(sample.get("jpg", b"img"))
+                if not data.startswith(b"img"):
+                    raise Failure(f"packed {data[:20]!r}, not a file below SRC")
+                if "cls" in sample:
+                    cls = int(np.asarray(sample["cls"]).reshape(-1)[0]) if not isinstance(sample["cls"], (bytes, memoryview)) \
+                        else int(bytes(sample["cls"]))
+                    if classes is not None and not 0 <= cls < len(classes):
+                        raise Failure(f"cls {cls} outside the {len(classes)} classes")
+            if classes is not None and any(not str(c).strip() for c in classes):
+                raise Failure(f"a blank class name: {classes}")
+        return f"{kind}: {verdict}"
+
+    return run
+
+
+for _s in range(40):
+    add("labels", f"labels-{_s}", labels_case(_s))
+
+
 # ----------------------------------------------------------------------------- CLI
 
 

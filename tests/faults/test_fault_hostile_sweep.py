@@ -9,7 +9,9 @@ walk; a manifest giving a key twice was read as its last value; a manifest size 
 ``"."`` opened the dataset folder as a shard; ``Loader(limits=...)`` of a wrong type
 failed in the worker with ``AttributeError``; ``shm_dir`` of a wrong type was accepted
 with thread workers (so was ``start_method``); a pax or GNU long-name header claiming
-1 TiB made ``feedline index`` a raw ``MemoryError``."""
+1 TiB made ``feedline index`` a raw ``MemoryError``; a blank label among class names
+became a class named ""; a CSV header naming a column twice kept one silently; a JSONL
+row without a file name was reported twice over as "not valid JSON"."""
 
 from __future__ import annotations
 
@@ -155,6 +157,24 @@ def test_a_tar_header_claiming_a_terabyte_is_a_format_error(tmp_path: Path, type
         index_tars([tar], tmp_path / "ds")
     assert err.value.shard == "t.tar"
     assert tar.stat().st_size == 2048 and not (tmp_path / "ds" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize(("name", "text", "words"), [
+    ("l.csv", "filename,label\nk0.bin,cat\nk1.bin,\nk2.bin,dog\n", "label of 'k1.bin' is blank"),
+    ("l.jsonl", '{"file_name": "k0.bin", "label": "cat"}\n{"file_name": "k1.bin", "label": " "}\n',
+     "label of 'k1.bin' is blank"),  # before: a class named "" (or " ") numbered with the others
+    ("l.csv", "filename,label,filename\nk0.bin,cat,k1.bin\n", "column 'filename' twice"),  # before: one kept
+    ("l.jsonl", '{"file_name": "k0.bin"}\n{"file_name": 5}\n', "line 2 has no file name"),
+])
+def test_label_tables_with_blank_labels_or_twice_named_columns_are_refused(
+        tmp_path: Path, name: str, text: str, words: str) -> None:
+    src = _source(tmp_path)
+    table = tmp_path / name
+    table.write_text(text)
+    with pytest.raises(ConfigError, match=words) as err:
+        pack([src], tmp_path / "out", rules=SourceRules(labels=str(table)))
+    assert "not valid JSON" not in str(err.value)  # before: a JSONL row error was wrapped twice
+    assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 @pytest.mark.slow

@@ -204,6 +204,10 @@ def _records_csv(text: str, delimiter: str, path: str,
     header = next(reader, None)
     if not header or len(header) < 2:
         raise ConfigError(f"{path}: needs a header row with a file column and a label column", path=path, fix=_FIX)
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if twice:  # csv would keep one of the two cells silently
+        raise ConfigError(f"{path}: the header names column {twice[0]!r} twice", path=path,
+                          fix="give every column its own name")
     file_col = header.index(_first(header, FILE_KEYS) or header[0])
     others = [h for i, h in enumerate(header) if i != file_col]
     rows = []
@@ -216,6 +220,7 @@ def _records_csv(text: str, delimiter: str, path: str,
         values = {h: _cell(c) for i, (h, c) in enumerate(zip(header, cells, strict=True)) if i != file_col}
         rows.append((cells[file_col], values))
     label_names = _label_columns(others, [v for _, v in rows], path, label_column)
+
     if len(label_names) > 1:  # one-hot: the label is the name of the row's column holding the 1
         out = []
         for name, values in rows:
@@ -311,11 +316,13 @@ def _records(path: Path, text: str, label_column: str | None) -> tuple[list[Reco
 def _records_json(suffix: str, text: str, where: str) -> list[Record]:
     try:
         if suffix == ".jsonl":
-            return [_record(json.loads(line), f"line {n}", where)
-                    for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
-        doc = json.loads(text)
+            objs = [(n, json.loads(line)) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        else:
+            doc = json.loads(text)
     except ValueError as e:
         raise ConfigError(f"{where}: not valid JSON: {e}", path=where, fix=_FIX) from None
+    if suffix == ".jsonl":  # outside the try: _record's ConfigError is a ValueError too
+        return [_record(obj, f"line {n}", where) for n, obj in objs]
     if isinstance(doc, dict) and "images" in doc:
         return _records_coco(doc, where)
     if isinstance(doc, list):
@@ -378,6 +385,11 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
     labels = [label for _, label, _ in records]
     ints = all(_is_int(v) for v in labels) and order is None
     names = all(isinstance(v, str) for v in labels)
+    blank = next((n for n, label, _ in records if isinstance(label, str) and not label.strip()), None)
+    if names and blank is not None:  # would become a class named "" (or " ")
+        raise ConfigError(f"{p}: the label of {blank!r} is blank, among class names", path=str(p), key=blank,
+                          fix="fill it in, or leave that file out of the table (files it does not name "
+                          "are skipped and listed)")
     classes = (order or tuple(sorted(set(labels)))) if names and not ints and labels else None
     if classes is not None and given is not None:
         unknown = [c for c in classes if c not in given]
