@@ -1311,6 +1311,8 @@ def _ro_json(tmp: Path) -> None:
     os.chmod(tmp / "ro", 0o555)
 
 
+_T4 = ("--read", "1ms", "--decode", "1ms", "--h2d", "1ms", "--gpu", "1ms")
+_PY = sys.executable
 _CLI = [
     ("pack",), ("pack", "{tmp}"), ("pack", "--out"), ("pack", "{tmp}", "--out", ""),
     ("pack", "", "--out", "{tmp}/o"), ("pack", "{tmp}/{long}", "--out", "{tmp}/o"),
@@ -1343,20 +1345,24 @@ _CLI = [
     ("verify",), ("verify", "{tmp}/g"), ("verify", "{ds}/shard-000000.tar"),
     ("verify", "{ds}", "--json", "{tmp}"), ("verify", "{ds}", "--decode", "--json", "-"),
     ("verify", "/dev/null"),
-    ("model",), ("model", "--read", "abc"), ("model", "--read", "-1ms", "--gpu", "1ms"),
-    ("model", "--read", "1ms", "--gpu", "0ms"), ("model", "--read", "nan", "--gpu", "1ms"),
-    ("model", "--read", "1ms", "--gpu", "1ms", "--workers", "0"),
-    ("model", "--read", "1ms", "--gpu", "1ms", "--read-dist", "lognormal:sigma=-1", "--simulate"),
-    ("model", "--read", "1ms", "--gpu", "1ms", "--read-dist", "pareto", "--simulate"),
-    ("model", "--read", "1ms", "--gpu", "1ms", "--target-stall", "150%"),
-    ("model", "--read", "1ms", "--gpu", "1ms", "--target-stall", "x"),
+    ("model",), ("model", "--read", "abc"), ("model", *_T4, "--read", "-1ms"),
+    ("model", *_T4, "--gpu", "0ms"), ("model", *_T4, "--decode", "nan"), ("model", *_T4, "--workers", "0"),
+    ("model", *_T4, "--read-dist", "lognormal:sigma=-1", "--simulate", "--steps", "50"),
+    ("model", *_T4, "--read-dist", "pareto", "--simulate"), ("model", *_T4, "--target-stall", "150%"),
+    ("model", *_T4, "--target-stall", "x"), ("model", *_T4, "--read", "1e999s"),
+    ("model", *_T4, "--max-workers", "-1", "--target-stall", "5%"),
+    ("model", *_T4, "--simulate", "--steps", "5", "--seed", "-1"),
     ("doctor", "--workers", "-1"), ("doctor", "--batch-bytes", "lots"),
     ("doctor", "--pinned-budget", "-1GiB"), ("doctor", "--gpus", "0"),
     ("doctor", "--data", "{tmp}/nope"), ("doctor", "--json", "{tmp}/nodir/x"),
     ("diagnose",), ("diagnose", "--"), ("diagnose", "--", "{tmp}/no-such-program"),
     ("diagnose", "--", "{tmp}"), ("diagnose", "--steps", "-1", "--", "true"),
-    ("diagnose", "--partial-every", "nan", "--", "true"),
-    ("diagnose", "--device", "tpu", "--", "true"), ("diagnose", "--json", "{tmp}", "--", "true"),
+    ("diagnose", "--partial-every", "nan", "--", _PY, "-c", "pass"),
+    ("diagnose", "--partial-every", "-1", "--", _PY, "-c", "pass"),
+    ("diagnose", "--device", "tpu", "--", _PY, "-c", "pass"),
+    ("diagnose", "--ab", "--", _PY, "-c", "pass"), ("diagnose", "--replay", "0", "--", _PY, "-c", "pass"),
+    ("diagnose", "--html", "{tmp}/nodir/r.html", "--quiet", "--", _PY, "-c", "pass"),
+    ("diagnose", "--trace", "{tmp}", "--quiet", "--", _PY, "-c", "pass"), ("diagnose", "--json", "{tmp}", "--", "true"),
     ("demo", "--frames", "0"), ("demo", "--device", "cuda:99", "--frames", "8", "--steps", "1"),
     ("demo", "--out", "{ds}/manifest.json", "--frames", "8", "--steps", "1"),
     ("nosuchcommand",), ("--version", "extra"), ("-h", "pack"),

@@ -11,7 +11,8 @@ failed in the worker with ``AttributeError``; ``shm_dir`` of a wrong type was ac
 with thread workers (so was ``start_method``); a pax or GNU long-name header claiming
 1 TiB made ``feedline index`` a raw ``MemoryError``; a blank label among class names
 became a class named ""; a CSV header naming a column twice kept one silently; a JSONL
-row without a file name was reported twice over as "not valid JSON"."""
+row without a file name was reported twice over as "not valid JSON"; CLI options checked
+only after the work (below)."""
 
 from __future__ import annotations
 
@@ -175,6 +176,30 @@ def test_label_tables_with_blank_labels_or_twice_named_columns_are_refused(
         pack([src], tmp_path / "out", rules=SourceRules(labels=str(table)))
     assert "not valid JSON" not in str(err.value)  # before: a JSONL row error was wrapped twice
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "feedline", *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=100)
+
+
+@pytest.mark.timeout(120)
+def test_cli_options_checked_before_the_work_not_after(tmp_path: Path) -> None:
+    """Before: ``diagnose --device tpu`` / ``--partial-every nan`` ran as if valid; ``--html`` or
+    ``--trace`` into a missing folder failed after the whole run (its report lost); ``model
+    --simulate --seed -1`` was a traceback."""
+    never = tmp_path / "ran"
+    train = [sys.executable, "-c", f"open({str(never)!r}, 'w')"]
+    for opts, words in [(["--device", "tpu"], "--device must be"),
+                        (["--partial-every", "nan"], "--partial-every must be"),
+                        (["--html", str(tmp_path / "nodir" / "r.html")], "--html"),
+                        (["--trace", str(tmp_path)], "--trace")]:
+        res = _cli("diagnose", "--quiet", *opts, "--", *train)
+        assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert not never.exists()  # refused before the command started
+    res = _cli("model", "--read", "1ms", "--decode", "1ms", "--h2d", "1ms", "--gpu", "1ms",
+               "--simulate", "--steps", "5", "--seed", "-1")
+    assert res.returncode == 2 and "--seed must be >= 0" in res.stderr, res.stderr
 
 
 @pytest.mark.slow

@@ -52,8 +52,7 @@ def demo(
     from feedline.errors import ConfigError
 
     check_json_dest(json_path)
-    if html_path is not None and html_path.is_dir():
-        raise typer.BadParameter(f"{html_path} is a folder; give a file name", param_hint="--html")
+    check_json_dest(html_path, "--html")  # a folder, or one that does not exist: before the runs
     cfg = DemoConfig(
         synth=SynthConfig(frames=frames, width=width, height=height, seed=seed,
                           lidar_points=(lidar_points // 2, lidar_points), imu_window=imu_window),

@@ -56,6 +56,8 @@ def register(app: typer.Typer) -> None:
         from feedline.observe.diagnose import run_diagnose
 
         check_json_dest(json_path)
+        check_json_dest(trace, "--trace")  # before: checked after the run, whose report was then lost
+        check_json_dest(html, "--html")
         code, rep = run_diagnose(list(ctx.args), steps=steps, ab=ab, replay=replay,
                                  device=device, name=name, partial_every=partial_every)
         if rep is None:

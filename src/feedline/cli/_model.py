@@ -182,6 +182,8 @@ def model(
         if value > MAX_STEPS and name != "--max-workers":  # was a traceback (74 GiB for 10**10 steps)
             raise ConfigError(f"{name} must be at most {MAX_STEPS:,}, got {value:,}", field=name,
                               fix="the simulator keeps every step in memory (1 million steps: about 320 MB)")
+    if seed < 0:  # was a traceback from numpy's SeedSequence
+        raise ConfigError(f"--seed must be >= 0, got {seed}", field="--seed")
     analysis = m.analyze(**times, workers=workers)
     specs = {"read": read_dist, "decode": decode_dist, "h2d": h2d_dist, "gpu": gpu_dist}
     out: dict[str, Any] = {"analytic": {**analysis.to_dict(), "data_bound": analysis.data_bound}}

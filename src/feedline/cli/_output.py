@@ -46,18 +46,19 @@ def to_stdout(dest: str | Path | None) -> bool:
     return dest is not None and str(dest) == "-"
 
 
-def check_json_dest(dest: str | Path | None) -> None:
-    """Raise a usage error now if ``dest`` cannot be written later."""
-    if dest is None or to_stdout(dest):
+def check_json_dest(dest: str | Path | None, option: str = "--json") -> None:
+    """Raise a usage error now if ``dest`` (the file of ``option``) cannot be written later:
+    a command that runs for minutes (``diagnose``, ``demo``) must not lose its result then."""
+    if dest is None or (option == "--json" and to_stdout(dest)):
         return
     path = Path(dest)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise typer.BadParameter(f"{path} is a folder; give a file name", param_hint="--json")
+        raise typer.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
     if not parent.is_dir():
-        raise typer.BadParameter(f"folder {parent} does not exist", param_hint="--json")
+        raise typer.BadParameter(f"folder {parent} does not exist", param_hint=option)
     if not os.access(parent, os.W_OK):
-        raise typer.BadParameter(f"folder {parent} is not writable", param_hint="--json")
+        raise typer.BadParameter(f"folder {parent} is not writable", param_hint=option)
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -164,6 +164,7 @@ def simulate(
     _check_count("prefetch", prefetch, 1, MAX_STEPS)
     _check_count("device_buffers", device_buffers, 1, MAX_STEPS)
     _check_count("steps", steps, 1, MAX_STEPS)
+    _check_count("seed", seed, 0)  # numpy's SeedSequence takes no negative seed
     if warmup is None:
         warmup = workers * prefetch + device_buffers + 8
     _check_count("warmup", warmup, 0, MAX_STEPS)

@@ -297,6 +297,12 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
         raise ConfigError(f"--steps must be >= 1, got {steps}", field="steps")
     if replay < 2:
         raise ConfigError(f"--replay must be >= 2, got {replay}", field="replay")
+    if not isinstance(device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ConfigError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}", field="device",
+                          fix="e.g. --device cuda:0")  # before: any text ran, timed as CPU
+    if not isinstance(partial_every, (int, float)) or not 0 <= partial_every < float("inf"):
+        raise ConfigError(f"--partial-every must be a number of seconds >= 0 (0: none), got {partial_every!r}",
+                          field="partial_every")
     if ab and steps is None:
         raise ConfigError(
             "--ab needs --steps N: the synthetic-batch check replays the last batch after the "
