@@ -530,30 +530,16 @@ def list_file_case(kind: str) -> CaseFn:
         src = _plain_src(tmp)
         lst = tmp / "files.txt"
         names = sorted(p.name for p in src.iterdir())
-        if kind == "crlf":
-            lst.write_bytes(b"".join(f"src/{n}\r\n".encode() for n in names))
-        elif kind == "nul":
-            lst.write_bytes(b"src/s0.bin\x00src/s1.bin\n")
-        elif kind == "self":
-            lst.write_text("files.txt\nsrc/s0.bin\n")
-        elif kind == "missing":
-            lst.write_text("src/s0.bin\nsrc/nope.bin\n")
-        elif kind == "dir":
-            lst.write_text("src\n")
-        elif kind == "dotdot":
-            lst.write_text("src/../src/s0.bin\n../../etc/hostname\n")
-        elif kind == "absolute":
-            lst.write_text(f"{src}/s0.bin\n/etc/hostname\n")
-        elif kind == "empty":
-            lst.write_text("")
-        elif kind == "comments":
-            lst.write_text("# all\n\n   \n")
-        elif kind == "dup":
-            lst.write_text("src/s0.bin\nsrc/s0.bin\n")
-        elif kind == "utf16":
-            lst.write_bytes("src/s0.bin\n".encode("utf-16"))
-        elif kind == "spaces":
-            lst.write_text(" src/s0.bin \n")
+        texts = {
+            "crlf": b"".join(f"src/{n}\r\n".encode() for n in names),
+            "nul": b"src/s0.bin\x00src/s1.bin\n", "self": b"files.txt\nsrc/s0.bin\n",
+            "missing": b"src/s0.bin\nsrc/nope.bin\n", "dir": b"src\n",
+            "dotdot": b"src/../src/s0.bin\n../../etc/hostname\n",
+            "absolute": f"{src}/s0.bin\n/etc/hostname\n".encode(), "empty": b"",
+            "comments": b"# all\n\n   \n", "dup": b"src/s0.bin\nsrc/s0.bin\n",
+            "utf16": "src/s0.bin\n".encode("utf-16"), "spaces": b" src/s0.bin \n",
+        }
+        lst.write_bytes(texts[kind])
         before = tree_digest(src)
         res = cli("pack", str(lst), "--out", str(tmp / "out"), "-q")
         verdict = cli_clean(res, names=("files.txt", "nope.bin", "s0.bin", "no files"))
@@ -850,6 +836,12 @@ for _p in _MAN_PATHS:
         add("shards", f"manifest-{'.'.join(map(str, _p))}={_w}", manifest_type_case(_p, _w))
 
 
+_SHARD0_EDITS = {"escape-name": ("name", "../../../../etc/hostname"),
+                 "escape-index-abs": ("index", "/etc/hostname"), "name-is-dir": ("name", "."),
+                 "name-empty": ("name", ""), "name-nul": ("name", "shard\x00.tar"),
+                 "name-is-index": ("name", None)}
+
+
 def manifest_text_case(kind: str) -> CaseFn:
     def run(tmp: Path) -> str:
         ds_dir, truth = small_dataset(tmp)
@@ -871,23 +863,9 @@ def manifest_text_case(kind: str) -> CaseFn:
             man["shards"].append(man["shards"][0])
             man["num_samples"] += man["shards"][0]["num_samples"]
             text = json.dumps(man)
-        elif kind == "escape-name":
-            man["shards"][0]["name"] = "../../../../etc/hostname"
-            text = json.dumps(man)
-        elif kind == "escape-index-abs":
-            man["shards"][0]["index"] = "/etc/hostname"
-            text = json.dumps(man)
-        elif kind == "name-is-dir":
-            man["shards"][0]["name"] = "."
-            text = json.dumps(man)
-        elif kind == "name-empty":
-            man["shards"][0]["name"] = ""
-            text = json.dumps(man)
-        elif kind == "name-nul":
-            man["shards"][0]["name"] = "shard\x00.tar"
-            text = json.dumps(man)
-        elif kind == "name-is-index":
-            man["shards"][0]["name"] = man["shards"][0]["index"]
+        elif kind in _SHARD0_EDITS:  # one value of the first shard's record
+            field, value = _SHARD0_EDITS[kind]
+            man["shards"][0][field] = man["shards"][0]["index"] if value is None else value
             text = json.dumps(man)
         elif kind == "shards-empty":
             man["shards"], man["num_samples"] = [], 0

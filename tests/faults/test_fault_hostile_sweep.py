@@ -6,7 +6,8 @@ Found and fixed: a list file holding a NUL byte (a binary file given as SRC) was
 write"; the ``--exclude`` that a symbolic-link loop's error advised did not stop the
 walk; a manifest giving a key twice was read as its last value; a manifest size past
 2**63 was a ``ReadError`` "OverflowError ... check the endpoint"; a manifest shard name
-``"."`` opened the dataset folder as a shard; ``Loader(limits=...)`` of a wrong type
+``"."`` opened the dataset folder as a shard; a manifest emptied of its shards opened as
+an empty dataset; ``Loader(limits=...)`` of a wrong type
 failed in the worker with ``AttributeError``; ``shm_dir`` of a wrong type was accepted
 with thread workers (so was ``start_method``); a pax or GNU long-name header claiming
 1 TiB made ``feedline index`` a raw ``MemoryError``; a blank label among class names
@@ -106,6 +107,15 @@ def test_a_manifest_key_given_twice_is_refused(tmp_path: Path) -> None:
     (ds / "manifest.json").write_text(text)
     with pytest.raises(FormatError, match="'shards' is given twice"):
         feedline.open_dataset(ds)  # before: a dataset of 1 sample, the other 2 silently gone
+
+
+def test_a_manifest_emptied_of_its_shards_is_refused(tmp_path: Path) -> None:
+    ds = _dataset(tmp_path)
+    man = json.loads((ds / "manifest.json").read_text())
+    man["shards"], man["num_samples"] = [], 0
+    (ds / "manifest.json").write_text(json.dumps(man))
+    with pytest.raises(FormatError, match="lists no shards"):
+        feedline.open_dataset(ds)  # before: a dataset of 0 samples, its shards still there
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [

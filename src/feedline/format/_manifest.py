@@ -294,6 +294,9 @@ def parse_manifest(data: bytes, path: str | os.PathLike[str] = MANIFEST_NAME) ->
     fields = doc.get("fields")
     if not isinstance(raw_shards, list) or not isinstance(fields, dict):
         raise FormatError("manifest needs a 'shards' list and a 'fields' object", path=str(path), fix=_FIX)
+    if not raw_shards:  # pack, index and DatasetWriter refuse to write one: an edit emptied it
+        raise FormatError("manifest lists no shards: no feedline command writes an empty dataset",
+                          path=str(path), fix=_FIX)
     shards = tuple(_shard(s, path) for s in raw_shards)
     names = [s.name for s in shards] + [s.index for s in shards]
     if len(set(names)) != len(names):
