@@ -958,6 +958,47 @@ for _kw in _LOADER_KW:
         add("loader", f"{_kw}={_lab}", loader_arg_case(_kw, _lab))
 
 
+_PROCESS_CASES: dict[str, dict[str, Any]] = {
+    "timeout-nan": {"timeout": "nan"}, "timeout-neg": {"timeout": -1}, "timeout-zero": {"timeout": 0},
+    "shm-proc": {"shm_dir": "/proc"}, "shm-devnull": {"shm_dir": "/dev/null"}, "shm-empty": {"shm_dir": ""},
+    "shm-missing": {"shm_dir": "/nonexistent/shm"}, "prefetch-huge": {"prefetch": 10**6},
+    "budget-tiny": {"pinned_budget": "1KiB"}, "budget-nan": {"pinned_budget": "nanGiB"},
+    "spawn-2": {"start_method": "spawn", "workers": 2}, "workers-0": {"workers": 0},
+    "transform-lambda-spawn": {"start_method": "spawn", "transform": lambda s: s},
+}
+
+
+def process_case(label: str) -> CaseFn:
+    """Process workers with hostile options: a clear error or the right epoch, and no
+    arena of this process left in /dev/shm either way."""
+
+    def run(tmp: Path) -> str:
+        ds = _shared_ds()
+        kw: dict[str, Any] = {"batch_size": 4, "workers": 1, "shuffle": False,
+                              "worker_type": "process", **_PROCESS_CASES[label]}
+
+        def go() -> list[str]:
+            with feedline.Loader(ds, **kw) as loader:
+                return [k for b in loader for k in b["__key__"]]
+
+        with deadline(120):
+            kind, got = expect_clear(go, *_PROCESS_CASES[label], *map(str, _PROCESS_CASES[label].values()))
+        left = [n for n in os.listdir("/dev/shm") if n.startswith(f"feedline-{os.getpid()}-")]
+        if left:
+            raise Failure(f"arenas left in /dev/shm: {left}")
+        if kind == "ok":
+            if sorted(got) != sorted(_SHARED["truth"]):
+                raise Failure(f"an epoch of {len(got)} samples, not the dataset's {len(_SHARED['truth'])}")
+            return f"accepted: {len(got)} samples"
+        return got
+
+    return run
+
+
+for _lab in _PROCESS_CASES:
+    add("process", f"process-{_lab}", process_case(_lab))
+
+
 # ----------------------------------------------------------------------------- resume state
 
 
@@ -1358,8 +1399,8 @@ for _a in _CLI:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=10, help="shuffles the order the cases run in")
-    ap.add_argument("--group", action="append", help="only these groups (pack, shards, loader, "
-                                                      "resume, cli)")
+    ap.add_argument("--group", action="append", help="only these groups (pack, shards, index, writer, "
+                                                      "labels, loader, process, resume, cli)")
     ap.add_argument("--match", help="only cases whose name holds this")
     ap.add_argument("--json", help="write every case's outcome here")
     ap.add_argument("-v", "--verbose", action="store_true")

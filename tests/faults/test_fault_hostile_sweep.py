@@ -13,7 +13,8 @@ with thread workers (so was ``start_method``); a pax or GNU long-name header cla
 1 TiB made ``feedline index`` a raw ``MemoryError``; a blank label among class names
 became a class named ""; a CSV header naming a column twice kept one silently; a JSONL
 row without a file name was reported twice over as "not valid JSON"; CLI options checked
-only after the work (below)."""
+only after the work (below); a process worker whose loader closed before it mapped the
+arena printed a ``FileNotFoundError`` traceback."""
 
 from __future__ import annotations
 
@@ -186,6 +187,29 @@ def test_label_tables_with_blank_labels_or_twice_named_columns_are_refused(
         pack([src], tmp_path / "out", rules=SourceRules(labels=str(table)))
     assert "not valid JSON" not in str(err.value)  # before: a JSONL row error was wrapped twice
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_loader_closed_before_its_worker_maps_the_arena_leaves_no_worker_traceback(tmp_path: Path) -> None:
+    """``timeout=0`` ends the pass before the process worker has mapped the arena; the
+    worker then found ``/proc/<pid>/fd/N`` gone. Before: "Process feedline-process_0:
+    Traceback ... FileNotFoundError" on stderr, each time."""
+    ds = _dataset(tmp_path)
+    script = (
+        "import sys, feedline\n"
+        "from feedline.errors import LoaderTimeout\n"
+        "ds = feedline.open_dataset(sys.argv[1])\n"
+        "for _ in range(3):\n"
+        "    try:\n"
+        "        with feedline.Loader(ds, batch_size=1, workers=1, worker_type='process', timeout=0) as l:\n"
+        "            list(l)\n"
+        "    except LoaderTimeout:\n"
+        "        print('timeout')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script, str(ds)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=100)
+    assert res.returncode == 0 and res.stdout.count("timeout") == 3, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

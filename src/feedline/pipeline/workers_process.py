@@ -134,6 +134,8 @@ class _Worker:
             if msg[0] == "plan":
                 self._take_plan(msg)
                 continue
+            if msg[0] == "abort":  # a probe the parent gave up after its plan came: done already
+                continue
             _, job, slot, jid, timed = msg
             _send(self.conn, self._run(job, slot, jid, timed or self.timed))
         gc.collect()  # a failed sample's traceback cycle may still hold views of the arena
@@ -143,7 +145,10 @@ class _Worker:
     def _take_plan(self, msg: tuple[Any, ...]) -> int:
         """The layout is known: map the arena, keep the plan; the slot the probe fills."""
         _, spec, self.plan, probe_slot = msg
-        self.arena = shm.Arena(spec)
+        try:
+            self.arena = shm.Arena(spec)
+        except FileNotFoundError:  # its fd is gone: the training process closed the loader
+            raise EOFError("the arena was closed before this worker mapped it") from None
         if self.plan is not None and not self.plan.sampled:
             self.ctx.source.release_buffers()  # every field is read into its rows now
         self.conn.send(("mapped", self.name))
