@@ -385,11 +385,6 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
     labels = [label for _, label, _ in records]
     ints = all(_is_int(v) for v in labels) and order is None
     names = all(isinstance(v, str) for v in labels)
-    blank = next((n for n, label, _ in records if isinstance(label, str) and not label.strip()), None)
-    if names and blank is not None:  # would become a class named "" (or " ")
-        raise ConfigError(f"{p}: the label of {blank!r} is blank, among class names", path=str(p), key=blank,
-                          fix="fill it in, or leave that file out of the table (files it does not name "
-                          "are skipped and listed)")
     classes = (order or tuple(sorted(set(labels)))) if names and not ints and labels else None
     if classes is not None and given is not None:
         unknown = [c for c in classes if c not in given]
