@@ -32,6 +32,10 @@ loader starts its workers with the forkserver and says why in ``loader.stats``
   that a fork of a multi-threaded process may deadlock, and counts native threads such as
   torch's intra-op pool too).
 
+The forking thread itself may hold a lock at the fork (``with lock:`` around the loop); a
+worker whose dataset takes it then waits for ever, and the consumer says so within about a
+second instead of a ``LoaderTimeout`` or a hang (:mod:`feedline.pipeline.inherited_locks`).
+
 In the child (:func:`after_fork_in_child`), before any job: the parent's Python signal
 handlers (a training script's SIGTERM checkpoint handler, feedline's deferred signals)
 are reset to the default, SIGINT is ignored (the parent handles Ctrl-C), and every object

@@ -25,13 +25,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from feedline import spans
 from feedline.errors import LoaderTimeout
 from feedline.pipeline.jobs import Job
 from feedline.pipeline.runtime import Ready, Runtime
+
+STUCK_CHECK_S = 1.0
+"""How often a consumer waiting for a batch asks whether a worker is stuck for good."""
 
 
 class Pass:
@@ -127,29 +129,40 @@ class Pass:
         """Wait for the probe (raising its error, or LoaderTimeout); then open the window."""
         gate = self._gate
         assert gate is not None
-        try:
-            gate.result(self._timeout)
-        except FutureTimeout:
-            probe = next((j for j, f in self._inflight if f is gate), None)
-            raise self._timed_out(probe or Job(self._run, 0, [], [])) from None
+        probe = next((j for j, f in self._inflight if f is gate), None)
+        self._wait([gate], probe or Job(self._run, 0, [], []))
+        gate.result()
         self._gate = None
         self._window = self._rt.opts.window  # fitted to the budget by the probe's layout
 
     def _take(self) -> tuple[Job, Ready]:
         if self._in_order:
             job, fut = self._inflight[0]
+            self._wait([fut], job)
         else:
-            done, _ = wait([f for _, f in self._inflight], self._timeout, FIRST_COMPLETED)
-            if not done:
-                raise self._timed_out(self._inflight[0][0])
+            done = self._wait([f for _, f in self._inflight], self._inflight[0][0])
             job, fut = min((p for p in self._inflight if p[1] in done),
                            key=lambda p: p[0].batch_id)
-        try:
-            ready = fut.result(self._timeout)
-        except FutureTimeout:
-            raise self._timed_out(job) from None
+        ready = fut.result()
         self._inflight.remove((job, fut))
         return job, ready
+
+    def _wait(self, futures: list[Future[Any]], job: Job) -> set[Future[Any]]:
+        """The first of ``futures`` done, within the timeout (else LoaderTimeout for
+        ``job``); every :data:`STUCK_CHECK_S` of waiting the runtime is asked whether a
+        worker will never deliver (its error is raised at once, timeout or not)."""
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = STUCK_CHECK_S if left is None else min(left, STUCK_CHECK_S)
+            done, _ = wait(futures, step, FIRST_COMPLETED)
+            if done:
+                return done
+            stuck = self._rt.stuck()
+            if stuck is not None:
+                raise stuck
+            if left is not None and left <= step:
+                raise self._timed_out(job)
 
     def _timed_out(self, job: Job) -> LoaderTimeout:
         shard, key = self._rt.ctx.source.locate(job.indices[0]) if job.indices else (None, None)

@@ -28,7 +28,7 @@ import torch
 
 from feedline import spans
 from feedline.cores import usable_cores
-from feedline.errors import ConfigError
+from feedline.errors import ConfigError, FeedlineError
 from feedline.pipeline import collate, nested, shm
 from feedline.pipeline.auto import AutoChoice, thread_clock
 from feedline.pipeline.device_decode import DeviceDecode
@@ -264,6 +264,12 @@ class Runtime:
         return self.pool_workers.submit(job)
 
     # -- thread workers ---------------------------------------------------------------------
+    def stuck(self) -> FeedlineError | None:
+        """Why a late batch will never come (a forked worker blocked for good on a lock it
+        inherited held: :mod:`feedline.pipeline.inherited_locks`), or ``None``."""
+        workers = self.pool_workers
+        return workers.stuck() if isinstance(workers, ProcessWorkers) else None
+
     def run_job(self, job: Job, worker: str) -> Ready | None:
         """Thread workers: the whole batch (fill a slot following the plan, start the copy)."""
         if not self.sched.wanted(job.run):

@@ -40,7 +40,14 @@ from typing import Any
 
 from feedline import spans
 from feedline.errors import ConfigError, ResourceError, WorkerDied, WorkerError
-from feedline.pipeline import _by_reference, _deferred_signals, collate, forking, shm
+from feedline.pipeline import (
+    _by_reference,
+    _deferred_signals,
+    collate,
+    forking,
+    inherited_locks,
+    shm,
+)
 from feedline.pipeline.forkserver import (
     forkserver_died,
     packages_of,
@@ -195,12 +202,16 @@ FORK_GATE_S = 2.0
 
 def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
                  custom_collate: Callable[[list[Any]], Any] | None, timed: bool,
-                 placement: Placement | None = None, forked: bool = False) -> None:
+                 placement: Placement | None = None, forked: bool = False,
+                 stack_fd: int | None = None) -> None:
     """A worker's life; ``ctx`` was sent wrapped in :class:`_by_reference.ByReference`
     (memory-mapped arrays in the dataset arrive as file references, not copies), or, with
-    ``forked``, inherited as it is (:func:`forking.after_fork_in_child` resets first)."""
+    ``forked``, inherited as it is (:func:`forking.after_fork_in_child` resets first);
+    ``stack_fd``: where it writes its stack when asked (:mod:`.inherited_locks`)."""
     if forked:
         forking.after_fork_in_child()
+    if stack_fd is not None:
+        inherited_locks.arm(stack_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     _die_with_parent()
     _one_intra_op_thread()
@@ -385,6 +396,8 @@ class ProcessWorkers:
         self._procs: dict[str, Any] = {}
         self._conns: dict[str, Connection] = {}
         self._load: dict[str, int] = {}
+        self._stacks: dict[str, int] = {}  # forked worker -> read end of its stack pipe
+        self._stuck: WorkerError | None = None
         self.arena: shm.Arena | None = None
         self._slotless = custom_collate is not None  # custom batches travel pickled
         try:
@@ -395,9 +408,10 @@ class ProcessWorkers:
                 except OSError as exc:
                     raise _out_of_descriptors(exc, i, count) from exc
                 sent = ctx if forked else _by_reference.ByReference(ctx)  # fork: inherited
+                stack_w = self._stack_pipe(name) if forked else None
                 proc = mpctx.Process(target=_worker_main, name=name, daemon=True,
                                      args=(child, sent, name, batch_size, custom_collate, timed,
-                                           placement, forked))
+                                           placement, forked, stack_w))
                 try:
                     # a Ctrl-C during the fork (in an at-fork callback) is delivered after it, not lost
                     with _deferred_signals.holding_signals() if forked else contextlib.nullcontext():
@@ -413,6 +427,8 @@ class ProcessWorkers:
                     raise _out_of_descriptors(exc, i, count) from exc
                 finally:
                     child.close()
+                    if stack_w is not None:
+                        os.close(stack_w)
                 self._procs[name], self._conns[name], self._load[name] = proc, parent, 0
             gate.close()
             self._wait_for("ready")
@@ -433,6 +449,31 @@ class ProcessWorkers:
                                         daemon=True)
         forking.GATE.register(self._reader)  # it works inside GATE.working(): a fork waits
         self._reader.start()
+
+    def _stack_pipe(self, name: str) -> int:
+        """A pipe forked worker ``name`` writes its stack into when asked; its write end."""
+        try:
+            r, w = os.pipe()
+        except OSError as exc:
+            raise _out_of_descriptors(exc, len(self._procs), len(self._procs) + 1) from exc
+        self._stacks[name] = r
+        return w
+
+    def stuck(self) -> WorkerError | None:
+        """The error for a forked worker with a job that waits for ever on a lock it
+        inherited held (:mod:`.inherited_locks`), or ``None``; the consumer asks while a
+        batch is late."""
+        if self._stuck is not None or not self._stacks:
+            return self._stuck
+        with self._cond:
+            busy = [n for n, load in self._load.items() if load > 0 and n in self._stacks]
+        for name in busy:
+            pid = self._procs[name].pid
+            if pid is not None and inherited_locks.blocked_for_good(pid):
+                stack = inherited_locks.stack_of(pid, self._stacks[name])
+                self._stuck = inherited_locks.stuck_error(name, stack)
+                return self._stuck
+        return None
 
     def report(self) -> dict[str, Any]:
         """What ``loader.stats["processes"]`` shows: how the workers were started."""
@@ -627,8 +668,9 @@ class ProcessWorkers:
                 conn.send(None)
             except (OSError, ValueError):
                 continue  # already gone
-        for proc in self._procs.values():
-            proc.join(timeout=2)
+        stuck = self._stuck.worker if self._stuck is not None else None
+        for name, proc in self._procs.items():
+            proc.join(timeout=0 if name == stuck else 2)  # stuck for good: no use waiting
             if proc.is_alive():  # stuck in user code: TERM, then KILL
                 proc.terminate()
                 proc.join(timeout=2)
@@ -640,6 +682,9 @@ class ProcessWorkers:
             reader.join(timeout=5)
         for conn in self._conns.values():
             conn.close()
+        for fd in self._stacks.values():
+            os.close(fd)
+        self._stacks.clear()
         for proc in self._procs.values():
             try:
                 proc.close()
