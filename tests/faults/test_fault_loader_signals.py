@@ -49,8 +49,8 @@ if __name__ == "__main__":
                              shm_dir=sys.argv[1], shuffle=False)
     it = iter(loader)
     next(it)
+    print(f"SIGNAL_AT {time.monotonic() + 0.5}", flush=True)
     threading.Timer(0.5, os.kill, (os.getpid(), sig)).start()
-    t0 = time.monotonic()
     del it, loader  # dropped without close(): its finalizer waits for the stuck workers
     time.sleep(20)  # the signal must end the program here at the latest
     print("survived", flush=True)
@@ -64,14 +64,18 @@ def _env() -> dict[str, str]:
 def _dropped(tmp_path: Path, worker_type: str, how: str) -> None:
     script = tmp_path / "train.py"
     script.write_text(DROPPED)
-    t0 = time.monotonic()
     proc = subprocess.run([sys.executable, str(script), str(tmp_path), worker_type, how], env=_env(),
                           capture_output=True, text=True, timeout=90,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    ended = time.monotonic()
     assert "survived" not in proc.stdout, proc.stderr[-2000:]  # before: the signal was lost
     assert proc.returncode == (-signal.SIGINT if how == "sigint" else 143), proc.stderr[-2000:]
     assert "Exception ignored" not in proc.stderr
-    assert time.monotonic() - t0 < 20  # delivered at once, not after the sleep (or a stuck worker's timeouts)
+    # delivered at once, not after the sleep (or a stuck worker's timeouts); counted from the
+    # signal, not from the start (importing torch on a loaded host took 15 s)
+    signalled = float(proc.stdout.split("SIGNAL_AT ")[1].split()[0])
+    print(f"signal to exit: {ended - signalled:.2f} s")
+    assert ended - signalled < 10
 
 
 @pytest.mark.timeout(120)

@@ -83,6 +83,15 @@ def report_pid_and_hang(sample: dict[str, Any], queue: Any) -> dict[str, Any]:
     return sample
 
 
+def hang_past(sample: dict[str, Any], first: int) -> dict[str, Any]:
+    """Samples ``y >= first`` hang (a stuck decode that close() must terminate)."""
+    import time
+
+    if sample["y"] >= first:
+        time.sleep(60)
+    return sample
+
+
 class Huge:
     """Samples of ``size`` zero bytes (calloc: no page is touched until written)."""
 

@@ -20,6 +20,7 @@ from loader_helpers import (
     batch_ids,
     fail_on,
     flat,
+    hang_past,
     report_pid_and_hang,
 )
 
@@ -75,6 +76,19 @@ def test_killed_process_worker_is_reported_within_10s() -> None:
     assert info.value.signal == "SIGKILL" and info.value.worker.startswith("feedline-process_")
     thread.join()
     loader.close()  # terminates the other, still hanging, worker
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore::feedline.pipeline.options.OversubscribedWarning")
+def test_closing_stuck_process_workers_waits_once_for_all_of_them() -> None:
+    """Before: 2 s for each stuck worker before its TERM (four: 8 s; eight: 16 s)."""
+    loader = feedline.Loader(Numbers(64), batch_size=4, workers=4, worker_type="process",
+                             shuffle=False, transform=functools.partial(hang_past, first=4))
+    it = iter(loader)
+    assert batch_ids(next(it)) == [0, 1, 2, 3]  # then every worker takes a batch that hangs
+    t0 = time.monotonic()
+    loader.close()
+    assert time.monotonic() - t0 < 5
 
 
 def test_a_hanging_decode_raises_loader_timeout() -> None:

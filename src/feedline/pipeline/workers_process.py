@@ -669,14 +669,13 @@ class ProcessWorkers:
             except (OSError, ValueError):
                 continue  # already gone
         stuck = self._stuck.worker if self._stuck is not None else None
-        for name, proc in self._procs.items():
-            proc.join(timeout=0 if name == stuck else 2)  # stuck for good: no use waiting
-            if proc.is_alive():  # stuck in user code: TERM, then KILL
-                proc.terminate()
-                proc.join(timeout=2)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5)
+        waited = [p for n, p in self._procs.items() if n != stuck]  # stuck for good: no use waiting
+        left = _join_all(waited, 2.0) + [p for n, p in self._procs.items() if n == stuck]
+        for proc in left:  # stuck in user code: TERM, then KILL
+            proc.terminate()
+        for proc in _join_all(left, 2.0):
+            proc.kill()
+        _join_all(left, 5.0)
         reader = getattr(self, "_reader", None)
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout=5)
@@ -693,6 +692,15 @@ class ProcessWorkers:
         self._fail_all(WorkerDied("process workers closed", stage="close"))
         if self.arena is not None:
             self.arena.close()
+
+
+def _join_all(procs: list[Any], timeout: float) -> list[Any]:
+    """Join ``procs`` within one deadline of ``timeout`` seconds for all of them (before, 2 s
+    each: the last of eight stuck workers got its TERM after 16 s); those still alive."""
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    return [proc for proc in procs if proc.is_alive()]
 
 
 def _start_pickling_error(ctx: Context, custom_collate: Any, exc: BaseException,
