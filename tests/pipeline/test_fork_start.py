@@ -28,7 +28,7 @@ from feedline.pipeline import forking
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r'''
-import json, os, signal, sys
+import json, os, signal, sys, time
 import numpy as np
 import feedline
 
@@ -81,6 +81,11 @@ if mode == "same":
         victim = next(iter(procs.values()))
         os.kill(victim.pid, signal.SIGTERM)  # the parent's SIGTERM handler must not run there
         victim.join(10)
+        # the loader's result thread reaps it too: a join whose waitpid lost that race returns
+        # before the status is stored (read None once under load); it is stored a moment later
+        deadline = time.monotonic() + 10
+        while victim.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         out["term_exitcode"] = victim.exitcode
     print("RESULT " + json.dumps(out), flush=True)
 elif mode == "two":  # a validation loader started while the training loader's epoch runs
