@@ -179,3 +179,38 @@ def test_flips_and_cuts_raise_only_placed_errors(
         want = dict(SHARDS[0])
         for i, key in enumerate(keys):
             assert out["f32"][i].tobytes() == want[key]["f32"] and out["u8"][i].tobytes() == want[key]["u8"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("verify", [False, True])
+def test_read_fields_gives_the_bytes_read_many_gives(fixed: tuple[Path, str], verify: bool) -> None:
+    """Only the asked fields, of any size (``bin`` varies; a shard lacking ``u8`` in one
+    sample gives None there), in the asked order, repeats included."""
+    root, io = fixed
+    shards = [list(s) for s in SHARDS]
+    key, fields = shards[2][3]
+    shards[2][3] = (key, {k: v for k, v in fields.items() if k != "u8"})
+    root = build_dataset(root.parent / "lacks", shards)
+    ds = open_dataset(root, io=io, verify=verify)
+    for order in (np.random.default_rng(1).permutation(N).tolist(), [40, 5, 5, N - 1], []):
+        keys, views = ds.read_fields(order, ["bin", "u8"])
+        want = ds.read_many(order)
+        assert keys == [s["__key__"] for s in want]
+        assert set(views) == {"bin", "u8"}
+        for f in ("bin", "u8"):
+            got = [None if v is None else bytes(v) for v in views[f]]
+            assert got == [bytes(s[f]) if f in s else None for s in want]
+    assert ds.read_fields([40], ["u8"])[1]["u8"] == [None]  # c00003 has no u8
+
+
+@pytest.mark.timeout(60)
+def test_read_fields_names_a_truncated_sample(tmp_path: Path) -> None:
+    root = build_dataset(tmp_path / "ds", SHARDS)
+    ds = open_dataset(root, io="buffered")
+    index = ds._state().catalog.shards[2].index
+    offset = int(index.members["offset"][int(index.field_rows("bin")[10])])
+    with open(root / "shard-00002.tar", "r+b") as f:
+        f.truncate(offset + 1)
+    with pytest.raises(ReadError) as err:
+        ds.read_fields([0, 47], ["bin"])
+    assert (err.value.shard, err.value.key, err.value.field) == ("shard-00002.tar", "c00010", "bin")

@@ -177,6 +177,16 @@ class Decoders:
         return ((ext in _INTO or self.resizes(field))
                 and field not in self.overrides and ext not in self.overrides)
 
+    def into_codec(self, field: str) -> Callable[[Buffer, np.ndarray], Any] | None:
+        """``fn(data, out)`` decoding ``field`` into ``out`` (returns ``out`` when the image
+        fits it exactly, else a fresh array), as :meth:`decode_field` with ``out`` does
+        (without its ``max_bytes`` check and error naming); ``None`` when
+        :meth:`decodes_into` is false. Cached per field."""
+        into = self._into.get(field, _UNKNOWN)
+        if into is _UNKNOWN:
+            into = self._into[field] = self._into_codec(field)
+        return into  # type: ignore[no-any-return]
+
     def _into_codec(self, field: str) -> Callable[[Buffer, np.ndarray], Any] | None:
         if not self.decodes_into(field):
             return None
@@ -224,9 +234,7 @@ class Decoders:
             )
         try:
             if out is not None:
-                into = self._into.get(field, _UNKNOWN)
-                if into is _UNKNOWN:
-                    into = self._into[field] = self._into_codec(field)
+                into = self.into_codec(field)
                 if into is not None:
                     return into(data, out)
             return (self._photo(field) if photo else self.for_field(field))(data)

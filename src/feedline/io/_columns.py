@@ -16,11 +16,17 @@ nothing is guessed. With ``verify`` the checksum covers the whole member
 
 :meth:`PackedDataset.gather_labels` fills ``label`` fields from the int64
 column of the index: one numpy gather, no read, no parse.
+
+:meth:`PackedDataset.read_fields` reads only some fields of a batch, of any size
+(the JPEGs of ``jpg + cls``, which the loader decodes straight into slot rows):
+with the buffered reader, one ``pread`` per sample and field into one pooled
+buffer for the batch, with no window planning and no per-sample dict; other
+readers (and ``verify``) go through ``read_many``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -184,3 +190,52 @@ def gather_labels(catalog: Any, idx: np.ndarray, out: Mapping[str, Any]) -> None
             raise ConfigError(f"out[{name!r}] must be writable", field=name)
         np.take(catalog.label_column(name), idx, out=dst)
 
+
+
+Views = dict[str, list[Any]]
+"""Field -> one zero-copy byte view per sample (``None`` where the sample lacks it)."""
+
+
+def read_members(opened: Any, idx: np.ndarray, fields: Sequence[str], algo: str | None,
+                 read_many: Callable[[np.ndarray], list[dict[str, Any]]]) -> tuple[list[str], Views]:
+    """The keys of samples ``idx`` and their ``fields`` as byte views (see
+    :meth:`PackedDataset.read_fields`)."""
+    if opened.reader.name != "buffered" or algo is not None:
+        samples = read_many(idx)  # windows for O_DIRECT / object stores; verifies members
+        return ([str(s["__key__"]) for s in samples],
+                {f: [s.get(f) for s in samples] for f in fields})
+    n = len(idx)
+    keys: list[str] = [""] * n
+    views: Views = {f: [None] * n for f in fields}
+    parts = []
+    total = 0
+    pos, local = opened.catalog.locate(idx)
+    for shard_pos in dict.fromkeys(pos.tolist()):
+        where = np.flatnonzero(pos == shard_pos)
+        state = opened.states[shard_pos]
+        index, samples = state.entry.index, local[where]
+        at = where.tolist()
+        names = index.keys
+        for p, s in zip(at, samples.tolist(), strict=True):
+            keys[p] = names[s]
+        for field in fields:
+            rows = index.field_rows(field)[samples]
+            sizes = np.where(rows >= 0, index.members["size"][rows], 0).astype(np.int64)
+            offsets = index.members["offset"][rows].astype(np.int64)
+            parts.append((state, field, at, (rows >= 0).tolist(), offsets.tolist(), sizes.tolist()))
+            total += int(sizes.sum())
+    buf = memoryview(opened.pool.acquire(total))
+    read_into, used = opened.reader.read_into, 0
+    for state, field, at, has, offsets, sizes in parts:
+        column = views[field]
+        with state.lease() as handle:
+            for p, ok, off, size in zip(at, has, offsets, sizes, strict=True):
+                if not ok:
+                    continue
+                view = buf[used : used + size]
+                if read_into(handle, off, view) != size:
+                    raise ReadError(f"shard ended inside a member that needs bytes up to {off + size}",
+                                    shard=state.entry.name, key=keys[p], field=field, fix=TRUNC_FIX)
+                column[p] = view
+                used += size
+    return keys, views

@@ -22,7 +22,7 @@ from feedline.errors import ArgumentError, ConfigError, FormatError, SampleIndex
 from feedline.format import FieldSchema, Manifest, read_manifest
 from feedline.format._files import path_argument
 from feedline.io._catalog import Catalog, file_stamp, load_catalog
-from feedline.io._columns import gather_labels, read_columns
+from feedline.io._columns import Views, gather_labels, read_columns, read_members
 from feedline.io._handles import HandleBudget, ShardReadState
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
 from feedline.io._subset import PackedSubset
@@ -380,6 +380,27 @@ class PackedDataset:
         idx = self._indices(indices, opened.catalog.num_samples)
         algo = opened.catalog.manifest.checksum_algo if self._verify else None
         return read_columns(opened, idx, out, algo, self.read_many)
+
+    def read_fields(self, indices: Sequence[int] | np.ndarray, fields: Sequence[str]) -> tuple[list[str], Views]:
+        """The keys of samples ``indices`` and, per field of ``fields``, one zero-copy byte
+        view per sample (``None`` where a sample lacks the field), in the given order.
+
+        Only those fields are read, each of any size. The buffered backend reads each
+        with one ``pread`` into one pooled buffer for the batch (no window planning, no
+        dict per sample); the other backends, and ``verify=True``, read the windows as
+        :meth:`read_many` does. The views are valid while they are referenced (their
+        buffer is reused only after). This is how :class:`feedline.Loader` reads the
+        JPEGs it decodes straight into batch rows.
+
+        Raises:
+            IndexError: an index is out of range.
+            ReadError: a shard is shorter than its index says (names shard, key, field).
+            ChecksumError: with ``verify=True``, a field's bytes differ from the index.
+        """
+        opened = self._state()
+        idx = self._indices(indices, opened.catalog.num_samples)
+        algo = opened.catalog.manifest.checksum_algo if self._verify else None
+        return read_members(opened, idx, fields, algo, self.read_many)
 
     def gather_labels(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> None:
         """Fill ``out[f][i]`` with the value of label field ``f`` of sample ``indices[i]``.

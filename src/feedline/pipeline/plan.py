@@ -12,21 +12,26 @@ recipe                    what fills the field's slot rows
                           sample index (``gather_labels``): no read, no parse
 ``read-rows``             the stored bytes are the rows (raw tensors, ``.npy`` payloads):
                           read straight into the slot (``read_fields_into``)
-``decode-rows``           a JPEG decoded straight into its row (per sample); with
-                          ``decode_size``, any image field it applies to, decoded and
-                          resized into its row (:mod:`feedline.decode.resized`)
+``decode-rows``           a JPEG decoded straight into its row; with ``decode_size``,
+                          any image field it applies to, decoded and resized into its
+                          row (:mod:`feedline.decode.resized`). Only its bytes are read
+                          (``read_fields``), one view per sample: no sample dict, no
+                          per-sample stage
 ``sample``                decoded, transformed and checked per sample, then stacked
                           (dense) or listed (ragged)
 ``custom``                the user's ``collate=`` over the per-sample results
 ========================  =============================================================
 
 A batch mixes recipes field by field (``jpg + cls``: images decoded into rows,
-labels gathered). ``read-rows`` applies when no field of the batch needs the
-per-sample path (the sample would be read anyway); with a ``transform`` every
-field is ``sample`` (it may change anything). No batch is read twice, except
-that a ``read-rows`` batch whose read fails (a damaged or misfit sample) is
-redone on the per-sample path, which raises or skips with shard, key and field
-exactly as it always does.
+labels gathered). A batch with no ``sample`` field is filled *directly* (rows
+read, images decoded into rows, labels gathered: no per-sample Python beyond one
+decode call per image); ``read-rows`` applies only then (when some field needs
+the per-sample path the sample is read anyway, and a ``decode-rows`` field is
+decoded into its row by the per-sample decode stage); with a ``transform`` every
+field is ``sample`` (it may change anything). No batch is read twice, except that
+a direct batch that fails (a damaged sample, an image of another size) is redone
+on the per-sample path, which raises or skips with shard, key and field, or
+gives the field as a list, exactly as it always does.
 
 This module does not import torch (process workers run it).
 """
@@ -72,13 +77,19 @@ class BatchPlan:
     """``read-rows`` fields stored in the other byte order (a big-endian ``.npy``): their
     rows are byte-swapped in place after the read, giving native values."""
 
+    per_sample: bool = True
+    """Whether batches take the per-sample path (custom, some ``sample`` field, or images
+    to decode from a reader that does not read into host memory); else they are filled
+    directly."""
+
     def fields(self, recipe: str) -> list[str]:
         return [name for name, r in self.recipes if r == recipe]
 
     @property
-    def sampled(self) -> bool:
-        """Whether some field takes the per-sample path (so every sample is read)."""
-        return self.custom or any(r in (SAMPLE, DECODE_ROWS) for _, r in self.recipes)
+    def reads_buffers(self) -> bool:
+        """Whether batches read stored bytes into the dataset's read buffers (the per-sample
+        path, or images decoded into rows); when not, the loader drops them."""
+        return self.per_sample or any(r == DECODE_ROWS for _, r in self.recipes)
 
     def describe(self) -> dict[str, str]:
         """Field -> recipe (what ``loader.stats["recipes"]`` shows)."""
@@ -171,7 +182,9 @@ def make_plan(ctx: Context, layout: collate.Layout | None, *, custom: bool = Fal
         return BatchPlan(layout, recipes, full, full, layout)
     labels = _label_fields(ctx)
     chosen = [(leaf, _recipe(ctx, leaf, labels)) for leaf in layout.leaves]
-    if any(r in (SAMPLE, DECODE_ROWS) for _, r in chosen):  # samples are read anyway
+    per_sample = any(r == SAMPLE for _, r in chosen) or (
+        any(r == DECODE_ROWS for _, r in chosen) and not ctx.source.columnar)
+    if per_sample:  # samples are read anyway
         chosen = [(leaf, SAMPLE if r == READ_ROWS else r) for leaf, r in chosen]
     gathered = {str(leaf.path[0]) for leaf, r in chosen if r == GATHER}
     sample_layout = _without(layout, gathered)
@@ -179,7 +192,7 @@ def make_plan(ctx: Context, layout: collate.Layout | None, *, custom: bool = Fal
     recipes = tuple((_leaf_name(leaf), r) for leaf, r in chosen)
     swapped = tuple(name for name, r in recipes if r == READ_ROWS and _swapped(ctx, name))
     return BatchPlan(layout, recipes, (*skip, *stages, Check(sample_layout)), full, sample_layout,
-                     swapped=swapped)
+                     swapped=swapped, per_sample=per_sample)
 
 
 def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | None,
@@ -193,8 +206,8 @@ def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | 
     assert layout is not None
     attrs = job.span_attrs(worker)
     sample_layout: collate.Layout | None
-    if not plan.sampled:
-        done = _read_rows(ctx, plan, job, record, attrs, arrays)
+    if not plan.per_sample:
+        done = _direct(ctx, plan, job, record, attrs, arrays)
         if done is not None:
             return done
         stages, sample_layout, gathered = plan.fallback, layout, []
@@ -213,26 +226,53 @@ def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | 
     return Filled(prep.keys, ragged, prep.skipped)
 
 
-def _read_rows(ctx: Context, plan: BatchPlan, job: Job, record: Record | None,
-               attrs: dict[str, Any], arrays: Mapping[collate.Path, np.ndarray]
-               ) -> Filled | None:
-    """The batch with no per-sample field: read rows, gather labels. ``None`` when the read
-    fails (the caller redoes the batch on the per-sample path, which places the error)."""
+def _direct(ctx: Context, plan: BatchPlan, job: Job, record: Record | None,
+            attrs: dict[str, Any], arrays: Mapping[collate.Path, np.ndarray]) -> Filled | None:
+    """The batch with no per-sample field: read rows, decode images into rows, gather
+    labels. ``None`` when that fails (the caller redoes the batch on the per-sample path,
+    which places the error, skips, or gives a misfit image as a list)."""
     n = len(job.indices)
     t0 = time.perf_counter()
+    read, decoded = plan.fields(READ_ROWS), plan.fields(DECODE_ROWS)
     try:
-        keys = ctx.source.read_columns(
-            job.indices, {f: arrays[(f,)][:n] for f in plan.fields(READ_ROWS)})
+        if read or not decoded:
+            keys = ctx.source.read_columns(job.indices, {f: arrays[(f,)][:n] for f in read})
         for f in plan.swapped:
             arrays[(f,)][:n].byteswap(inplace=True)
+        if decoded:
+            keys, views = ctx.source.read_fields(job.indices, decoded)
+            if record is not None:
+                record("read", t0, time.perf_counter(), attrs)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            if not _decode_rows(ctx.decoders, views, arrays):
+                return None
+            if record is not None:
+                record("decode", t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
+            t0 = time.perf_counter()
         gathered = plan.fields(GATHER)
         if gathered:
             ctx.source.gather(job.indices, {f: arrays[(f,)][:n] for f in gathered})
-    except FeedlineError:
+    except FeedlineError:  # redone per sample: the error raised there names its place
         return None
     if record is not None:
-        record("read", t0, time.perf_counter(), attrs)
+        record("collate" if decoded else "read", t0, time.perf_counter(), attrs)
     return Filled(keys)
+
+
+def _decode_rows(decoders: Any, views: Mapping[str, list[Any]],
+                 arrays: Mapping[collate.Path, np.ndarray]) -> bool:
+    """Decode ``views[f][i]`` into row ``i`` of field ``f``'s slot array; False at the first
+    sample that lacks the field, exceeds ``max_bytes`` or is not of the row's shape."""
+    limit = decoders.limits.max_bytes
+    for field, column in views.items():
+        into, rows = decoders.into_codec(field), arrays[(field,)]
+        for i, data in enumerate(column):
+            if data is None or len(data) > limit:
+                return False
+            row = rows[i]
+            if into(data, row) is not row:
+                return False
+    return True
 
 
 def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batch_size: int,

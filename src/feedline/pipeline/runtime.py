@@ -251,7 +251,7 @@ class Runtime:
             self.pool.configure(layout)
             self.opts.window = fitted_window(self.opts.window, self.pool.budget, layout.nbytes)
             plan = make_plan(self.ctx, layout)
-            if not plan.sampled:  # every field is read into its rows from now on
+            if not plan.reads_buffers:  # every field is read into its rows from now on
                 self.ctx.source.release_buffers()
             if isinstance(self.pool_workers, ProcessWorkers):
                 spec = shm.create(self.opts.shm_dir, layout, self.opts.window)

@@ -130,8 +130,10 @@ class Source:
 
     @property
     def columnar(self) -> bool:
-        """True when fixed-size fields can be read straight into host rows (:meth:`read_columns`)."""
-        if not self.packed or not callable(getattr(self.dataset, "read_fields_into", None)):
+        """True when fixed-size fields can be read straight into host rows (:meth:`read_columns`)
+        and single fields read into host memory (:meth:`read_fields`)."""
+        if not self.packed or not all(callable(getattr(self.dataset, name, None))
+                                      for name in ("read_fields_into", "read_fields")):
             return False
         backend = getattr(self.dataset, "backend", None)
         return getattr(backend, "name", None) != "gds"  # gds reads into device memory
@@ -143,6 +145,13 @@ class Source:
         fit its row, a read or checksum error).
         """
         return list(self.dataset.read_fields_into(list(indices), out))
+
+    def read_fields(self, indices: Sequence[int], fields: Sequence[str]
+                    ) -> tuple[list[str], dict[str, list[Any]]]:
+        """The samples' keys and, per field, one byte view per sample (``None`` where it is
+        missing): only ``fields`` are read (see ``PackedDataset.read_fields``); raises as
+        it does."""
+        return self.dataset.read_fields(list(indices), fields)  # type: ignore[no-any-return]
 
     @property
     def can_gather(self) -> bool:

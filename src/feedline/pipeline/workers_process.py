@@ -156,7 +156,7 @@ class _Worker:
             self.arena = shm.Arena(spec)
         except FileNotFoundError:  # its fd is gone: the training process closed the loader
             raise EOFError("the arena was closed before this worker mapped it") from None
-        if self.plan is not None and not self.plan.sampled:
+        if self.plan is not None and not self.plan.reads_buffers:
             self.ctx.source.release_buffers()  # every field is read into its rows now
         self.conn.send(("mapped", self.name))
         return int(probe_slot)
