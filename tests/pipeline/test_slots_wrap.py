@@ -141,10 +141,25 @@ def test_a_loop_that_keeps_its_batches_gets_new_slots_after_a_short_wait(
     pool.configure(layout)
     kept = [_lend(pool) for _ in range(20)]
     assert len({i for _, i in kept}) == 20 == pool.slots_created
-    assert pool.reuse_waits <= 4 and pool.soft_cap == 32  # 2 -> 4 -> 8 -> 16 -> 32: one wait each
+    assert pool.reuse_waits <= 4 and pool.soft_cap == 24  # 2 -> 3 -> 6 -> 12 -> 24: one wait each
     for k, (batch, _) in enumerate(kept):
         batch["x"][:] = k
     assert [int(b["x"][0, 0]) for b, _ in kept] == list(range(20))  # none shares memory
+    pool.close()
+
+
+@pytest.mark.timeout(30)
+def test_a_lone_late_return_costs_one_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wait that times out long after the previous one (a worker that finished a later
+    batch first, a busy host) raises the cap by one, not to twice as many slots."""
+    monkeypatch.setattr(slots, "REUSE_WAIT_S", 0.001)
+    monkeypatch.setattr(slots, "REGROW_S", 0.0)  # every timeout counts as a lone one
+    layout = _layout()
+    pool = SlotPool(64 * layout.nbytes, pin=False, reuse=False, soft_cap=2)
+    pool.configure(layout)
+    kept = [_lend(pool) for _ in range(5)]
+    assert pool.slots_created == 5 and pool.soft_cap == 5 and pool.reuse_waits == 3
+    del kept
     pool.close()
 
 

@@ -251,7 +251,8 @@ class Runtime:
             self.pool.configure(layout)
             self.opts.window = fitted_window(self.opts.window, self.pool.budget, layout.nbytes)
             plan = make_plan(self.ctx, layout)
-            if not plan.reads_buffers:  # every field is read into its rows from now on
+            if not plan.per_sample:  # rows read or decoded directly from now on: the probe's
+                # buffers go (a decode-rows batch reads into buffers of its own size)
                 self.ctx.source.release_buffers()
             if isinstance(self.pool_workers, ProcessWorkers):
                 spec = shm.create(self.opts.shm_dir, layout, self.opts.window)

@@ -20,10 +20,11 @@ handed out, and the worker that just finished that next one asks for a slot at t
 moment. So that this race does not cost one more slot of memory, a pool with a
 ``soft_cap`` lets a producer that finds no free slot, once ``soft_cap`` slots exist, wait
 up to :data:`REUSE_WAIT_S` for a lent one to come back before it allocates another. A wait
-that times out (the loop keeps its batches, or batches wait ahead of a slow loop) doubles
-the cap, so the pool settles at what the loop really holds after a few waits. (A wait
-also times out when the batch the loop waits for is the one this producer is to fill,
-its worker having reached the pool after a later batch's: a few such waits at most.)
+that times out raises the cap by one, or doubles it when the previous one timed out less
+than :data:`REGROW_S` before (the loop keeps its batches, or batches wait ahead of a slow
+loop), so the pool settles at what the loop really holds after a few waits, and a single
+late return (a worker that finished a later batch first waits for the one the loop waits
+for; a busy host) costs one slot, not as many more as exist.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class Fence(Protocol):
 
 REUSE_WAIT_S = 0.02
 """Most seconds a producer waits for a lent slot to come back once ``soft_cap`` slots exist."""
+
+REGROW_S = 1.0
+"""A reuse wait that times out within this many seconds of the previous one doubles the
+soft cap (the loop holds many batches); a lone one raises it by one."""
 
 
 class _Anchor:
@@ -137,6 +142,7 @@ class SlotPool:
         self.reuse_waits = 0
         """Times a producer waited for a lent slot to come back instead of allocating one."""
         self.reuse_wait_s = 0.0
+        self._last_timeout = float("-inf")
 
     @property
     def slot_bytes(self) -> int:
@@ -193,8 +199,11 @@ class SlotPool:
                             self.reuse_wait_s += time.perf_counter() - now
                             continue
                         # the loop holds more batches than that (keeps them, or they wait
-                        # ahead of a slow loop): allocate, and wait again only at twice as many
-                        self.soft_cap *= 2
+                        # ahead of a slow loop): allocate, and wait again only at one more,
+                        # or twice as many when this keeps happening
+                        again = now - self._last_timeout < REGROW_S
+                        self.soft_cap = 2 * self.soft_cap if again else self.soft_cap + 1
+                        self._last_timeout = now
                     if (self._count + 1) * self.slot_bytes <= self.budget:
                         self._count += 1
                         self._ids += 1

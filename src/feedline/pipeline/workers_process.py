@@ -156,8 +156,8 @@ class _Worker:
             self.arena = shm.Arena(spec)
         except FileNotFoundError:  # its fd is gone: the training process closed the loader
             raise EOFError("the arena was closed before this worker mapped it") from None
-        if self.plan is not None and not self.plan.reads_buffers:
-            self.ctx.source.release_buffers()  # every field is read into its rows now
+        if self.plan is not None and not self.plan.per_sample:
+            self.ctx.source.release_buffers()  # rows read or decoded directly from now on
         self.conn.send(("mapped", self.name))
         return int(probe_slot)
 
