@@ -76,11 +76,12 @@ def test_peers_quick_reports_missing_peers(bench: dict[str, ModuleType], tmp_pat
         assert all(g["ratio"] > 0 and isinstance(g["meets_goal"], bool) for g in result["goals"])
     w1 = doc["workloads"]["W1"]
     assert w1["decode_ceiling"]["samples_per_s"]["median"] > 0
+    assert w1["decode_ceiling"]["threads"] == 2  # the contenders' workers
     assert _finite(w1["decode_ceiling"]["one_core_samples_per_s"])
-    assert _finite(w1["bare_parallel_decode"]["samples_per_s"])
+    assert _finite(w1["linear_bound"]["samples_per_s"])
     ran = [r["name"] for r in w1["rows"] if r["status"] == "ok"]
     assert [e["name"] for e in w1["decode_efficiency"]] == ran
-    assert all(e["of_bare_parallel"] > 0 and e["cpu_efficiency"] > 0
+    assert all(e["of_ceiling"] > 0 and e["of_linear_bound"] > 0 and e["cpu_efficiency"] > 0
                for e in w1["decode_efficiency"])
     assert "decode_efficiency" not in doc["workloads"]["W3"] or \
         doc["workloads"]["W3"]["decode_efficiency"] == []
@@ -88,7 +89,8 @@ def test_peers_quick_reports_missing_peers(bench: dict[str, ModuleType], tmp_pat
                for g in doc["workloads"]["W3"]["goals"])
     text = md.read_text()
     assert "| torchdata.nodes | not installed" in text or importlib.util.find_spec("torchdata")
-    assert "decode ceiling" in text and "bare decode on" in text and "samples per CPU-s" in text
+    assert "decode ceiling: bare decode on 2 threads" in text and "linear bound" in text
+    assert "samples per CPU-s" in text
 
 
 @pytest.mark.timeout(300)
