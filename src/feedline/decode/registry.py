@@ -185,7 +185,7 @@ class Decoders:
         into = self._into.get(field, _UNKNOWN)
         if into is _UNKNOWN:
             into = self._into[field] = self._into_codec(field)
-        return into  # type: ignore[no-any-return]
+        return into
 
     def _into_codec(self, field: str) -> Callable[[Buffer, np.ndarray], Any] | None:
         if not self.decodes_into(field):

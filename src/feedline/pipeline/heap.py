@@ -25,7 +25,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
     except (OSError, AttributeError):
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def trim() -> bool:

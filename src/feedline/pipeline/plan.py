@@ -267,8 +267,8 @@ def _decode_rows(decoders: Any, views: Mapping[str, list[Any]],
     """Decode ``views[f][i]`` into row ``base + i`` of field ``f``'s slot array; False at the
     first sample that lacks the field, exceeds ``max_bytes`` or is not of the row's shape."""
     limit = decoders.limits.max_bytes
-    for field, column in views.items():
-        into, rows = decoders.into_codec(field), arrays[(field,)]
+    for name, column in views.items():
+        into, rows = decoders.into_codec(name), arrays[(name,)]
         for i, data in enumerate(column, base):
             if data is None or len(data) > limit:
                 return False

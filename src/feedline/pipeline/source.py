@@ -151,7 +151,7 @@ class Source:
         """The samples' keys and, per field, one byte view per sample (``None`` where it is
         missing): only ``fields`` are read (see ``PackedDataset.read_fields``); raises as
         it does."""
-        return self.dataset.read_fields(list(indices), fields)  # type: ignore[no-any-return]
+        return self.dataset.read_fields(list(indices), fields)
 
     @property
     def can_gather(self) -> bool:
