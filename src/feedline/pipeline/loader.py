@@ -256,12 +256,11 @@ class Loader:
                        self.timeout, self.placement if self.placement.active else None,
                        self._device_decode)
         allocate = placed_allocator(self.placement) if self.placement.active else None
-        # a CPU loop holds the batch it computes on and each worker fills one: more slots
-        # than that wait briefly first (the previous batch, still held while the next is
-        # handed out, comes back as soon as the loop moves on; measured on W1, 64 JPEGs
-        # of 256x256: one slot, 12.6 MB, less than workers + 2)
+        # a CPU loop holds the batch it computes on and, while the next is handed out, the
+        # previous one; each worker fills one: more slots than that wait briefly first
+        # (large slots one fewer: see slots.BIG_SLOT_BYTES)
         pool = SlotPool(budget, pin=engine.needs_pinned, reuse=engine.reuse_slots,
-                        allocate=allocate, soft_cap=self.workers + 1)
+                        allocate=allocate, soft_cap=self.workers + 2)
         self._rt = Runtime(ctx, engine, pool, opts)
         self._rt.owner = id(self)
         self._finalizer = weakref.finalize(self, _close_dropped, self._rt)
