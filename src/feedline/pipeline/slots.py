@@ -58,15 +58,6 @@ class Fence(Protocol):
 REUSE_WAIT_S = 0.02
 """Most seconds a producer waits for a lent slot to come back once ``soft_cap`` slots exist."""
 
-BIG_SLOT_BYTES = 8 << 20
-"""Lent slots of at least this size lower ``soft_cap`` by one at :meth:`SlotPool.configure`:
-the producer that finished a batch then waits for the loop's previous batch instead of
-allocating a slot for the moment both are out. That wait (the loop's hand-over: tens of
-microseconds to a millisecond) is nothing against filling a large batch (W1, 64 JPEGs of
-256x256: a 12.6 MB slot, 35 ms per worker) and saves a slot's memory for the whole run;
-against a small, fast batch (W2, 256 x 4 KB: 1 MB, 2 ms) it would cost more time than the
-slot's memory is worth."""
-
 REGROW_S = 1.0
 """A reuse wait that times out within this many seconds of the previous one doubles the
 soft cap (the loop holds many batches); a lone one raises it by one."""
@@ -109,8 +100,7 @@ class SlotPool:
         pin: allocate page-locked memory (needs CUDA) instead of pageable memory.
         allocate: optional ``fn(shape, dtype, pin) -> Tensor`` (tests, shared memory).
         soft_cap: with ``reuse=False``, the slots after which a producer first waits briefly
-            for a lent one to come back (see the module; one fewer for slots of
-            :data:`BIG_SLOT_BYTES` or more); ``None``: never waits for that.
+            for a lent one to come back (see the module); ``None``: never waits for that.
 
     Slots are allocated lazily, the first time no free one exists and the
     budget allows, so a small run never touches the whole budget.
@@ -182,8 +172,6 @@ class SlotPool:
             )
         with self._cond:
             self._layout = layout
-            if self.soft_cap is not None and not self.reuse and layout.nbytes >= BIG_SLOT_BYTES:
-                self.soft_cap = max(1, self.soft_cap - 1)
 
     def acquire(self) -> Slot:
         """A free slot; waits (for a fence or a release) when the budget is used up.
