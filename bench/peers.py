@@ -30,9 +30,9 @@ contenders have workers, measured in the same rounds, in this process (no loader
 read, no batch). That is what a perfect loader with this decoder and these workers
 reaches on this host. ``bench/loader_jpeg.py`` prints cores x the one-core rate instead:
 the linear bound, shown here for information. It is no target: on this 2-vCPU host
-the bare decode itself reaches only 0.88 of it (two decodes at once run slower per
-core: shared caches, a VM's vCPUs), so a goal of 0.95 of it was out of reach of any
-loader. Each contender's samples per CPU-second over the one-core rate is the share of
+the bare decode itself reached only 0.88 of it on a quiet run (two decodes at once run
+slower per core: shared caches, a VM's vCPUs), so a goal of 0.95 of it was out of
+reach of any loader. Each contender's samples per CPU-second over the one-core rate is the share of
 its CPU time that was the decode.
 
 Goals (issue 10): Loader >= 1.2x the best other contender on every workload; >= 2x the
