@@ -237,7 +237,9 @@ def test_fork_falls_back_to_the_forkserver_while_another_thread_runs() -> None:
         other.join()
     assert got == [list(range(i, i + 8)) for i in range(0, 32, 8)]
     assert stats["asked"] == "fork" and stats["start_method"] == "forkserver"
-    assert "metrics-uploader" in stats["why_not_fork"]
+    why = stats["why_not_fork"]
+    listed = int(re.match(r"(\d+) other thread", why).group(1)) <= forking.SHOWN  # else a full run's leftovers
+    assert "metrics-uploader" in why or not listed, why
 
 
 def test_refusal_names_what_makes_fork_unsafe() -> None:
@@ -266,7 +268,7 @@ def test_tqdms_parked_monitor_is_no_reason_to_refuse() -> None:
     finally:
         bar.fp.close()
         bar.close()
-    def others_alive() -> int:  # the count refusal() gives (the list it shows is cut at four)
+    def others_alive() -> int:  # the count refusal() gives (the list it shows is cut at forking.SHOWN)
         found = re.match(r"(\d+) other thread", forking.refusal() or "")
         return int(found.group(1)) if found else 0
 

@@ -129,6 +129,10 @@ GATE = ForkGate()
 os.register_at_fork(after_in_child=GATE._reset)
 
 
+SHOWN = 8
+"""How many other threads' names a refusal lists (the rest are counted)."""
+
+
 def refusal(ctx: Any = None) -> str | None:
     """Why the calling thread must not fork process workers now, or ``None`` when it may
     (the caller forks inside ``GATE.stopped()``).
@@ -140,7 +144,7 @@ def refusal(ctx: Any = None) -> str | None:
     parked = [t for t in alive if GATE.stops(t) or _parked_monitor(t)]
     others = [t.name for t in alive if t not in parked]
     if others:
-        shown = ", ".join(sorted(others)[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
+        shown = ", ".join(sorted(others)[:SHOWN]) + (f" and {len(others) - SHOWN} more" if len(others) > SHOWN else "")
         return (f"{len(others)} other thread(s) alive ({shown}): a lock one of them holds at the "
                 "fork would stay held in every worker")
     chld = signal.getsignal(signal.SIGCHLD)
