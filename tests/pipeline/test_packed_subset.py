@@ -46,6 +46,10 @@ def test_random_split_reads_as_packed(ds: feedline.io.PackedDataset, worker_type
         assert loader.dataset is val  # as DataLoader.dataset: len(loader.dataset) in the eval loop
         assert _keys(loader) == [f"s{i:04d}" for i in val.indices]
         assert loader.stats["recipes"]["cls"] == "gather"
+        recipes = loader.stats["recipes"]
+    with feedline.Loader(ds, batch_size=3, workers=2, worker_type=worker_type, shuffle=False) as whole:
+        next(iter(whole))
+        assert recipes == whole.stats["recipes"]  # a split gets every fast path the whole has
     with feedline.Loader(train, batch_size=4, workers=2, worker_type=worker_type, seed=1) as loader:
         keys = _keys(loader)
     assert len(keys) == 24 and set(keys) <= {f"s{i:04d}" for i in train.indices}

@@ -76,6 +76,11 @@ class PackedSubset:
         """``base.read_fields_into`` of the mapped indices."""
         return self._base.read_fields_into(self._map(indices), out)
 
+    def read_fields(self, indices: Sequence[int] | np.ndarray,
+                    fields: Sequence[str]) -> tuple[list[str], dict[str, list[Any]]]:
+        """``base.read_fields`` of the mapped indices."""
+        return self._base.read_fields(self._map(indices), fields)
+
     def gather_labels(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> None:
         """``base.gather_labels`` of the mapped indices."""
         self._base.gather_labels(self._map(indices), out)
