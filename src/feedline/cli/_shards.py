@@ -367,11 +367,13 @@ def verify_cmd(
     decode: Annotated[bool, typer.Option("--decode", help="also decode every field with the loader's codecs and list each that fails (a truncated or empty image...): what Loader(on_error='skip') would skip")] = False,
     json_dest: Annotated[str | None, json_option(JSON_HELP + ": ok and each problem")] = None,
 ) -> None:
-    """Check every checksum (shard files, index files, each member); exit 1 on any mismatch.
-    With --decode, also decode every sample and list the ones that fail."""
+    """Check every checksum (shard files, index files, each member) and that each tar's own
+    member names are the index's keys; exit 1 on any mismatch. Shard files in the folder
+    that the manifest does not name are listed (not an error). With --decode, also decode
+    every sample and list the ones that fail."""
     from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
-    from feedline.format import read_manifest, verify_shard
+    from feedline.format import read_manifest, unlisted_files, verify_shard
 
     check_json_dest(json_dest)
     root = _dataset_root(root)
@@ -390,10 +392,16 @@ def verify_cmd(
         if decode and not problems:  # decoding bytes that fail their checksum says nothing more
             task = bar.add_task("decode", total=manifest.num_samples, shard="decoding samples")
             undecodable = _decode_problems(root, lambda n: bar.advance(task, n))
-    doc: dict[str, Any] = {"ok": not problems and not undecodable, "problems": [p.to_json() for p in problems]}
+    unlisted = unlisted_files(root, manifest)
+    doc: dict[str, Any] = {"ok": not problems and not undecodable, "problems": [p.to_json() for p in problems],
+                           "unlisted": unlisted}
     if decode:
         doc["undecodable"] = undecodable
     write_json(doc, json_dest)
+    if not as_json:
+        for name in unlisted:
+            print(printable(f"UNLISTED {name}: in the folder, not in manifest.json (never read: left over "
+                            "from an earlier run, or copied in beside an older manifest)"))
     if as_json:
         pass
     elif problems or undecodable:

@@ -44,7 +44,7 @@ from feedline.format._samples import DatasetWriter, encode_value, merge_parts, p
 from feedline.format._schema import FieldSchema
 from feedline.format._sources import SourceRules
 from feedline.format._tar import split_name
-from feedline.format._verify import Problem, inspect, verify, verify_shard
+from feedline.format._verify import Problem, inspect, unlisted_files, verify, verify_shard
 from feedline.format._writer import FilePayload, ShardWriter
 
 __all__ = [
@@ -84,6 +84,7 @@ __all__ = [
     "parse_manifest",
     "read_manifest",
     "split_name",
+    "unlisted_files",
     "verify",
     "verify_shard",
     "write_manifest",

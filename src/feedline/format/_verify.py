@@ -13,7 +13,9 @@ import numpy as np
 from feedline.errors import FeedlineError
 from feedline.format._checksum import checksum_function, hasher, hexdigest
 from feedline.format._files import open_regular
-from feedline.format._manifest import ShardInfo, load_index, read_manifest, source_keys
+from feedline.format._index import ShardIndex
+from feedline.format._manifest import Manifest, ShardInfo, load_index, read_manifest, source_keys
+from feedline.format._tarwalk import headers_match
 
 _CHUNK = 8 << 20
 
@@ -49,6 +51,37 @@ def _file_checksum(path: Path, algo: str, size: int) -> str | None:
     return hexdigest(h.intdigest())
 
 
+def _verify_names(path: Path, info: ShardInfo, index: ShardIndex, keys: list[str]) -> list[Problem]:
+    """The tar's own member names, offsets and sizes against the index: what ``tar x`` and
+    WebDataset see must be what the loader reads (an index whose keys were rewritten, or
+    one made for another tar, passes every checksum the manifest records). Called after
+    :func:`headers_match` said no: ``tarfile`` finds each difference."""
+    from feedline.format._adopt import _scan  # the tar reader of `feedline index`
+
+    try:
+        members = {off: (key, field, size) for key, field, off, size in _scan(path, info.name)}
+    except FeedlineError as e:
+        return [Problem(info.name, e.place.get("key"), e.place.get("field"), f"the tar's own headers: {e.message}")]
+    problems: list[Problem] = []
+    rec = index.members
+    for s, fid, off, size in zip(rec["sample"].tolist(), rec["field"].tolist(), rec["offset"].tolist(),
+                                 rec["size"].tolist(), strict=True):
+        want = (index.keys[s], index.fields[fid])
+        got = members.pop(off, None)
+        if got is None:
+            message = f"no tar member starts at byte {off}: the index does not describe this tar"
+        elif got[:2] != want or got[2] != size:
+            message = (f"the tar names the member at byte {off} {got[0]}.{got[1]} ({got[2]} bytes), the index "
+                       f"{want[0]}.{want[1]} ({size} bytes): `tar x` and WebDataset would see other samples")
+        else:
+            continue
+        problems.append(Problem(info.name, keys[s], want[1], message))
+    for off, (key, field, size) in sorted(members.items())[:20]:
+        problems.append(Problem(info.name, key, field, f"tar member {key}.{field} ({size} bytes at byte {off}) "
+                                "is not in the index: the loader never reads it"))
+    return problems
+
+
 def _verify_members(root: Path, info: ShardInfo, algo: str, key_escape: str | None) -> list[Problem]:
     index = load_index(root, info)
     keys = source_keys(key_escape, index.keys)
@@ -60,6 +93,7 @@ def _verify_members(root: Path, info: ShardInfo, algo: str, key_escape: str | No
     with open_regular(path) as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         view = memoryview(mm)
         try:
+            names = [] if headers_match(view, index) else _verify_names(path, info, index, keys)
             rec = index.members
             for i, (s, fid, off, size, want) in enumerate(
                 zip(rec["sample"].tolist(), rec["field"].tolist(), rec["offset"].tolist(),
@@ -69,7 +103,7 @@ def _verify_members(root: Path, info: ShardInfo, algo: str, key_escape: str | No
                     problems.append(Problem(info.name, keys[s], index.fields[fid], f"member {i} checksum mismatch"))
         finally:
             view.release()
-    return problems
+    return names + problems
 
 
 def verify_shard(root: str | os.PathLike[str], info: ShardInfo, algo: str, *,
@@ -110,6 +144,31 @@ def verify(root: str | os.PathLike[str]) -> list[Problem]:
     for info in manifest.shards:
         problems.extend(verify_shard(root, info, manifest.checksum_algo, key_escape=manifest.key_escape))
     return problems
+
+
+def unlisted_files(root: str | os.PathLike[str], manifest: Manifest | None = None) -> list[str]:
+    """Shard and index files (``*.tar``, ``*.idx``) in the dataset's folders that its
+    manifest does not name, as paths relative to ``root``, sorted.
+
+    They are not part of the dataset (the loader never reads them): left over from an
+    earlier run, or copied in beside an older manifest, in which case samples the user
+    expects are missing. Only ``root`` and the folders of listed shards are looked at.
+    """
+    root = Path(root)
+    manifest = manifest if manifest is not None else read_manifest(root)
+    named = {os.path.normpath(n) for info in manifest.shards for n in (info.name, info.index)}
+    folders = {"."} | {os.path.dirname(n) or "." for n in named}
+    found: list[str] = []
+    for folder in sorted(folders):
+        try:
+            entries = list(os.scandir(root / folder))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = os.path.normpath(os.path.join(folder, entry.name))
+            if entry.name.endswith((".tar", ".idx")) and rel not in named and entry.is_file():
+                found.append(rel)
+    return sorted(found)
 
 
 def inspect(root: str | os.PathLike[str], align: int = 4096) -> dict[str, Any]:
