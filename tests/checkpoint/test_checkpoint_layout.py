@@ -88,6 +88,7 @@ def test_a_version_1_checkpoint_with_page_aligned_payloads_still_loads(tmp_path:
         t["offset"] = start
     data.write_bytes(bytes(old))
     header["version"], header["data_bytes"] = 1, len(old)
+    del header["header_xxh3"]  # version 1 wrote no checksum of the header itself
     (tmp_path / "step-0000000001.json").write_text(json.dumps(header))
     assert_same(state, load(tmp_path))
 

@@ -102,8 +102,8 @@ def test_a_step_rotated_away_while_it_loads_says_so(tmp_path: Path, monkeypatch:
     ck.wait()
     read_header = loading.read_header
 
-    def then_rotate(directory: Path, step: int) -> Any:
-        header = read_header(directory, step)
+    def then_rotate(directory: Path, step: int, **kw: Any) -> Any:
+        header = read_header(directory, step, **kw)
         ck.save(2, {"v": np.arange(4)})
         ck.wait()
         return header

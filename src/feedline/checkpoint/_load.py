@@ -163,7 +163,7 @@ def load(directory: str | os.PathLike[str], step: int | None = None, *, into: An
 
 
 def _read(d: Path, step: int, verify: bool) -> tuple[Header, np.ndarray]:
-    header = read_header(d, step)
+    header = read_header(d, step, verify=verify)
     try:
         return header, read_data(d, header, verify=verify)
     except ReadError as e:

@@ -19,8 +19,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 from feedline.checkpoint._layout import Header, parse_header
-from feedline.errors import FormatError, ReadError
+from feedline.errors import ChecksumError, FormatError, ReadError
 from feedline.format._atomic import fsync_dir, remove_quietly, write_atomic
 from feedline.format._files import read_regular
 from feedline.format._lock import hold
@@ -69,12 +71,39 @@ def unfinished(directory: Path, step: int) -> list[str]:
     return [n for n in names if n.startswith(prefix) and _DATA.match(n)]
 
 
-def read_header(directory: Path, step: int) -> Header:
-    """Parse and validate step ``step``'s header.
+HEADER_CHECKSUM = "header_xxh3"
+"""The header's own checksum: xxh3 of its other keys written as :func:`commit` writes them
+(compact JSON, in order). Headers written before it have none and are read as before."""
+
+
+def _canonical(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _check_own_checksum(doc: Any, path: Path) -> None:
+    """A header edited or damaged in a value that still parses (``"step": 7`` made 8, a
+    dtype or a shape changed) is refused: no tensor checksum covers the header itself."""
+    if not isinstance(doc, dict) or HEADER_CHECKSUM not in doc:
+        return
+    rest = {k: v for k, v in doc.items() if k != HEADER_CHECKSUM}
+    try:
+        got = f"{xxhash.xxh3_64_intdigest(_canonical(rest)):016x}"
+    except (ValueError, TypeError, RecursionError) as e:  # NaN, or nested past the recursion limit
+        raise FormatError(f"checkpoint header is malformed ({type(e).__name__})", path=str(path),
+                          fix="this checkpoint is damaged; load an older step") from e
+    if got != doc[HEADER_CHECKSUM]:
+        raise ChecksumError(f"checkpoint header checksum {got} != its recorded {str(doc[HEADER_CHECKSUM])[:20]!r}: "
+                            "the header was edited or damaged after it was written", path=str(path),
+                            fix="load an older step; load(..., verify=False) skips this check")
+
+
+def read_header(directory: Path, step: int, *, verify: bool = True) -> Header:
+    """Parse and validate step ``step``'s header (with ``verify``, against its own checksum).
 
     Raises:
         ReadError: no such checkpoint.
         FormatError: the header is not valid JSON or not a checkpoint header.
+        ChecksumError: ``verify`` and the header does not match its own checksum.
     """
     path = header_path(directory, step)
     try:
@@ -96,6 +125,8 @@ def read_header(directory: Path, step: int) -> Header:
         why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:200]
         raise FormatError(f"checkpoint header is not valid JSON ({why})", path=str(path),
                           fix="this checkpoint is damaged; load an older step") from e
+    if verify:
+        _check_own_checksum(doc, path)
     header = parse_header(doc, path=str(path))
     if header.step != step:
         raise FormatError(f"header says step {header.step}, file name says {step}", path=str(path))
@@ -104,7 +135,8 @@ def read_header(directory: Path, step: int) -> Header:
 
 def commit(directory: Path, step: int, header: dict[str, Any], *, durable: bool = True) -> None:
     """Publish step ``step``: its data file must already be complete (and fsynced)."""
-    text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    header = {**header, HEADER_CHECKSUM: f"{xxhash.xxh3_64_intdigest(_canonical(header)):016x}"}
+    text = _canonical(header)
     write_atomic(header_path(directory, step), text, durable=durable)
 
 
