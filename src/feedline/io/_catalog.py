@@ -107,6 +107,7 @@ class _Storage:
 
     def size(self, path: str, shard: str) -> tuple[int, tuple[int, ...] | None]:
         """The file's size and (local files) its :attr:`ShardEntry.stamp`."""
+        t0 = time.monotonic()
         try:
             if self.fs is not None:
                 return int(self.fs.size(path)), None
@@ -114,28 +115,30 @@ class _Storage:
             return st.st_size, file_stamp(st)
         except (OSError, ValueError) as e:
             if self.fs is not None and not isinstance(e, FileNotFoundError):
-                raise remote_error(e, "asking the shard's size", path) from e
+                raise remote_error(e, "asking the shard's size", path, fs=self.fs, since=t0) from e
             raise FormatError(f"shard file is missing or unreadable: {e}", shard=shard, path=path, fix=_FIX) from e
         except Exception as e:  # a remote client's own exception type
-            raise remote_error(e, "asking the shard's size", path) from e
+            raise remote_error(e, "asking the shard's size", path, fs=self.fs, since=t0) from e
 
     def read(self, path: str, shard: str, limit: int) -> bytes:
         """At most ``limit`` bytes of ``path``: a longer file (or a device) is never read whole."""
+        t0 = time.monotonic()
         try:
             if self.fs is not None:
                 return bytes(self.fs.cat_file(path, start=0, end=limit))
             return read_regular(path, limit)
         except (OSError, ValueError) as e:
             if self.fs is not None and not isinstance(e, FileNotFoundError):
-                raise remote_error(e, "reading the index", path) from e
+                raise remote_error(e, "reading the index", path, fs=self.fs, since=t0) from e
             raise FormatError(f"index file is missing or unreadable: {e}", shard=shard, path=path, fix=_FIX) from e
         except Exception as e:
-            raise remote_error(e, "reading the index", path) from e
+            raise remote_error(e, "reading the index", path, fs=self.fs, since=t0) from e
 
     def manifest(self) -> Manifest:
         if self.fs is None:
             return read_manifest(self.root)
         path = self.join(MANIFEST_NAME)
+        t0 = time.monotonic()
         try:
             data = bytes(self.fs.cat_file(path))
         except FileNotFoundError:
@@ -145,7 +148,7 @@ class _Storage:
                 fix="upload a packed dataset (manifest.json last)",
             ) from None
         except Exception as e:  # OSError, or a remote client's own type (connection, checksum)
-            raise remote_error(e, "reading the manifest", path) from e
+            raise remote_error(e, "reading the manifest", path, fs=self.fs, since=t0) from e
         return parse_manifest(data, path)
 
 

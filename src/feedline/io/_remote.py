@@ -9,6 +9,7 @@ end)``), copied once into the caller's host buffer.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from feedline.errors import ConfigError, ReadError
@@ -30,11 +31,35 @@ def failure(e: BaseException) -> str:
     return (f"{type(e).__name__}: {text}" if text else type(e).__name__).splitlines()[0][:300]
 
 
-def remote_error(e: Exception, what: str, path: str) -> ReadError:
+def retry_policy(fs: Any) -> str:
+    """The retries a file system's client makes before it raises, in words ("" if unknown):
+    s3fs's own (``retries=``) and botocore's (``config_kwargs={"retries": {"max_attempts": N}}``)."""
+    parts = []
+    retries = getattr(fs, "retries", None)
+    if isinstance(retries, int) and not isinstance(retries, bool):
+        parts.append(f"{type(fs).__name__} retries={retries}")
+    config = getattr(fs, "config_kwargs", None)
+    botocore = config.get("retries") if isinstance(config, dict) else None
+    if isinstance(botocore, dict):  # botocore rewrites max_attempts (retries) as total_max_attempts (tries)
+        total = botocore.get("total_max_attempts")
+        if total is None and isinstance(botocore.get("max_attempts"), int):
+            total = botocore["max_attempts"] + 1
+        if total is not None:
+            parts.append(f"botocore tries each request {total} times")
+    return ", ".join(parts)
+
+
+def remote_error(e: Exception, what: str, path: str, *, fs: Any = None, since: float | None = None) -> ReadError:
     """The ReadError for a failed remote call. Clients raise their own exception types
     (botocore's checksum and connection errors, aiohttp's payload errors) besides
-    ``OSError``; every one of them is a failed read of ``path``."""
-    return ReadError(f"{what} failed: {failure(e)}", path=path, fix=_READ_FIX)
+    ``OSError``; every one of them is a failed read of ``path``. With ``since`` (the
+    call's ``time.monotonic()`` start) and ``fs``, it says how long the call took and the
+    client's retry settings: a failure after the client's retries is told from a first one."""
+    took = ""
+    if since is not None:
+        policy = retry_policy(fs)
+        took = f" after {time.monotonic() - since:.1f} s" + (f" (the client's retries: {policy})" if policy else "")
+    return ReadError(f"{what} failed{took}: {failure(e)}", path=path, fix=_READ_FIX)
 
 
 def normalise_root(root: str) -> str:
@@ -110,27 +135,31 @@ class RemoteReader:
     def read_into(self, handle: Any, offset: int, buffer: Any) -> int:
         """One ranged read of ``len(buffer)`` bytes at ``offset`` (fewer at end of object)."""
         view = memoryview(buffer).cast("B")
+        t0 = time.monotonic()
         try:
             data = self.fs.cat_file(handle, start=offset, end=offset + view.nbytes)
         except Exception as e:
-            raise remote_error(e, f"ranged read [{offset}, {offset + view.nbytes})", handle) from e
+            raise remote_error(e, f"ranged read [{offset}, {offset + view.nbytes})", handle, fs=self.fs,
+                               since=t0) from e
         n = min(len(data), view.nbytes)
         view[:n] = data[:n]
         return n
 
     def read_bytes(self, path: str) -> bytes:
         """The whole object (manifest, index)."""
+        t0 = time.monotonic()
         try:
             return bytes(self.fs.cat_file(path))
         except Exception as e:
-            raise remote_error(e, "reading the object", path) from e
+            raise remote_error(e, "reading the object", path, fs=self.fs, since=t0) from e
 
     def size(self, path: str) -> int:
         """Size of the object in bytes."""
+        t0 = time.monotonic()
         try:
             return int(self.fs.size(path))
         except Exception as e:
-            raise remote_error(e, "asking the object's size", path) from e
+            raise remote_error(e, "asking the object's size", path, fs=self.fs, since=t0) from e
 
     def close(self, handle: Any) -> None:
         """Nothing to close per object."""
