@@ -20,6 +20,14 @@ _READ_FIX = ("check the endpoint, the credentials and that the object exists; a 
 # An object store that accepts a connection and then never answers would block a read
 # forever with some clients' defaults; these bound it unless the caller sets its own.
 S3_TIMEOUTS = {"connect_timeout": 10, "read_timeout": 20}
+# s3fs nests its retry loop: a ranged read retries a call that retries itself, each try
+# being botocore's tries. With s3fs's default 5 that is 25 x botocore's tries per read: a
+# server answering every request after the read timeout failed one ranged read after 75
+# requests, 199 s with read_timeout=2 (about 40 minutes with the defaults above). 2 makes
+# it 4 x botocore's tries. ``storage_options={"retries": N}`` sets it (s3fs itself takes it
+# only as a class attribute); botocore's are ``config_kwargs``'s.
+S3_RETRIES = 2
+S3_BOTOCORE_RETRIES = {"max_attempts": 2}
 
 
 def failure(e: BaseException) -> str:
@@ -102,8 +110,14 @@ def open_filesystem(root: str, storage_options: dict[str, Any] | None) -> tuple[
     except ImportError as e:
         raise ConfigError(f"remote datasets need fsspec ({e})", fix=_FIX) from e
     options = dict(storage_options or {})
-    if root.startswith(("s3://", "s3a://")) and "config_kwargs" not in options:
-        options["config_kwargs"] = dict(S3_TIMEOUTS)
+    retries = None
+    if root.startswith(("s3://", "s3a://")):
+        if "config_kwargs" not in options:
+            options["config_kwargs"] = {**S3_TIMEOUTS, "retries": dict(S3_BOTOCORE_RETRIES)}
+        retries = options.pop("retries", S3_RETRIES)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+            raise ConfigError(f"storage_options retries must be an int >= 1, got {retries!r}",
+                              field="storage_options", fix="e.g. storage_options={'retries': 2}")
     try:
         fs, path = url_to_fs(root, **options)
     except ImportError as e:
@@ -111,6 +125,8 @@ def open_filesystem(root: str, storage_options: dict[str, Any] | None) -> tuple[
     except Exception as e:  # an option the file system refuses (a TypeError, a ValueError...)
         raise ConfigError(f"cannot open {root!r} with these storage_options: {failure(e)}",
                           field="storage_options", fix="check the option names and values for this protocol") from e
+    if retries is not None and hasattr(fs, "retries"):
+        fs.retries = retries  # on this instance (fsspec shares it between equal storage_options)
     return fs, path.rstrip("/")
 
 
