@@ -59,6 +59,11 @@ class Skip(Exception):
     """This machine cannot run the case (no right to drop capabilities or mount)."""
 
 
+class Hang(BaseException):
+    """A case ran past its deadline. Not an ``Exception``: code under test that wraps every
+    exception of a call it makes (a remote client's) would turn it into its own error."""
+
+
 def add(group: str, name: str, fn: CaseFn) -> None:
     CASES.append((group, name, fn))
 
@@ -123,6 +128,8 @@ def expect_clear(fn: Callable[[], Any], *names: str) -> tuple[str, Any]:
         return "error", f"{type(e).__name__}: {text[:160]}"
     except Failure:
         raise
+    except Hang as e:
+        raise Failure(str(e)) from None
     except Exception as e:
         raise Failure(f"raw {type(e).__name__}: {str(e)[:300]}") from e
 
@@ -132,7 +139,7 @@ def deadline(seconds: int) -> Iterator[None]:
     """An in-process case that runs past ``seconds`` is a hang."""
 
     def fire(*_: Any) -> None:
-        raise Failure(f"hang: still running after {seconds} s")
+        raise Hang(f"hang: still running after {seconds} s")
 
     old = signal.signal(signal.SIGALRM, fire)
     signal.alarm(seconds)
@@ -1393,6 +1400,15 @@ for _a in _CLI:
         cli_case(_a, prep=_prep))
 
 
+# ----------------------------------------------------------------------------- round 11
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sweep_round11  # noqa: E402
+
+for _g, _n, _fn in sweep_round11.cases(sys.modules[__name__]):
+    add(_g, _n, _fn)
+
+
 # ----------------------------------------------------------------------------- runner
 
 
@@ -1400,7 +1416,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=10, help="shuffles the order the cases run in")
     ap.add_argument("--group", action="append", help="only these groups (pack, shards, index, writer, "
-                                                      "labels, loader, process, resume, cli)")
+                                                      "labels, loader, process, resume, cli, remote, "
+                                                      "checkpoint, reshape)")
     ap.add_argument("--match", help="only cases whose name holds this")
     ap.add_argument("--json", help="write every case's outcome here")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -1419,7 +1436,7 @@ def main(argv: list[str] | None = None) -> int:
         except Skip as e:
             verdict, status = str(e), "skip"
             skipped += 1
-        except Failure as e:
+        except (Failure, Hang) as e:
             verdict, status = str(e), "FAIL"
             failures += 1
         except Exception as e:

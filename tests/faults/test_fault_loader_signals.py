@@ -150,6 +150,21 @@ if __name__ == "__main__":
 """
 
 
+def _noise(err: str) -> list[str]:
+    """Lines of ``err`` that say something went wrong besides the signal itself: a line with
+    "Error" outside the traceback of the ``KeyboardInterrupt`` a SIGINT raises, or an
+    "Exception ignored" (a signal raised inside a finalizer, and lost). A SIGINT that lands
+    while modules are imported gives a traceback through their lines; before, one of them
+    holding "Error" (``from feedline.errors import ...``, ``class RegistryError(Exception):``)
+    failed the test (case 4 of 16, SIGINT to the group during imports, exit -2, once in 9
+    runs under load)."""
+    blocks = err.split("Traceback (most recent call last):")
+    kept = [blocks[0]] + [b for b in blocks[1:]
+                          if not (b.strip().splitlines() or [""])[-1].startswith("KeyboardInterrupt")]
+    return [line for line in "\n".join(kept).splitlines()
+            if ("Error" in line and "KeyboardInterrupt" not in line) or "Exception ignored" in line]
+
+
 def _session(sid: int) -> list[str]:
     out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,args="], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if line.split()[1] == str(sid)]
@@ -190,7 +205,7 @@ def test_signals_at_random_points_leave_nothing(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while _session(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.2)  # the forkserver and workers notice their parent is gone
-        noise = [line for line in err.splitlines() if "Error" in line and "KeyboardInterrupt" not in line]
+        noise = _noise(err)
         if proc.returncode != -sig or _session(proc.pid) or arenas(shm) or noise:
             failures.append((case, sig.name, group, mode, proc.returncode, _session(proc.pid), noise[:3]))
     assert failures == []

@@ -13,10 +13,13 @@ Starting the server takes seconds, so the cases that need it are ``slow``.
 from __future__ import annotations
 
 import http.client
+import logging
 import os
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -30,16 +33,19 @@ BUCKET = "faults"
 
 class FaultProxy:
     """Forwards HTTP to ``upstream``; requests whose path contains ``only`` get ``mode``:
-    ``"500"``, ``"503"`` (S3's SlowDown, for the first ``times`` requests), ``"cut"``
+    ``"500"`` or ``"503"`` (S3's SlowDown; both for the first ``times`` requests), ``"cut"``
     (Content-Length promised, half the body sent, connection closed), ``"stall"`` (half
-    the body sent, then nothing), ``"short"`` (a shorter body, consistently framed) or
-    ``"silent"`` (never answers)."""
+    the body sent, then nothing), ``"short"`` (a shorter body, consistently framed),
+    ``"silent"`` (never answers), ``"slow"`` (answers after ``delay`` seconds, for the
+    first ``times`` requests), ``"trickle"`` (the body 64 bytes every 0.1 s) or
+    ``"underlong"`` (a Content-Length of half the body, then the whole body)."""
 
     def __init__(self, upstream: str) -> None:
         parsed = urlparse(upstream)
         self.upstream = (str(parsed.hostname), int(parsed.port or 80))
         self.mode, self.only = "pass", ""
-        self.hits, self.times = 0, 1 << 30  # "503": the first `times` matching requests fail
+        self.hits, self.times = 0, 1 << 30  # "500", "503", "slow": the first `times` matching requests
+        self.delay = 0.0
         self.release = threading.Event()
         proxy = self
 
@@ -56,16 +62,19 @@ class FaultProxy:
                     proxy.release.wait(60)
                     self.close_connection = True
                     return
+                if fault in ("500", "503", "slow"):
+                    proxy.hits += 1
+                    fault = fault if proxy.hits <= proxy.times else "pass"
+                if fault == "slow":
+                    proxy.release.wait(proxy.delay)
                 if fault == "500":
                     self.reply(500, b"<Error><Code>InternalError</Code><Message>injected</Message></Error>")
                     return
                 if fault == "503":
-                    proxy.hits += 1
-                    if proxy.hits <= proxy.times:
-                        self.reply(503, b"" if self.command == "HEAD" else
-                                   b"<Error><Code>SlowDown</Code><Message>Please reduce your request "
-                                   b"rate.</Message></Error>")
-                        return
+                    self.reply(503, b"" if self.command == "HEAD" else
+                               b"<Error><Code>SlowDown</Code><Message>Please reduce your request "
+                               b"rate.</Message></Error>")
+                    return
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
                 conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
                 res = conn.getresponse()
@@ -84,6 +93,15 @@ class FaultProxy:
                     self.close_connection = True
                 elif fault == "short" and len(data) > 1:
                     self.reply(res.status, data[: len(data) // 2], headers)
+                elif fault == "trickle":
+                    self.reply(res.status, b"", headers, length=str(len(data)), flush=True)
+                    for at in range(0, len(data), 64):
+                        if proxy.release.wait(0.1):
+                            break
+                        self.wfile.write(data[at:at + 64])
+                        self.wfile.flush()
+                elif fault == "underlong" and len(data) > 1:
+                    self.reply(res.status, data, headers, length=str(len(data) // 2))
                 else:
                     self.reply(res.status, data, headers)
 
@@ -100,7 +118,12 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = handle_one
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up: expected
+                    super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -111,20 +134,20 @@ class FaultProxy:
         self.server.server_close()
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
-    """(proxy, storage_options) with a small packed dataset uploaded at s3://faults/ds."""
+def start_store(root: Path) -> tuple[FaultProxy, dict[str, Any], Any, Callable[[], None]]:
+    """A small packed dataset at s3://faults/ds on a moto server behind a FaultProxy:
+    (proxy, storage_options through it, an s3fs file system straight to the server, stop)."""
     import s3fs
     from moto.server import ThreadedMotoServer
 
     from feedline.format import pack
 
-    root = tmp_path_factory.mktemp("remote")
     (root / "src").mkdir()
     for i in range(6):
         (root / "src" / f"s{i}.bin").write_bytes(os.urandom(5000))
     pack(root / "src", root / "ds", shard_size=12 << 10)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     direct = s3fs.S3FileSystem(endpoint_url=f"http://{host}:{port}", key="k", secret="s",
@@ -136,11 +159,22 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultProxy
     # one short read timeout and no client retries keep the failing cases fast
     options = {"endpoint_url": proxy.url, "key": "k", "secret": "s", "skip_instance_cache": True,
                "config_kwargs": {"read_timeout": 2, "connect_timeout": 2, "retries": {"max_attempts": 1}}}
+
+    def stop() -> None:
+        proxy.close()
+        server.stop()
+
+    return proxy, options, direct, stop
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
+    """(proxy, storage_options) with a small packed dataset uploaded at s3://faults/ds."""
+    proxy, options, _, stop = start_store(tmp_path_factory.mktemp("remote"))
     try:
         yield proxy, options
     finally:
-        proxy.close()
-        server.stop()
+        stop()
 
 
 @pytest.fixture
