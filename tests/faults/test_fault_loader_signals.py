@@ -159,9 +159,14 @@ def _noise(err: str) -> list[str]:
     failed the test (case 4 of 16, SIGINT to the group during imports, exit -2, once in 9
     runs under load)."""
     blocks = err.split("Traceback (most recent call last):")
-    kept = [blocks[0]] + [b for b in blocks[1:]
-                          if not (b.strip().splitlines() or [""])[-1].startswith("KeyboardInterrupt")]
-    return [line for line in "\n".join(kept).splitlines()
+    kept = blocks[0].splitlines()
+    for block in blocks[1:]:
+        lines = block.splitlines()[1:]
+        # the traceback's frames are indented; its first unindented line is the exception
+        end = next((i for i, line in enumerate(lines) if line and not line[0].isspace()), len(lines))
+        interrupt = end < len(lines) and lines[end].startswith("KeyboardInterrupt")
+        kept += lines[end + 1:] if interrupt else lines
+    return [line for line in kept
             if ("Error" in line and "KeyboardInterrupt" not in line) or "Exception ignored" in line]
 
 
