@@ -380,6 +380,55 @@ def test_fork_is_refused_while_sigchld_is_ignored_or_handled(tmp_path: Path) -> 
         assert out[mode]["error"][0] == "SIGKILL", out[mode]["error"]
 
 
+TORCH_SIGCHLD_SCRIPT = r"""
+import json, os, signal, sys
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data._utils import signal_handling
+import feedline
+from feedline.errors import WorkerDied
+
+sys.path.insert(0, os.getcwd())
+from train import Dies, reap
+
+if __name__ == "__main__":
+    out = {}
+    if sys.argv[1] == "wrapped":  # torch's handler around a script's reaping one: refused
+        signal.signal(signal.SIGCHLD, reap)
+    list(DataLoader(list(range(8)), batch_size=4, num_workers=2))  # installs torch's handler
+    assert signal.getsignal(signal.SIGCHLD).__module__ == signal_handling.__name__
+    loader = feedline.Loader(Dies(), batch_size=4, workers=2, worker_type="process", shuffle=False)
+    try:
+        for _ in loader:
+            pass
+        error = None
+    except WorkerDied as exc:
+        error = [exc.signal, str(exc)]
+    loader.close()
+    print(json.dumps({"error": error, **loader.stats["processes"]}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_torch_dataloaders_sigchld_handler_does_not_refuse_the_fork(tmp_path: Path) -> None:
+    # Before: the handler a DataLoader with workers leaves installed made every later process
+    # Loader of the script start through the forkserver (first batch 0.3 s -> 1.7-9 s).
+    (tmp_path / "train.py").write_text(SIGCHLD_SCRIPT)
+    script = tmp_path / "torch_first.py"
+    script.write_text(TORCH_SIGCHLD_SCRIPT)
+    out = {}
+    for mode in ("alone", "wrapped"):
+        proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=100)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out[mode]["error"][0] == "SIGKILL", out[mode]["error"]  # the status was not taken
+    assert out["alone"]["start_method"] == "fork", out["alone"]["why_not_fork"]
+    assert out["wrapped"]["start_method"] == "forkserver"
+    assert "SIGCHLD is handled" in out["wrapped"]["why_not_fork"]
+
+
 def test_an_unknown_start_method_names_the_three() -> None:
     with pytest.raises(ConfigError, match='"forkserver", "spawn" or "fork"'):
         feedline.Loader(Numbers(8), batch_size=4, worker_type="process", start_method="vfork")

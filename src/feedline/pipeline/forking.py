@@ -27,7 +27,9 @@ loader starts its workers with the forkserver and says why in ``loader.stats``
   handles it (a server's handler calling ``os.waitpid(-1, ...)``) would take the forked
   workers' exit status, so a worker killed by the OOM killer would read as "exit code None"
   and closing the loader would fail on a worker it cannot reap (the forkserver's workers
-  are the forkserver's children, out of that handler's reach);
+  are the forkserver's children, out of that handler's reach). torch DataLoader's own
+  handler, which the first DataLoader with workers installs for good, takes no status
+  (``waitid`` with ``WNOWAIT``, its own workers only) and does not refuse the fork;
 * Python 3.12 or later: the process has one OS thread (``/proc/self/task``; 3.12 warns
   that a fork of a multi-threaded process may deadlock, and counts native threads such as
   torch's intra-op pool too).
@@ -148,7 +150,7 @@ def refusal(ctx: Any = None) -> str | None:
         return (f"{len(others)} other thread(s) alive ({shown}): a lock one of them holds at the "
                 "fork would stay held in every worker")
     chld = signal.getsignal(signal.SIGCHLD)
-    if chld is not signal.SIG_DFL:
+    if chld is not signal.SIG_DFL and not _leaves_status(chld):
         what = "ignored" if chld is signal.SIG_IGN else "handled by the script"
         return (f"SIGCHLD is {what}: the workers' exit status (a kill, a crash) would be taken "
                 "before the loader could read it")
@@ -161,6 +163,34 @@ def refusal(ctx: Any = None) -> str | None:
             return (f"the process has {native} OS threads (native pools included): Python "
                     f"{sys.version_info[0]}.{sys.version_info[1]} warns that fork may deadlock")
     return None
+
+
+TORCH_SIGCHLD = ("torch.utils.data._utils.signal_handling", "_set_SIGCHLD_handler.<locals>.handler")
+"""torch DataLoader's SIGCHLD handler (module, qualified name): set by the first DataLoader
+with workers and left installed for the life of the process."""
+
+
+def _leaves_status(handler: Any) -> bool:
+    """Whether the SIGCHLD ``handler`` takes no child's exit status: torch DataLoader's
+    (it asks ``waitid(..., WNOWAIT)`` about its own workers only) wrapping nothing, or a
+    handler that itself leaves status (its ``previous_handler``). Before, any handler
+    refused the fork, so a script that had run one DataLoader with workers (a validation
+    loader, a comparison) started every later process Loader through the forkserver: 1.5 s
+    more to its first batch, 9 s for the first one (the forkserver imports torch)."""
+    for _ in range(8):  # handlers chain through their previous_handler; a bounded walk
+        if (getattr(handler, "__module__", None), getattr(handler, "__qualname__", None)) != TORCH_SIGCHLD:
+            return False
+        code, cells = getattr(handler, "__code__", None), getattr(handler, "__closure__", None) or ()
+        names = getattr(code, "co_freevars", ())
+        if "previous_handler" not in names:
+            return False
+        try:
+            handler = cells[names.index("previous_handler")].cell_contents
+        except (IndexError, ValueError):  # an empty cell: not the handler this reads
+            return False
+        if handler is None or handler is signal.SIG_DFL:
+            return True
+    return False
 
 
 def _parked_monitor(thread: threading.Thread) -> bool:
