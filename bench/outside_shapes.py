@@ -29,12 +29,33 @@ compared value by value (``correct`` in the JSON; a difference is listed, not ra
 * ``ptdict``: ``torch.save`` dicts of an uint8 image, float16 and bool tensors, a Python
   int label, a name string and 1-3 boxes (a list), batch 64.
 
+Round 11 (``--round11`` runs only these), layouts no earlier round had:
+
+* ``asr``: speech clips ``{id}.wav`` (16 kHz mono int16, 0.5-3 s) + ``{id}.txt`` transcripts,
+  decoded by ``feedline.audio.decode_wav`` (the baseline: the standard library's ``wave``)
+  and padded into ``float32[B, T]`` + lengths + the texts by one collate, batch 16;
+* ``nusc``: nuScenes-style sensor folders ``CAM_FRONT/<token>.jpg`` ... six cameras (90x160),
+  ``LIDAR_TOP/<token>.bin`` (float32 (N, 5), N varying) and ``CALIB/<token>.json`` (a 3x3
+  intrinsic per camera), packed with ``--key parallel``; a custom collate stacks the cameras
+  into ``uint8[B, 6, H, W, 3]``, the intrinsics into ``float32[B, 6, 3, 3]`` and lists the
+  point clouds (``decode={"bin": ...}`` / the same function in the baseline), batch 8;
+* ``hfimg``: a HuggingFace ``imagefolder`` export, ``train/*.jpg`` + ``train/metadata.jsonl``
+  (``file_name``, ``label``, ``text``), packed with ``--labels train/metadata.jsonl``; the
+  baseline reads the JSONL once, captions as a list, batch 64;
+* ``segcrop``: Pascal VOC-style ``JPEGImages/x.jpg`` (200-320 px each side) +
+  ``SegmentationClass/x.png`` (palette class ids), packed with ``--key parallel``; timed with
+  random 128x128 crops + flips, ``vision.ImageTransform(..., masks=...)`` against the
+  same recipe written in Pillow (bilinear image, nearest mask); checked without crops (the
+  images of several sizes come as lists), batch 16;
+* ``bigf16``: one large array per sample, ``{id}.npy`` float16 (3, 1024, 1024) = 6 MiB,
+  packed with ``feedline pack``, batch 4.
+
 Rates count the samples after the first batch over the time from it to the last batch
 (``peers_shapes.run_once``); medians of ``--rounds`` rounds, ratio against the DataLoader
 of the same run, and samples per CPU-second of the contender's process tree (other load on
 a shared host lowers samples/s, not this). Numbers from a shared machine are preliminary.
 
-    .venv/bin/python bench/outside_shapes.py [--quick] [--shapes robot,kaggle] [--rounds 3] [--json PATH]
+    .venv/bin/python bench/outside_shapes.py [--quick] [--round11] [--shapes robot,kaggle] [--rounds 3] [--json PATH]
 """
 
 from __future__ import annotations
@@ -58,11 +79,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers_shapes import _jpg, _npy, _png16, common_parser, prepare, run_once
 
-SHAPES = ("robot", "tokvar", "blocks", "imagenet", "kaggle", "pngmix", "ptdict")
-BATCH = {"robot": 16, "tokvar": 32, "blocks": 64, "imagenet": 32, "kaggle": 64, "pngmix": 64, "ptdict": 64}
+ROUND11 = ("asr", "nusc", "hfimg", "segcrop", "bigf16")
+SHAPES = ("robot", "tokvar", "blocks", "imagenet", "kaggle", "pngmix", "ptdict", *ROUND11)
+BATCH = {"robot": 16, "tokvar": 32, "blocks": 64, "imagenet": 32, "kaggle": 64, "pngmix": 64, "ptdict": 64,
+         "asr": 16, "nusc": 8, "hfimg": 64, "segcrop": 16, "bigf16": 4}
 FULL = {"robot": 1000, "tokvar": 20_000, "blocks": 10_000, "imagenet": 1000, "kaggle": 4000,
-        "pngmix": 5000, "ptdict": 10_000}
-QUICK = {"robot": 40, "tokvar": 96, "blocks": 160, "imagenet": 40, "kaggle": 96, "pngmix": 96, "ptdict": 96}
+        "pngmix": 5000, "ptdict": 10_000, "asr": 1000, "nusc": 300, "hfimg": 2000, "segcrop": 600,
+        "bigf16": 160}
+QUICK = {"robot": 40, "tokvar": 96, "blocks": 160, "imagenet": 40, "kaggle": 96, "pngmix": 96, "ptdict": 96,
+         "asr": 40, "nusc": 24, "hfimg": 96, "segcrop": 40, "bigf16": 12}
+CAMS = ("CAM_FRONT", "CAM_FRONT_LEFT", "CAM_FRONT_RIGHT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT")
+PARALLEL = {"nusc": (*CAMS, "LIDAR_TOP", "CALIB"), "segcrop": ("JPEGImages", "SegmentationClass")}
+"""Shapes packed with ``--key parallel``: their top folders (each one field)."""
 BLOCK = 1025
 BREEDS = ("affenpinscher", "boston_bull", "dingo", "golden_retriever", "pekinese", "shih-tzu")
 RAW = {"f32": "<f4", "u16": "<u2", "f16": "<f2", "i32": "<i4"}
@@ -101,6 +129,56 @@ def _pt(rng: np.random.Generator, i: int) -> bytes:
     return buf.getvalue()
 
 
+def _wav(rng: np.random.Generator) -> bytes:
+    """A 16 kHz mono int16 WAV of 0.5-3 s (the standard library's ``wave`` writes it)."""
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16_000)
+        w.writeframes((rng.standard_normal(int(rng.integers(8_000, 48_001))) * 3000).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def _palette_mask(rng: np.random.Generator, h: int, w: int) -> bytes:
+    """A VOC ``SegmentationClass`` PNG: palette mode, class ids 0-20 in blocks, 255 borders."""
+    from PIL import Image
+
+    ids = np.repeat(np.repeat(rng.integers(0, 21, (h // 16 + 1, w // 16 + 1), dtype=np.uint8), 16, 0), 16, 1)[:h, :w]
+    ids[::16] = 255
+    img = Image.fromarray(ids, mode="P")
+    img.putpalette([c for k in range(256) for c in (k * 37 % 256, k * 91 % 256, k * 53 % 256)])
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _round11(shape: str, rng: np.random.Generator, i: int) -> Iterator[tuple[str, bytes]]:
+    """The files of sample ``i`` of a round-11 shape."""
+    if shape == "asr":
+        yield f"{i:06d}.wav", _wav(rng)
+        yield f"{i:06d}.txt", " ".join(f"w{int(x)}" for x in rng.integers(0, 999, int(rng.integers(2, 12)))).encode()
+    elif shape == "nusc":
+        token = f"{int(rng.integers(0, 2**62)):016x}"
+        for cam in CAMS:
+            yield f"{cam}/{token}.jpg", _jpg(rng, 90, 160)
+        yield f"LIDAR_TOP/{token}.bin", rng.standard_normal((int(rng.integers(2000, 8000)), 5)).astype("<f4").tobytes()
+        calib = {cam: np.round(rng.random((3, 3)) * 500, 3).tolist() for cam in CAMS}
+        yield f"CALIB/{token}.json", json.dumps({"intrinsics": calib, "timestamp": int(1e6) + i}).encode()
+    elif shape == "hfimg":
+        yield f"train/{i:06d}.jpg", _jpg(rng, 128, 128)
+    elif shape == "segcrop":
+        h, w = (int(x) for x in rng.integers(200, 321, 2))
+        yield f"JPEGImages/2007_{i:06d}.jpg", _jpg(rng, h, w)
+        yield f"SegmentationClass/2007_{i:06d}.png", _palette_mask(rng, h, w)
+    elif shape == "bigf16":
+        yield f"{i:05d}.npy", _npy(rng.standard_normal((3, 1024, 1024), dtype=np.float32).astype(np.float16))
+    else:
+        raise ValueError(f"no files for shape {shape!r}")
+
+
 def files(shape: str, n: int, seed: int = 0) -> Iterator[tuple[str, bytes]]:
     """``(path below the source folder, bytes)`` of the shape's ``n`` samples (deterministic)."""
     rng = np.random.default_rng(seed)
@@ -132,7 +210,7 @@ def files(shape: str, n: int, seed: int = 0) -> Iterator[tuple[str, bytes]]:
         elif shape == "ptdict":
             yield f"{i:07d}.pt", _pt(rng, i)
         else:
-            raise ValueError(f"no files for shape {shape!r}")
+            yield from _round11(shape, rng, i)
 
 
 def _feedline(*args: str) -> None:
@@ -171,6 +249,13 @@ def build(shape: str, n: int, folder: Path) -> Path:
         with open(folder / "labels.csv", "w", newline="") as f:
             csv.writer(f).writerows([("id", "breed"), *labels])
         args += ["--labels", os.fspath(folder / "labels.csv")]
+    elif shape in PARALLEL:
+        args += ["--key", "parallel"]
+    elif shape == "hfimg":  # what datasets' imagefolder reads: metadata.jsonl beside the images
+        with open(src / "train" / "metadata.jsonl", "w") as f:
+            for k, (rel, _) in enumerate(labels):
+                f.write(json.dumps({"file_name": f"{rel}.jpg", "label": k % 10, "text": f"a photo, number {k}"}) + "\n")
+        args += ["--labels", os.fspath(src / "train" / "metadata.jsonl")]
     _feedline("pack", *args)
     return folder
 
@@ -197,7 +282,29 @@ def decode(name: str, data: bytes) -> Any:
         return json.loads(data)
     if ext == "pt":
         return torch.load(io.BytesIO(data), weights_only=True)
+    if ext == "wav":
+        return read_wav(data)
+    if ext == "txt":
+        return data.decode("utf-8")
+    if ext == "bin":
+        return lidar_points(data)
     raise ValueError(f"no decoder for {name}")
+
+
+def read_wav(data: bytes) -> dict[str, Any]:
+    """The baseline's WAV decode (the standard library's ``wave``), as ``audio.decode_wav``
+    gives it: int16 samples ``[frames, channels]`` and the rate."""
+    import wave
+
+    with wave.open(io.BytesIO(data)) as w:
+        frames = np.frombuffer(w.readframes(w.getnframes()), "<i2").reshape(-1, w.getnchannels())
+        return {"samples": frames.copy(), "rate": w.getframerate()}
+
+
+def lidar_points(data: bytes) -> np.ndarray:
+    """A ``LIDAR_TOP/*.bin`` point cloud: float32 (N, 5) (x, y, z, intensity, ring), as
+    nuScenes' devkit reads it; both contenders' ``bin`` decoder."""
+    return np.frombuffer(data, "<f4").reshape(-1, 5).copy()
 
 
 class Files:
@@ -300,6 +407,57 @@ class KaggleCsv:
         return {"jpg": decode("jpg", path.read_bytes()), "cls": label}
 
 
+class Parallel:
+    """A ``--key parallel`` tree as users read it: one folder per field, a sample per file
+    name of the first folder (sorted), field ``<folder>.<ext>``; with ``crop`` (``segcrop``),
+    the image and its mask cropped together (torchvision's RandomResizedCrop box, Pillow
+    bilinear for the image, nearest for the mask), flipped and normalised."""
+
+    def __init__(self, root: Path, folders: tuple[str, ...], crop: int = 0) -> None:
+        stems = sorted(p.stem for p in (root / folders[0]).iterdir())
+        found = {d: {p.stem: p for p in (root / d).iterdir()} for d in folders}
+        self.items = [[(f"{d}{found[d][k].suffix}", found[d][k]) for d in folders] for k in stems]
+        self.crop = crop
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if not self.crop:
+            return {field: decode(field, path.read_bytes()) for field, path in self.items[i]}
+        import torch
+        from PIL import Image
+
+        (_, img_path), (mask_field, mask_path) = self.items[i]
+        rng = np.random.default_rng()
+        img, mask = Image.open(img_path).convert("RGB"), Image.open(mask_path)
+        box, size = _rrc_box(img.width, img.height, rng), (self.crop, self.crop)
+        img, mask = img.resize(size, Image.BILINEAR, box=box), mask.resize(size, Image.NEAREST, box=box)
+        if rng.random() < 0.5:
+            img, mask = img.transpose(Image.FLIP_LEFT_RIGHT), mask.transpose(Image.FLIP_LEFT_RIGHT)
+        x = torch.from_numpy(np.asarray(img)).permute(2, 0, 1).float().div_(255)
+        mean = torch.tensor((0.485, 0.456, 0.406)).view(3, 1, 1)
+        std = torch.tensor((0.229, 0.224, 0.225)).view(3, 1, 1)
+        return {"image": (x - mean) / std, mask_field: torch.from_numpy(np.asarray(mask).copy())}
+
+
+class HfImageFolder:
+    """HuggingFace ``imagefolder``'s layout read by hand: ``metadata.jsonl`` once, rows sorted
+    by file name; the other columns (the caption) as a dict, as the packed ``json`` field."""
+
+    def __init__(self, folder: Path) -> None:
+        with open(folder / "train" / "metadata.jsonl") as f:
+            rows = [json.loads(line) for line in f]
+        self.items = sorted((folder / "train" / r.pop("file_name"), r.pop("label"), r) for r in rows)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        path, label, rest = self.items[i]
+        return {"jpg": decode("jpg", path.read_bytes()), "cls": label, "json": rest}
+
+
 # --- collates (module level: process workers import them) -------------------------------------
 
 def _lists(batch: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, Any]:
@@ -341,8 +499,44 @@ def pt_collate(batch: list[dict[str, Any]]) -> dict[str, Any]:
     return {"pt": out}
 
 
+def pad_audio(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``asr`` collate of both contenders: clips scaled to float32 in [-1, 1) and padded
+    with zeros to the longest, their lengths, the transcripts."""
+    import torch
+
+    clips = [np.asarray(s["wav"]["samples"])[:, 0] for s in batch]
+    out = np.zeros((len(clips), max(len(c) for c in clips)), dtype=np.float32)
+    for i, c in enumerate(clips):
+        out[i, : len(c)] = c * np.float32(1 / 32768)
+    return {"audio": torch.from_numpy(out), "lengths": torch.tensor([len(c) for c in clips]),
+            "text": [s["txt"] for s in batch]}
+
+
+def av_collate(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``nusc`` collate of both contenders: six cameras stacked, intrinsics from the
+    calibration JSON, point clouds listed (each its own length)."""
+    import torch
+
+    cams = np.stack([np.stack([np.asarray(s[f"{c}.jpg"]) for c in CAMS]) for s in batch])
+    calib = [s["CALIB.json"] for s in batch]
+    return {"cams": torch.from_numpy(cams),
+            "intrinsics": torch.tensor([[c["intrinsics"][cam] for cam in CAMS] for c in calib], dtype=torch.float32),
+            "timestamp": torch.tensor([c["timestamp"] for c in calib]),
+            "lidar": [torch.from_numpy(np.asarray(s["LIDAR_TOP.bin"])) for s in batch]}
+
+
+def hf_collate(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    return _lists(batch, ("json",))
+
+
+def seg_lists(batch: list[dict[str, Any]]) -> dict[str, Any]:
+    """``segcrop`` uncropped (the content check): images of several sizes as lists."""
+    return _lists(batch, ("JPEGImages.jpg", "SegmentationClass.png"))
+
+
 COLLATE: dict[str, Callable[..., Any]] = {"robot": robot_collate, "tokvar": pad_u16,
-                                          "pngmix": pngmix_collate, "ptdict": pt_collate}
+                                          "pngmix": pngmix_collate, "ptdict": pt_collate,
+                                          "asr": pad_audio, "nusc": av_collate, "hfimg": hf_collate}
 
 
 def baseline(shape: str, folder: Path, workers: int, shuffle: bool = True) -> Callable[[], Any]:
@@ -357,11 +551,17 @@ def baseline(shape: str, folder: Path, workers: int, shuffle: bool = True) -> Ca
         ds = ImageNetFolder(folder / "files", train=shuffle)
     elif shape == "kaggle":
         ds = KaggleCsv(folder)
+    elif shape == "hfimg":
+        ds = HfImageFolder(folder / "files")
+    elif shape in PARALLEL:
+        ds = Parallel(folder / "files", PARALLEL[shape], crop=128 if shape == "segcrop" and shuffle else 0)
     else:
         ds = Files(folder / "files")
     collate = COLLATE.get(shape)
     if shape == "imagenet" and not shuffle:
         collate = _list_jpg
+    if shape == "segcrop" and not shuffle:
+        collate = seg_lists
     return lambda: DataLoader(ds, batch_size=BATCH[shape], shuffle=shuffle, num_workers=workers,
                               collate_fn=collate)
 
@@ -378,8 +578,17 @@ def loader(shape: str, folder: Path, workers: int, worker_type: str, shuffle: bo
     kw: dict[str, Any] = {}
     if shape == "imagenet" and shuffle:
         kw["transform"] = vision.ImageTransform("jpg", size=224, out="image")
-    if shape == "tokvar":
-        kw["collate"] = pad_u16
+    if shape == "segcrop" and shuffle:
+        kw["transform"] = vision.ImageTransform("JPEGImages.jpg", size=128, masks="SegmentationClass.png",
+                                                out="image")
+    if shape in ("tokvar", "asr", "nusc"):
+        kw["collate"] = COLLATE[shape]
+    if shape == "asr":
+        from feedline import audio
+
+        kw["decode"] = {"wav": audio.decode_wav}
+    elif shape == "nusc":
+        kw["decode"] = {"bin": lidar_points}
 
     def make() -> Any:
         return feedline.Loader(os.fspath(folder / "ds"), batch_size=BATCH[shape], workers=workers,
@@ -462,7 +671,11 @@ def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common_parser(__doc__.splitlines()[0], SHAPES).parse_args(argv)
+    p = common_parser(__doc__.splitlines()[0], SHAPES)
+    p.add_argument("--round11", action="store_true", help=f"only round 11's shapes ({','.join(ROUND11)})")
+    args = p.parse_args(argv)
+    if args.round11 and args.shapes == ",".join(SHAPES):
+        args.shapes = ",".join(ROUND11)
     shapes, rounds, scratch = prepare(args, SHAPES, "outside-shapes-")
     sizes = QUICK if args.quick else FULL
     results = []
