@@ -29,17 +29,25 @@ from typing import Any, Literal
 
 import numpy as np
 
+from feedline.pipeline.result_buffers import Reader, Segments, persistent_id
+
 
 class _Pickler(ForkingPickler):
     """multiprocessing's pickler (queues, locks and pipes pickle while a worker starts), with
     file-backed memmaps reduced to references."""
 
-    def __init__(self, *args: Any, memmaps: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, memmaps: bool = True, segments: Segments | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.memmaps = memmaps
+        self.segments = segments
+        """A worker's reused shared memory for big result buffers (:mod:`.result_buffers`)."""
         """Whether file-backed memmaps go by reference (the job context) or by value (results)."""
         self.storage_bytes: dict[tuple[int, int], np.ndarray] = {}
         """Each small storage's bytes, one array per storage (see _reduce_small_storage)."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        return None if self.segments is None else persistent_id(self.segments, obj)
 
     def reducer_override(self, obj: Any) -> Any:
         if self.memmaps and isinstance(obj, np.memmap):
@@ -123,14 +131,38 @@ def _storage_from_bytes(data: np.ndarray, dtype: Any) -> Any:
     return raw if dtype is None else torch.TypedStorage(wrap_storage=raw, dtype=dtype, _internal=True)
 
 
-def dumps(obj: Any, *, memmaps: bool = True) -> bytes:
+def dumps(obj: Any, *, memmaps: bool = True, segments: Segments | None = None) -> bytes:
     """``pickle.dumps(obj)`` with small tensors by value and, with ``memmaps``, every
     file-backed ``np.memmap`` in it sent by reference. A worker's results pass
     ``memmaps=False``: a sample that is a slice of a copy-on-write map, changed in place by a
-    transform, must arrive as its values, not as the file's bytes mapped again."""
+    transform, must arrive as its values, not as the file's bytes mapped again; and their
+    ``segments``: big buffers copied into the worker's reused shared memory, read back by
+    :func:`loads` (a failed dump frees the segments it took)."""
     buf = io.BytesIO()
-    _Pickler(buf, pickle.HIGHEST_PROTOCOL, memmaps=memmaps).dump(obj)
+    if segments is not None:
+        segments.taken.clear()
+    try:
+        _Pickler(buf, pickle.HIGHEST_PROTOCOL, memmaps=memmaps, segments=segments).dump(obj)
+    except BaseException:
+        if segments is not None:
+            segments.free(segments.taken)
+        raise
     return buf.getvalue()
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, reader: Reader) -> None:
+        super().__init__(io.BytesIO(data))
+        self.reader = reader
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.reader.load(pid)
+
+
+def loads(data: bytes, reader: Reader) -> Any:
+    """Unpickle what :func:`dumps` wrote with a worker's segments (``reader`` copies each
+    out and lists it to free)."""
+    return _Unpickler(data, reader).load()
 
 
 class ByReference:

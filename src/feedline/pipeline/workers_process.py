@@ -46,6 +46,7 @@ from feedline.pipeline import (
     collate,
     forking,
     inherited_locks,
+    result_buffers,
     shm,
 )
 from feedline.pipeline.forkserver import (
@@ -131,6 +132,7 @@ class _Worker:
         self.custom_collate, self.timed = custom_collate, timed
         self.arena: shm.Arena | None = None
         self.plan: BatchPlan | None = None
+        self.segments = result_buffers.Segments.usable()
 
     def serve(self) -> None:
         self.conn.send(("ready", self.name))
@@ -138,16 +140,22 @@ class _Worker:
             msg = self.conn.recv()
             if msg is None:
                 break
+            if msg[0] == "free":  # the parent copied these result segments out
+                if self.segments is not None:
+                    self.segments.free(msg[1])
+                continue
             if msg[0] == "plan":
                 self._take_plan(msg)
                 continue
             if msg[0] == "abort":  # a probe the parent gave up after its plan came: done already
                 continue
             _, job, slot, jid, timed = msg
-            _send(self.conn, self._run(job, slot, jid, timed or self.timed))
+            _send(self.conn, self._run(job, slot, jid, timed or self.timed), self.segments)
         gc.collect()  # a failed sample's traceback cycle may still hold views of the arena
         if self.arena is not None:
             self.arena.close()
+        if self.segments is not None:
+            self.segments.close()
 
     def _take_plan(self, msg: tuple[Any, ...]) -> int:
         """The layout is known: map the arena, keep the plan; the slot the probe fills."""
@@ -249,14 +257,16 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _send(conn: Connection, res: Result) -> None:
+def _send(conn: Connection, res: Result, segments: result_buffers.Segments | None = None) -> None:
     """Send ``res``; one that does not pickle becomes an error naming the key and field.
 
     Pickled by :func:`_by_reference.dumps`: small tensors by value (torch's reducer took a
     shared-memory descriptor per tensor: a collate returning 24,000 small tensors killed
-    the worker with "Too many open files"), conjugate and negative views as their values."""
+    the worker with "Too many open files"), conjugate and negative views as their values,
+    buffers of a MiB or more through the worker's reused ``segments``
+    (:mod:`.result_buffers`)."""
     try:
-        conn.send_bytes(_by_reference.dumps(res, memmaps=False))
+        conn.send_bytes(_by_reference.dumps(res, memmaps=False, segments=segments))
     except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:
         err = WorkerError(f"the batch cannot be sent to the training process: {exc}",
                           worker=res.worker, stage="send", **_unpicklable(res),
@@ -596,10 +606,26 @@ class ProcessWorkers:
         """Take the results and deaths ``wait`` reported; True: a worker died (all failed)."""
         for obj in ready:
             if obj in conns:
+                reader = result_buffers.Reader()
                 try:
-                    res = conns_obj(obj).recv()
+                    data = conns_obj(obj).recv_bytes()
                 except (EOFError, OSError):
                     continue  # the sentinel reports why
+                try:
+                    res = _by_reference.loads(data, reader)
+                except OSError as exc:  # a result segment the worker holds could not be opened
+                    if not self._procs[conns[obj]].is_alive():
+                        continue  # it died meanwhile: the sentinel reports why
+                    self._fail_all(WorkerDied(
+                        f"cannot read a batch from process worker {conns[obj]}'s shared memory: {exc}",
+                        worker=conns[obj], stage="send", fix='use worker_type="thread"'))
+                    return True
+                freed = reader.take_freed()
+                if freed:
+                    try:
+                        conns_obj(obj).send(("free", freed))
+                    except (OSError, ValueError):
+                        pass  # the worker is gone: the sentinel reports it
                 if isinstance(res, tuple):  # ("layout", jid, layout) from the probe
                     self._layout(conns_obj(obj), res[1], res[2])
                 else:
