@@ -77,7 +77,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers_shapes import _jpg, _npy, _png16, common_parser, prepare, run_once
+from peers_shapes import _jpg, _npy, _png16, _wav, common_parser, prepare, run_once
 
 ROUND11 = ("asr", "nusc", "hfimg", "segcrop", "bigf16")
 SHAPES = ("robot", "tokvar", "blocks", "imagenet", "kaggle", "pngmix", "ptdict", *ROUND11)
@@ -129,19 +129,6 @@ def _pt(rng: np.random.Generator, i: int) -> bytes:
     return buf.getvalue()
 
 
-def _wav(rng: np.random.Generator) -> bytes:
-    """A 16 kHz mono int16 WAV of 0.5-3 s (the standard library's ``wave`` writes it)."""
-    import wave
-
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16_000)
-        w.writeframes((rng.standard_normal(int(rng.integers(8_000, 48_001))) * 3000).astype("<i2").tobytes())
-    return buf.getvalue()
-
-
 def _palette_mask(rng: np.random.Generator, h: int, w: int) -> bytes:
     """A VOC ``SegmentationClass`` PNG: palette mode, class ids 0-20 in blocks, 255 borders."""
     from PIL import Image
@@ -158,7 +145,7 @@ def _palette_mask(rng: np.random.Generator, h: int, w: int) -> bytes:
 def _round11(shape: str, rng: np.random.Generator, i: int) -> Iterator[tuple[str, bytes]]:
     """The files of sample ``i`` of a round-11 shape."""
     if shape == "asr":
-        yield f"{i:06d}.wav", _wav(rng)
+        yield f"{i:06d}.wav", _wav(rng, (8_000, 48_001))  # 0.5-3 s
         yield f"{i:06d}.txt", " ".join(f"w{int(x)}" for x in rng.integers(0, 999, int(rng.integers(2, 12)))).encode()
     elif shape == "nusc":
         token = f"{int(rng.integers(0, 2**62)):016x}"

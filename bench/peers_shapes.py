@@ -189,7 +189,8 @@ def _tokens(rng: np.random.Generator) -> list[int]:
     return [int(t) for t in rng.integers(0, 50_000, int(rng.integers(5, 401)))]
 
 
-def _wav(rng: np.random.Generator) -> bytes:
+def _wav(rng: np.random.Generator, frames: tuple[int, int] = (4800, 32_000)) -> bytes:
+    """A 16 kHz mono int16 WAV of ``frames`` frames (low, high: drawn)."""
     import wave
 
     buf = io.BytesIO()
@@ -197,7 +198,7 @@ def _wav(rng: np.random.Generator) -> bytes:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(16_000)
-        w.writeframes((rng.standard_normal(int(rng.integers(4800, 32_000))) * 3000).astype("<i2").tobytes())
+        w.writeframes((rng.standard_normal(int(rng.integers(*frames))) * 3000).astype("<i2").tobytes())
     return buf.getvalue()
 
 

@@ -347,19 +347,24 @@ def reap(signum, frame):  # a server's handler: takes every child's status
         pass
 
 
+def run_dies():
+    # a process loader over Dies: the error its killed worker gave, and how it started
+    loader = feedline.Loader(Dies(), batch_size=4, workers=2, worker_type="process", shuffle=False)
+    try:
+        for _ in loader:
+            pass
+        error = None
+    except WorkerDied as exc:
+        error = [exc.signal, str(exc)]
+    loader.close()  # raised ValueError on a worker the script had reaped
+    return {"error": error, **loader.stats["processes"]}
+
+
 if __name__ == "__main__":
     out = {}
     for mode, disposition in (("ignored", signal.SIG_IGN), ("handled", reap)):
         signal.signal(signal.SIGCHLD, disposition)
-        loader = feedline.Loader(Dies(), batch_size=4, workers=2, worker_type="process", shuffle=False)
-        try:
-            for _ in loader:
-                pass
-            error = None
-        except WorkerDied as exc:
-            error = [exc.signal, str(exc)]
-        loader.close()  # raised ValueError on a worker the script had reaped
-        out[mode] = {"error": error, **loader.stats["processes"]}
+        out[mode] = run_dies()
     print(json.dumps(out))
 """
 
@@ -382,31 +387,18 @@ def test_fork_is_refused_while_sigchld_is_ignored_or_handled(tmp_path: Path) -> 
 
 TORCH_SIGCHLD_SCRIPT = r"""
 import json, os, signal, sys
-import numpy as np
-import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import signal_handling
-import feedline
-from feedline.errors import WorkerDied
 
 sys.path.insert(0, os.getcwd())
-from train import Dies, reap
+from train import reap, run_dies
 
 if __name__ == "__main__":
-    out = {}
     if sys.argv[1] == "wrapped":  # torch's handler around a script's reaping one: refused
         signal.signal(signal.SIGCHLD, reap)
     list(DataLoader(list(range(8)), batch_size=4, num_workers=2))  # installs torch's handler
     assert signal.getsignal(signal.SIGCHLD).__module__ == signal_handling.__name__
-    loader = feedline.Loader(Dies(), batch_size=4, workers=2, worker_type="process", shuffle=False)
-    try:
-        for _ in loader:
-            pass
-        error = None
-    except WorkerDied as exc:
-        error = [exc.signal, str(exc)]
-    loader.close()
-    print(json.dumps({"error": error, **loader.stats["processes"]}))
+    print(json.dumps(run_dies()))
 """
 
 
