@@ -173,6 +173,9 @@ class _Worker:
         """Send the layout the probe decided; fill the arena slot the parent gives back."""
         self.conn.send(("layout", res.jid, layout))
         msg = self.conn.recv()
+        while msg[0] == "free" and self.segments is not None:  # an earlier result's segments
+            self.segments.free(msg[1])
+            msg = self.conn.recv()
         if msg[0] != "plan":  # the parent could not make the arena: it holds the error
             raise WorkerDied("the probe was aborted by the training process", stage="start")
         res.slot = self._take_plan(msg)
