@@ -9,6 +9,7 @@ import shutil
 import signal
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,38 @@ def test_transform_error_keeps_type_traceback_and_place(worker_type: str) -> Non
     assert err.exc_type == "ZeroDivisionError" and err.key == "9" and err.stage == "transform"
     assert err.worker.startswith("feedline-") and "fail_on" in err.traceback_text
     assert isinstance(err.__cause__, ZeroDivisionError)
+    # printed: the user's frame on the error's line and first in the cause, no machinery
+    assert err.at.startswith(str(Path(__file__).parent / "loader_helpers.py:")) and err.at.endswith(" in fail_on")
+    _assert_short(err, "fail_on")
     loader.close()
+
+
+def _assert_short(err: BaseException, function: str) -> None:
+    printed = "".join(traceback.format_exception(err))
+    src = str(Path(feedline.__file__).parent)
+    ours = [line for line in printed.splitlines() if line.strip().startswith(f'File "{src}')]
+    assert len(ours) == 1 and "in __next__" in ours[0], printed  # before: 8 to 10 frames
+    assert f"in {function}" in printed.split("direct cause")[0], printed
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_collate_error_names_the_batch_and_the_line(worker_type: str) -> None:
+    def first_x(samples: list[dict[str, Any]]) -> Any:
+        return [s["text"] for s in samples]
+
+    collate = first_x if worker_type == "thread" else functools.partial(_key_of, key="text")
+    with feedline.Loader(Numbers(16), batch_size=4, workers=1, worker_type=worker_type, shuffle=False,
+                         collate=collate) as loader, pytest.raises(WorkerError) as info:
+        next(iter(loader))
+    err = info.value  # before: a bare KeyError from thread workers, no key nor line
+    assert err.stage == "collate" and "KeyError in collate: 'text' (batch of 0, 1, 2 and 1 more)" in str(err)
+    assert isinstance(err.__cause__, KeyError) and err.at.endswith("first_x" if worker_type == "thread" else "_key_of")
+    _assert_short(err, "first_x" if worker_type == "thread" else "_key_of")
+
+
+def _key_of(samples: list[dict[str, Any]], key: str) -> Any:
+    return [s[key] for s in samples]
 
 
 def test_decode_error_names_shard_and_key(packed: Path) -> None:

@@ -28,7 +28,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from feedline import spans
-from feedline.errors import LoaderTimeout
+from feedline.errors import LoaderTimeout, WorkerError
+from feedline.pipeline._user_frames import short
 from feedline.pipeline.jobs import Job
 from feedline.pipeline.runtime import Ready, Runtime
 
@@ -75,9 +76,12 @@ class Pass:
 
     def __next__(self) -> Any:
         hook = spans.step_hook()
-        if hook is not None:  # a measuring tool times this step (feedline diagnose / watch)
-            return hook(self._owner, self._next)
-        return self._next()
+        try:
+            if hook is not None:  # a measuring tool times this step (feedline diagnose / watch)
+                return hook(self._owner, self._next)
+            return self._next()
+        except WorkerError as err:  # its frames in the futures and pool are not the user's
+            raise short(err) from err.__cause__
 
     def live_elsewhere(self) -> bool:
         """Whether another thread, still alive, is in the middle of this pass."""

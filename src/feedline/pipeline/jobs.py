@@ -24,6 +24,7 @@ import numpy as np
 
 from feedline.decode import Decoders
 from feedline.errors import FeedlineError, WorkerError
+from feedline.pipeline._user_frames import from_user, user_frame
 from feedline.pipeline.source import Item, Source
 from feedline.pipeline.stages import Decode, Place, Stage, Transform
 
@@ -100,10 +101,36 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     err = WorkerError(
         f"{type(exc).__name__} in {stage}: {ours.placed() if ours else exc}",
         worker=worker, shard=cause_shard or shard or item.shard, key=item.key, stage=stage, field=field,
-        file=file, fix=f'{fix}, or pass on_error="skip" to skip bad samples',
+        file=file, at=user_frame(exc.__traceback__), fix=f'{fix}, or pass on_error="skip" to skip bad samples',
     )
+    return _chained(err, exc)
+
+
+def collate_error(exc: Exception, keys: list[str], worker: str) -> WorkerError:
+    """A ``collate=`` function's exception with its place: the batch's first keys, the line of
+    the function (before: the bare exception, with no key, from thread workers)."""
+    shown = ", ".join(map(str, keys[:3])) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    err = WorkerError(f"{type(exc).__name__} in collate: {exc} (batch of {shown})", worker=worker,
+                      stage="collate", at=user_frame(exc.__traceback__),
+                      fix="fix the collate function: it receives the list of the batch's samples, "
+                          "each as the transform (or the decoder) gave it")
+    return _chained(err, exc)
+
+
+def run_collate(fn: Callable[[list[Any]], Any], prep: Prepared, worker: str) -> Any:
+    """``fn(prep.samples)``, a ``collate=`` function; its exception as :func:`collate_error`."""
+    try:
+        return fn(prep.samples)
+    except Exception as exc:
+        raise collate_error(exc, prep.keys, worker) from exc
+
+
+def _chained(err: WorkerError, exc: BaseException) -> WorkerError:
+    """``err`` caused by ``exc``, with its full traceback text kept; the printed cause starts
+    at the user's frame (:mod:`._user_frames`)."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     err.__dict__.update(exc_type=type(exc).__name__, traceback_text=text)
+    from_user(exc)
     err.__cause__ = exc
     return err
 

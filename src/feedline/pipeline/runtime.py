@@ -33,7 +33,7 @@ from feedline.pipeline import collate, nested, shm
 from feedline.pipeline.auto import AutoChoice, thread_clock
 from feedline.pipeline.device_decode import DeviceDecode
 from feedline.pipeline.gauges import Gauges
-from feedline.pipeline.jobs import Context, Job, prepare
+from feedline.pipeline.jobs import Context, Job, prepare, run_collate
 from feedline.pipeline.main_script import (
     main_references,
     refuse_while_bootstrapping,
@@ -297,7 +297,7 @@ class Runtime:
         if plan.custom:
             assert self.opts.collate_fn is not None
             prep = prepare(self.ctx, plan.stages, job, worker, record)
-            return self._finish_custom(job, self.opts.collate_fn(prep.samples), prep.keys,
+            return self._finish_custom(job, run_collate(self.opts.collate_fn, prep, worker), prep.keys,
                                        prep.skipped, worker)
         slot = self.pool.acquire()
         try:

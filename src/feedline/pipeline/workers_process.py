@@ -55,7 +55,7 @@ from feedline.pipeline.forkserver import (
     preload_forkserver,
     server_gone,
 )
-from feedline.pipeline.jobs import Context, Job, Record, prepare
+from feedline.pipeline.jobs import Context, Job, Record, prepare, run_collate
 from feedline.pipeline.main_script import GUARD_FIX, main_from_stream, refuse_while_bootstrapping
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
 from feedline.placement import Placement
@@ -100,6 +100,9 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
                    "traceback_text": "".join(traceback.format_exception(exc))}
         if forking.CUDA_IN_FORK in str(exc):
             payload["fix"] = forking.CUDA_IN_FORK_FIX
+    if cause is not None and cause.__traceback__ is not None and hasattr(cause, "add_note"):
+        # its traceback does not pickle: the lines from the user's frame on travel as a note
+        cause.add_note("".join(traceback.format_tb(cause.__traceback__)).rstrip())
     try:
         payload["cause"] = pickle.dumps(cause)
     except Exception:  # an unpicklable exception still travels as text
@@ -191,7 +194,7 @@ class _Worker:
             record = _recorder(res.timings) if timed else None
             if self.custom_collate is not None:
                 prep = prepare(ctx, ctx.sample_stages(), job, name, record)
-                res.custom = self.custom_collate(prep.samples)
+                res.custom = run_collate(self.custom_collate, prep, name)
                 res.keys, res.skipped = prep.keys, prep.skipped
                 return res
             if job.probe:
