@@ -134,3 +134,34 @@ def test_os_error_line_names_path_and_fix(code):
     number = getattr(errno, code)
     line = os_error_line(OSError(number, os.strerror(number), "/data/x"))
     assert line.startswith(os.strerror(number)) and "/data/x" in line and "Fix:" in line
+
+
+@pytest.mark.timeout(60)
+def test_every_command_help_ends_with_examples_that_parse(capsys):
+    """Each command's help ends with examples, and each example's options exist: its line
+    with --help put after the command name parses (an unknown option fails before help)."""
+    import shlex
+
+    from feedline.cli._examples import EXAMPLES
+    from feedline.cli.main import main
+
+    assert set(EXAMPLES) == {"demo", "pack", "index", "inspect", "verify", "model", "doctor", "diagnose"}
+    for cmd, examples in EXAMPLES.items():
+        assert _status(main, [cmd, "--help"]) == 0
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert "Examples:" in help_text and " ".join(examples[0].split()) in help_text, cmd
+        for line in examples:
+            argv = shlex.split(line, comments=True)
+            argv = argv[:argv.index(">")] if ">" in argv else argv
+            assert argv[:2] == ["feedline", cmd], line
+            assert _status(main, [cmd, "--help", *argv[2:]]) == 0, (line, capsys.readouterr().err)
+        capsys.readouterr()
+
+
+def _status(main, argv):
+    """``main(argv)``'s exit status: 0 when it returns (help, in click's non-standalone mode)."""
+    try:
+        main(argv)
+    except SystemExit as e:
+        return e.code
+    return 0

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from feedline.cli._examples import epilog
 from feedline.cli._output import JSON_HELP, check_json_dest, json_option, to_stdout, write_json
 
 
@@ -73,4 +74,4 @@ def demo(
 
 def register(app: typer.Typer) -> None:
     """Add ``feedline demo`` to ``app``."""
-    app.command("demo")(demo)
+    app.command("demo", epilog=epilog("demo"))(demo)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from feedline.cli._examples import epilog
 from feedline.cli._output import check_json_dest, json_option, to_stdout, write_json
 
 if TYPE_CHECKING:
@@ -74,4 +75,4 @@ def doctor(
 
 def register(app: typer.Typer) -> None:
     """Add ``feedline doctor`` to ``app``."""
-    app.command("doctor")(doctor)
+    app.command("doctor", epilog=epilog("doctor"))(doctor)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from feedline.cli._examples import epilog
 from feedline.cli._output import check_json_dest, json_option, to_stdout, write_json
 from feedline.errors import ConfigError
 from feedline.units import format_duration as fmt_time
@@ -202,4 +203,4 @@ def model(
 
 def register(app: typer.Typer) -> None:
     """Add ``feedline model`` to ``app``."""
-    app.command("model")(model)
+    app.command("model", epilog=epilog("model"))(model)

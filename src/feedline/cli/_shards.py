@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import click
 import typer
 
+from feedline.cli._examples import epilog
 from feedline.cli._output import (
     JSON_HELP,
     check_json_dest,
@@ -420,7 +421,7 @@ def verify_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add ``pack``, ``index``, ``inspect`` and ``verify`` to ``app``."""
-    app.command("pack")(pack_cmd)
-    app.command("index")(index_cmd)
-    app.command("inspect")(inspect_cmd)
-    app.command("verify")(verify_cmd)
+    app.command("pack", epilog=epilog("pack"))(pack_cmd)
+    app.command("index", epilog=epilog("index"))(index_cmd)
+    app.command("inspect", epilog=epilog("inspect"))(inspect_cmd)
+    app.command("verify", epilog=epilog("verify"))(verify_cmd)
