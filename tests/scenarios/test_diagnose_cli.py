@@ -30,6 +30,7 @@ import time
 from torch.utils.data import DataLoader
 for step, batch in enumerate(DataLoader(list(range(40)), batch_size=2)):
     time.sleep(0.002)
+    print("the script's own output", step)
     if step == 4:
         raise RuntimeError("boom in the training step")
 """
@@ -65,19 +66,22 @@ print("no data loader here")
 
 
 def run(tmp: Path, name: str, body: str, *opts: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Diagnose ``body``; its report from ``--json FILE``, or from stdout with ``opts`` ``--json -``."""
     script = tmp / f"{name}.py"
     script.write_text(textwrap.dedent(body))
     out = tmp / f"{name}.json"
-    cmd = [sys.executable, "-m", "feedline", "diagnose", "--json", str(out), *opts, "--",
-           sys.executable, str(script)]
+    dest = [] if "--json" in opts else ["--json", str(out)]
+    cmd = [sys.executable, "-m", "feedline", "diagnose", *dest, *opts, "--", sys.executable, str(script)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, check=False)
+    if not dest:
+        return proc, json.loads(proc.stdout)
     return proc, (json.loads(out.read_text()) if out.exists() else {})
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("cli")
-    jobs = {"nested": (NESTED_EXIT_3,), "crash": (CRASH,), "none": (NO_LOADER,),
+    jobs = {"nested": (NESTED_EXIT_3,), "crash": (CRASH, "--json", "-"), "none": (NO_LOADER,),
             "ctrl_c": (CTRL_C,), "sigterms": (SIGTERM_STORM,)}
     with ThreadPoolExecutor(max_workers=3) as pool:
         futs = {k: pool.submit(run, tmp, k, *v) for k, v in jobs.items()}
@@ -100,10 +104,11 @@ def test_exit_status_is_preserved_and_only_the_outer_loader_steps(results: dict)
 
 @pytest.mark.timeout(300)
 def test_a_crashing_script_still_gets_its_report(results: dict) -> None:
-    proc, data = results["crash"]
+    proc, data = results["crash"]  # with --json -: stdout is the report alone (parsed by run)
     assert proc.returncode == 1
     assert "boom in the training step" in proc.stderr
     assert data["steps"] == 4
+    assert "the script's own output 4" in proc.stderr  # before: on stdout, ahead of the JSON
 
 
 @pytest.mark.timeout(300)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from feedline.cli._examples import epilog
 from feedline.cli._output import JSON_HELP, check_json_dest, to_stdout, write_json
 
 HELP = (
@@ -29,13 +30,16 @@ def register(app: typer.Typer) -> None:
     @app.command(
         "diagnose",
         help=HELP,
+        epilog=epilog("diagnose"),
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
     def diagnose(
         ctx: typer.Context,
         steps: int | None = typer.Option(
             None, "--steps", help="End the run after N steps of the training loader."),
-        json_path: str | None = typer.Option(None, "--json", metavar="PATH", help=JSON_HELP),
+        json_path: str | None = typer.Option(
+            None, "--json", metavar="PATH",
+            help=JSON_HELP + "; with '-' the command's own output goes to stderr, so stdout is the JSON alone"),
         trace: Path | None = typer.Option(
             None, "--trace", help="Write a Chrome/Perfetto trace of every stage span."),
         html: Path | None = typer.Option(
@@ -59,7 +63,9 @@ def register(app: typer.Typer) -> None:
         check_json_dest(trace, "--trace")  # before: checked after the run, whose report was then lost
         check_json_dest(html, "--html")
         code, rep = run_diagnose(list(ctx.args), steps=steps, ab=ab, replay=replay,
-                                 device=device, name=name, partial_every=partial_every)
+                                 device=device, name=name, partial_every=partial_every,
+                                 # --json -: stdout carries the JSON only, the script prints to stderr
+                                 stdout=2 if to_stdout(json_path) else None)
         if rep is None:
             print("feedline diagnose: the command wrote no report (it ended before "
                   "start-up finished, or was killed before its first partial report)",

@@ -258,8 +258,8 @@ def _read_report(tmp: Path, result: Path, partial: Path) -> Report | None:
 
 def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool = False,
                  replay: int = 10, device: str = "auto", name: str | None = None,
-                 timeout: float | None = None, partial_every: float = 5.0
-                 ) -> tuple[int, Report | None]:
+                 timeout: float | None = None, partial_every: float = 5.0,
+                 stdout: int | None = None) -> tuple[int, Report | None]:
     """Run ``command`` (e.g. ``["python", "train.py", "--lr", "0.1"]``) and measure it.
 
     The run is the user's run: the same batches, epochs and steps as without
@@ -278,6 +278,8 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
         timeout: seconds before the child is killed (``subprocess.TimeoutExpired``).
         partial_every: seconds between partial reports (at least; 0: none), kept in
             case the command is killed before it can write its final report.
+        stdout: where the command's stdout goes (a file descriptor, e.g. 2 when this
+            process's stdout carries the JSON report); ``None``: this process's stdout.
 
     Returns:
         The command's exit status as a shell reports it (128 + N when killed by
@@ -323,7 +325,7 @@ def run_diagnose(command: Sequence[str], *, steps: int | None = None, ab: bool =
         env[CONFIG_ENV] = str(tmp / "config.json")
         _check_interpreter(cmd, env)
         try:
-            proc = subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(cmd, env=env, stdout=stdout, preexec_fn=_die_with_parent)
         except (FileNotFoundError, PermissionError) as e:
             raise ConfigError(f"cannot start {cmd[0]!r}: {e.strerror}",
                               fix="give the full command after --, e.g. -- python train.py") from e
