@@ -125,6 +125,10 @@ def test_dotted_names_under_the_default_rule_give_one_warning_that_names_the_fil
     # a multi-camera log is not mistaken for dotted names
     log = _tree(tmp_path / "log", [f"{i:06d}.cam{c}.jpg" for i in range(4) for c in range(6)])
     assert collect([log]).notes() == []
+    # a few dotted names among plain ones (a text corpus): the same advice, not only --exclude
+    corpus = _tree(tmp_path / "corpus", ["doc.000.v2.txt", "doc.007.v2.txt"] + [f"doc_{i:03d}.txt" for i in range(5)])
+    (note,) = collect([corpus]).notes()
+    assert "sample 'doc' has 2: '000.v2.txt', '007.v2.txt'" in note and "--key file" in note
 
 
 def test_reindexing_a_packed_dataset_keeps_its_file_names(tmp_path: Path) -> None:

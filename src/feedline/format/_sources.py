@@ -326,10 +326,18 @@ class Collection:
                 "one format)"]
 
     def _dotted_names(self) -> bool:
-        """More distinct fields than samples (and more than a multi-camera log has): file names
-        with dots split at their first dot by the WebDataset rule."""
+        """File names with dots split at their first dot by the WebDataset rule: more distinct
+        fields than samples (and more than a multi-camera log has), or a few dotted names
+        among plain ones (doc.001.v2.txt and doc.007.v2.txt beside doc_002.txt: sample 'doc'
+        holds two dotted fields that no other sample has; before: only 'use --exclude')."""
         fields = len(self.field_counts)
-        return self.rule == "webdataset" and fields > 16 and fields > len(self.samples)
+        if self.rule != "webdataset":
+            return False
+        if fields > 16 and fields > len(self.samples):
+            return True
+        return len(self.samples) > 1 and any(
+            sum("." in f.field and self.field_counts.get(f.field) == 1 for f in s.files) >= 2
+            for s in self.samples)
 
     def _parallel_folders(self) -> bool:
         """Whether most samples have a namesake in another top folder holding other fields
