@@ -179,6 +179,7 @@ def test_verify_decode_lists_the_samples_the_loader_would_skip(tmp_path: Path, c
     good = simplejpeg.encode_jpeg(np.full((16, 16, 3), 90, np.uint8))
     for i in range(300):  # more than one chunk of samples
         (src / f"{i:04d}.jpg").write_bytes(good[: len(good) // 2] if i == 7 else b"" if i == 290 else good)
+        (src / f"{i:04d}.wav").write_bytes(b"RIFF")  # no built-in codec: named as not decoded
     assert _run(["pack", str(src), "--out", str(tmp_path / "ds"), "-q"]) == 0
     assert _run(["verify", str(tmp_path / "ds")]) == 0
     capsys.readouterr()
@@ -186,9 +187,11 @@ def test_verify_decode_lists_the_samples_the_loader_would_skip(tmp_path: Path, c
     out = capsys.readouterr().out
     assert "UNDECODABLE shard=shard-000000.tar key=0007 field=jpg" in out
     assert "key=0290 field=jpg: field is empty" in out and "2 problem(s)" in out
+    assert "not decoded: wav: no built-in decoder" in out  # before: silent (and "every field decoded" when ok)
     assert _run(["verify", str(tmp_path / "ds"), "--decode", "--json", str(tmp_path / "v.json")]) == 1
     doc = json.loads((tmp_path / "v.json").read_text())
     assert doc["ok"] is False and [u["key"] for u in doc["undecodable"]] == ["0007", "0290"]
+    assert doc["not_decoded"] == ["wav"]
 
 
 @pytest.mark.timeout(60)

@@ -160,6 +160,12 @@ class Decoders:
             return partial(codecs.decode_raw, ext=ext, limits=self.limits)
         return partial(_raw_bytes, limits=self.limits)
 
+    def decodes(self, field: str) -> bool:
+        """Whether ``field`` has a decoder; ``False``: it arrives as its bytes (an unknown
+        extension such as ``wav``, or an override of ``None``)."""
+        fn = self.for_field(field)
+        return not (isinstance(fn, partial) and fn.func is _raw_bytes)
+
     def raw_dtype(self, field: str) -> np.dtype[Any] | None:
         """The dtype of ``field`` when it decodes to a zero-copy 1-D view of its bytes as
         stored (a raw dtype extension such as ``f32``, not overridden); ``None`` otherwise.
