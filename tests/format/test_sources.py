@@ -38,6 +38,15 @@ def test_list_file_errors_name_the_problem(tmp_path: Path) -> None:
     listing.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(ConfigError, match="list file"):
         collect([listing])
+    # a table of features given as SRC: said to be a table, with the two ways a table goes in
+    table = tmp_path / "features.csv"
+    table.write_text("f0,f1,target\n0.5,0.25,1\n")
+    with pytest.raises(ConfigError, match=r"'.*features\.csv' is a table.*line 1 names no file: 'f0,f1,target'") as info:
+        collect([table])
+    assert "--labels features.csv" in info.value.fix and "DatasetWriter" in info.value.fix
+    table.with_suffix(".parquet").write_bytes(b"PAR1\x00\x15\x04")
+    with pytest.raises(ConfigError, match="is a table"):
+        collect([table.with_suffix(".parquet")])
 
 
 def test_plan_never_splits_a_sample_and_fills_in_order(tmp_path: Path) -> None:

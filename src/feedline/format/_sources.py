@@ -547,18 +547,36 @@ class _Walker:
                 self.skipped.append(Skipped(name, "not a regular file"))
 
 
+_TABLES = (".csv", ".tsv", ".parquet", ".feather", ".arrow", ".h5", ".hdf5", ".npy", ".npz", ".xlsx")
+
+
+def _table_error(list_file: Path, what: str) -> ConfigError | None:
+    """A table given as SRC (``feedline pack features.csv``), which pack reads as a list of
+    paths: say so and name both ways a table goes in (before: "cannot read listed file
+    'f0,f1,...'"). ``None`` for other files."""
+    if not list_file.name.lower().endswith(_TABLES):
+        return None
+    return ConfigError(
+        f"{str(list_file)!r} is a table, and a file given as SRC is read as a list of paths, one "
+        f"per line ({what})", path=str(list_file),
+        fix=f"labels for files: feedline pack FOLDER --out DIR --labels {list_file.name}; rows of values "
+            "(features, tokens): write them with feedline.DatasetWriter (docs/packing.md, 'Writing from "
+            "Python'), or give feedline.Loader a map-style dataset over the table (a TensorDataset)")
+
+
 def _listed(list_file: Path, skipped: list[Skipped]) -> Iterable[tuple[str, str, os.stat_result]]:
     base = list_file.parent
     try:
         with open(list_file, encoding="utf-8") as f:
             lines = [line.strip() for line in f]
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read list file {str(list_file)!r}: {e}", fix="give a UTF-8 text file, one path per line") from None
+        raise _table_error(list_file, "it is not UTF-8 text") or ConfigError(
+            f"cannot read list file {str(list_file)!r}: {e}", fix="give a UTF-8 text file, one path per line") from None
     for number, line in enumerate(lines, 1):
         if not line or line.startswith("#"):
             continue
         if "\0" in line:  # no path holds a NUL: a binary file given as SRC (a .jpg, a .tar)
-            raise ConfigError(
+            raise _table_error(list_file, f"line {number} holds a NUL byte") or ConfigError(
                 f"list file {str(list_file)!r} has a NUL byte in line {number}: it is not a list of paths",
                 path=str(list_file), fix="give a folder, or a UTF-8 text file with one path per line",
             )
@@ -569,7 +587,7 @@ def _listed(list_file: Path, skipped: list[Skipped]) -> Iterable[tuple[str, str,
         try:
             st = os.stat(path)
         except OSError as e:
-            raise ConfigError(
+            raise _table_error(list_file, f"line {number} names no file: {line[:60]!r}") or ConfigError(
                 f"{list_file}: cannot read listed file {line!r}: {e.strerror}",
                 fix="fix the path in the list file",
             ) from None
