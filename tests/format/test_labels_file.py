@@ -373,3 +373,20 @@ def test_a_table_typed_on_windows_matches_files_in_another_case(tmp_path: Path) 
         pack([tmp_path / "imgs"], tmp_path / "ds", rules=SourceRules(labels=os.fspath(tmp_path / "t.csv")))
     got = _load(tmp_path / "ds")
     assert {k: int(v["cls"]) for k, v in got.items()} == {"sub/A1": 0, "sub/b2": 1, "c3": 0}
+
+
+@pytest.mark.timeout(30)
+def test_a_speech_table_without_a_header_is_named_so_with_the_header_to_add(tmp_path: Path) -> None:
+    """LJSpeech's metadata.csv: no header, '|' between cells and commas in the text (before:
+    the first row's commas chose the comma, then "line 2 has 1 cells"). Refused, saying the
+    first row is data and which header to add; with that header every column reads."""
+    rows = "LJ001-0001|Printing, in the only sense|Printing, in the only sense\n" \
+           "LJ001-0002|in being comparatively modern.|in being comparatively modern.\n"
+    (tmp_path / "metadata.csv").write_text(rows)
+    with pytest.raises(ConfigError, match="first row looks like data") as info:
+        read_table(tmp_path / "metadata.csv")
+    assert "'file|column2|column3'" in info.value.fix
+    (tmp_path / "metadata.csv").write_text("file|text|normalized\n" + rows)
+    table = read_table(tmp_path / "metadata.csv", label_column="none")
+    assert table.rows["LJ001-0002"].extra == {"text": "in being comparatively modern.",
+                                              "normalized": "in being comparatively modern."}

@@ -204,6 +204,8 @@ def _records_csv(text: str, delimiter: str, path: str,
     header = next(reader, None)
     if not header or len(header) < 2:
         raise ConfigError(f"{path}: needs a header row with a file column and a label column", path=path, fix=_FIX)
+    body = list(reader)
+    _no_header(header, next((r for r in body if r), None), path, delimiter)
     twice = sorted({h for h in header if header.count(h) > 1})
     if twice:  # csv would keep one of the two cells silently
         raise ConfigError(f"{path}: the header names column {twice[0]!r} twice", path=path,
@@ -211,7 +213,7 @@ def _records_csv(text: str, delimiter: str, path: str,
     file_col = header.index(_first(header, FILE_KEYS) or header[0])
     others = [h for i, h in enumerate(header) if i != file_col]
     rows = []
-    for line, cells in enumerate(reader, start=2):
+    for line, cells in enumerate(body, start=2):
         if not cells or all(not c.strip() for c in cells):
             continue
         if len(cells) != len(header):
@@ -234,6 +236,27 @@ def _records_csv(text: str, delimiter: str, path: str,
             out.append((name, label, {k: v for k, v in values.items() if k not in label_names}))
         return out, tuple(label_names)
     return [(name, values.pop(label_names[0]) if label_names else None, values) for name, values in rows], None
+
+
+def _shape(text: str) -> str:
+    """Letters as ``a``, digits as ``9``, the rest kept: ``LJ001-0001`` -> ``aa999-9999``."""
+    return "".join("a" if c.isalpha() else "9" if c.isdigit() else c for c in text.strip())
+
+
+def _no_header(header: list[str], first: list[str] | None, path: str, delimiter: str) -> None:
+    """Refuse a table whose first row is data (LJSpeech's ``metadata.csv`` has no header): no
+    cell names a known column and its first cell is shaped like the next row's ``first``
+    (before: "the header names column ... twice", or "line 2 has 1 cells")."""
+    names = {h.strip().lower() for h in header}
+    if names & {*FILE_KEYS, *LABEL_KEYS} or not first or not any(c.isdigit() for c in header[0]) \
+            or _shape(first[0]) != _shape(header[0]):
+        return
+    row = delimiter.join(["file", *(f"column{i}" for i in range(2, len(header) + 1))])
+    raise ConfigError(
+        f"{path}: the first row looks like data, not a header: {header[0]!r} is shaped like "
+        f"{first[0]!r} below it, and pack reads the first row as the column names", path=path,
+        fix=f"add a header row naming the columns, e.g. {row!r} (then --label-column column2, or "
+            "--label-column none for every column in json)")
 
 
 def _one_hot(values: Mapping[str, Any], columns: list[str]) -> bool:
@@ -333,12 +356,22 @@ def _records_json(suffix: str, text: str, where: str) -> list[Record]:
 
 
 def _delimiter(text: str, default: str) -> str:
-    """The delimiter of a CSV/TSV: ``default`` when its header row holds it, else the one
-    of ``,``, ``;``, tab and ``|`` that splits the header into the most cells."""
-    header = next(csv.reader(io.StringIO(text[:65536]), delimiter=default), [])
+    """The delimiter of a CSV/TSV: ``default`` when it splits the first rows into one number
+    (2 or more) of cells; else the first of ``,``, ``;``, tab and ``|`` that does (LJSpeech's
+    ``LJ001-0001|Printing, in the only sense|...``: commas in the text split only some rows;
+    before, the first row's two commas chose the comma); else ``default`` when it splits the
+    first row, else the delimiter that splits the first row into the most cells."""
+    head = text[:65536]
+    cut = len(text) > len(head)
+    for d in (default, ",", ";", "\t", "|"):
+        rows = [r for r in csv.reader(io.StringIO(head), delimiter=d) if r][:50]
+        rows = rows[:-1] if cut and len(rows) > 1 else rows  # the cut may end a row early
+        if rows and len(rows[0]) >= 2 and all(len(r) == len(rows[0]) for r in rows):
+            return d
+    header = next(csv.reader(io.StringIO(head), delimiter=default), [])
     if len(header) >= 2:
         return default
-    first = text[:65536].split("\n", 1)[0]
+    first = head.split("\n", 1)[0]
     counts = {d: len(next(csv.reader([first], delimiter=d), [])) for d in (",", ";", "\t", "|")}
     best = max(counts, key=lambda d: counts[d])
     return best if counts[best] >= 2 else default
