@@ -30,6 +30,7 @@ without torch.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,9 @@ class Layout:
     leaves: tuple[Leaf, ...]
     batch_size: int
     max_depth: int
+    varied: tuple[tuple[Path, tuple[tuple[int, ...], ...]], ...] = ()
+    """Ragged leaves whose batch-0 values are all numeric arrays, of these (most common)
+    shapes: audio clips or images of varying size, delivered as lists (the loader warns)."""
 
     @property
     def dense(self) -> tuple[Leaf, ...]:
@@ -92,6 +96,12 @@ class Layout:
         """True for a flat dict of fields (packed samples): the fast path (computed once:
         every sample of every batch asks)."""
         return isinstance(self.skeleton, dict) and all(len(leaf.path) == 1 for leaf in self.leaves)
+
+    @cached_property
+    def flat_tuple(self) -> bool:
+        """True for a flat tuple of leaves (``TensorDataset``'s ``(x, y)``): the tuple fast path."""
+        return isinstance(self.skeleton, tuple) and len(self.skeleton) == len(self.leaves) \
+            and all(leaf.path == (i,) for i, leaf in enumerate(self.leaves))
 
     @property
     def nbytes(self) -> int:
@@ -217,18 +227,25 @@ def infer_layout(samples: Sequence[Any], batch_size: int, max_depth: int,
     skeleton = _union(flat, fields)
     values = [dict(leaves) for _, leaves in flat]
     leaves = []
+    varied = []
     for path in _paths(skeleton):
         kinds: Counter[tuple[tuple[int, ...], str]] = Counter()
+        present = 0
         for v in values:
-            arr = _as_dense(v.get(path))
+            value = v.get(path)
+            present += value is not None
+            arr = _as_dense(value)
             if arr is not None:
                 kinds[(tuple(arr.shape), arr.dtype.str)] += 1
         common = kinds.most_common(1)  # ties: the kind met first (Counter keeps order)
         if common and 2 * common[0][1] > len(samples):
             leaves.append(Leaf(path, *common[0][0]))
-        else:
-            leaves.append(Leaf(path, None, None))
-    return Layout(skeleton, tuple(leaves), batch_size, max_depth)
+            continue
+        leaves.append(Leaf(path, None, None))
+        shapes = list(dict.fromkeys(shape for (shape, _), _ in kinds.most_common()))
+        if len(shapes) > 1 and sum(kinds.values()) == present and all(shapes):
+            varied.append((path, tuple(shapes[:3])))
+    return Layout(skeleton, tuple(leaves), batch_size, max_depth, tuple(varied))
 
 
 def _leaves(layout: Layout, sample: Any) -> list[Any]:
@@ -236,6 +253,9 @@ def _leaves(layout: Layout, sample: Any) -> list[Any]:
     leaf under a field or dict member the sample lacks)."""
     if layout.flat and isinstance(sample, Mapping) and sample.keys() <= layout.allowed:
         return [sample.get(name) for name in layout.names]  # one set test: every sample asks
+    if layout.flat_tuple and type(sample) is tuple and len(sample) == len(layout.leaves) \
+            and all(hasattr(v, "shape") or not isinstance(v, (tuple, Mapping)) for v in sample):
+        return list(sample)  # (x, y) of a TensorDataset: no walk (before: flatten per sample)
     skeleton, leaves = flatten(sample, layout.max_depth)
     want = layout.skeleton
     # by path, not position: dict equality ignores key order, and samples built by
@@ -303,13 +323,39 @@ def fill(layout: Layout, arrays: Mapping[Path, np.ndarray], samples: Sequence[An
     ragged: dict[Path, list[Any]] = {}
     n = len(samples)
     for spec, column in zip(layout.leaves, columns, strict=True):
-        if spec.shape is None or not all(fits(spec, v) for v in column):
+        stacked = _stack_tensors(spec, arrays[spec.path][:n], column) if spec.shape is not None else None
+        if stacked is not None:
+            if not stacked:
+                ragged[spec.path] = as_list(column)
+        elif spec.shape is None or not all(fits(spec, v) for v in column):
             ragged[spec.path] = as_list(column)
         elif spec.shape == ():
             arrays[spec.path][:n] = column
         else:
             _fill_dense(arrays[spec.path], column)
     return ragged
+
+
+def _stack_tensors(spec: Leaf, dst: np.ndarray, column: Sequence[Any]) -> bool | None:
+    """A column of CPU torch tensors (a ``TensorDataset``'s rows), checked and stacked by
+    torch into ``dst``: ``True``; ``False`` when one has another shape or dtype (the column
+    is ragged for this batch); ``None`` for any other column. Before: two numpy conversions
+    per value (``__array__``: 12 us each), 20 ms a batch of 256 ``(x, y)`` against
+    ``default_collate``'s 0.2 ms. Torch is imported already when a sample holds a tensor."""
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    if tensor is None or not column or not all(type(v) is tensor for v in column):
+        return None
+    if not all(v.device.type == "cpu" and not v.requires_grad for v in column):
+        return None  # the numpy path copies them as before (or finds them ragged)
+    try:
+        want = torch.from_numpy(dst)  # type: ignore[union-attr]
+    except (TypeError, ValueError):  # a slot dtype torch has no view for (big-endian)
+        return None
+    if not all(v.shape == spec.shape and v.dtype == want.dtype for v in column):
+        return False
+    torch.stack(column, out=want)  # type: ignore[union-attr]
+    return True
 
 
 def _in_place(rows: list[int], dst: np.ndarray, column: Sequence[Any]) -> list[bool]:

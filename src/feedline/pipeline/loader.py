@@ -459,6 +459,8 @@ class Loader:
         skipped = ready.skipped
         if ready.lists:
             self._rt.note_lists(ready.lists)
+        if not self._rt.varied_noted:
+            self._rt.note_varied()
         self._counters["batches"] += 1
         # a bad sample can be met twice in one epoch (as a refill candidate, then in its
         # own batch): it counts once per epoch

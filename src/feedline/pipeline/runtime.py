@@ -143,6 +143,7 @@ class Runtime:
         """The loader's ``id()``: the threads working for it file their spans under it
         (:func:`feedline.spans.bind`), so each loader's stages are measured apart."""
         self.fallbacks: Counter[str] = Counter()
+        self.varied_noted = False
         """Dense field -> batches in which it was delivered as a list (another shape)."""
         self._lock = threading.Lock()
 
@@ -365,6 +366,23 @@ class Runtime:
                     f"{name!r}, size=...) (crop, flip, normalise), or another resize or crop in "
                     "transform=; for other fields decode={field: fn} to a fixed size",
                     RuntimeWarning, stacklevel=5)  # warn, note_lists, _delivered, _next, __next__
+
+    def note_varied(self) -> None:
+        """Once, at the first delivered batch: warn about the fields that batch 0 held as
+        arrays of several shapes, delivered as lists in every batch (before: silently, and a
+        model given a list fails far from the cause; a DataLoader refuses to stack them)."""
+        self.varied_noted = True
+        layout = self.plan.layout if self.plan is not None else None
+        for path, shapes in layout.varied if layout is not None else ():
+            name = "/".join(map(str, path))
+            warnings.warn(
+                f"field {name!r}: batch 0's samples hold it at several shapes ("
+                f"{', '.join(map(str, shapes))}{', ...' if len(shapes) == 3 else ''}), so every batch "
+                "gives it as a list of tensors, not one tensor. For one tensor per batch make it one "
+                "size in transform= (audio: feedline.audio.ClipTransform pads or crops clips; images: "
+                "feedline.vision.ImageTransform, or Loader(decode_size=(h, w))), or pad the batch in "
+                "collate= as a DataLoader's collate_fn does",
+                RuntimeWarning, stacklevel=5)  # warn, note_varied, _delivered, _next, __next__
 
     def _send_tree(self, job: Job, tree: Any, worker: str) -> tuple[Any, Fence | None]:
         """Start the transfer; when timed, the ``h2d`` span carries the copy stream's
