@@ -354,8 +354,9 @@ class Loader:
         CPU, producers waiting briefly for the loop's previous batch to come back instead
         of allocating one more slot). Plan: ``recipes`` (field -> how its
         rows are filled, see :mod:`feedline.pipeline.plan`; empty before the first
-        batch), ``list_fallbacks`` (dense field -> batches delivered as a list because a
-        sample had another shape), ``worker_type`` and, with ``"auto"``, ``auto`` (what
+        batch), ``part_rows`` (rows per part when thread workers fill each batch together,
+        see :mod:`feedline.pipeline.split`; 0: one worker per batch), ``list_fallbacks``
+        (dense field -> batches delivered as a list because a sample had another shape), ``worker_type`` and, with ``"auto"``, ``auto`` (what
         was measured and why that kind was chosen), ``placement`` (the CPUs and NUMA node
         the workers run on, or why they were left alone), and with process workers
         ``processes`` (``start_method`` used, ``asked``, ``why_not_fork``, ``start_s``:
@@ -371,6 +372,7 @@ class Loader:
                 "reuse_waits": pool.reuse_waits, "reuse_wait_s": pool.reuse_wait_s,
                 **rt.gauges.report(),
                 "recipes": rt.plan.describe() if rt.plan is not None else {},
+                "part_rows": rt.plan.part_rows if rt.plan is not None else 0,
                 "list_fallbacks": dict(rt.fallbacks), "worker_type": rt.kind,
                 "placement": self.placement.to_dict(),
                 "decode_on": (self._device_decode.report() if self._device_decode is not None

@@ -86,6 +86,10 @@ class BatchPlan:
     """Whether batches take the per-sample path (custom, some ``sample`` field, or images
     to decode from a reader that does not read into host memory); else they are filled
     directly."""
+    part_rows: int = 0
+    """Rows per part when thread workers split a direct batch among themselves
+    (:mod:`feedline.pipeline.split`, chosen from the probe's measured cost); ``0``: each
+    batch is one worker's."""
 
     def fields(self, recipe: str) -> list[str]:
         return [name for name, r in self.recipes if r == recipe]
@@ -201,14 +205,26 @@ def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | 
     Raises:
         WorkerError: a sample failed and ``on_error="raise"`` (shard, key, stage, field).
     """
-    layout = plan.layout
-    assert layout is not None
-    attrs = job.span_attrs(worker)
-    sample_layout: collate.Layout | None
     if not plan.per_sample:
-        done = _direct(ctx, plan, job, record, attrs, arrays)
+        done = fill_rows(ctx, plan, job, 0, len(job.indices), worker, record, arrays)
         if done is not None:
             return done
+    return fill_per_sample(ctx, plan, job, worker, record, arrays)
+
+
+def fill_per_sample(ctx: Context, plan: BatchPlan, job: Job, worker: str,
+                    record: Record | None, arrays: Mapping[collate.Path, np.ndarray]) -> Filled:
+    """Batch ``job`` on the per-sample path: the plan's own for a per-sample plan, else the
+    path a direct batch that failed is redone on (every field per sample, which places the
+    error, skips and refills, or gives a misfit field as a list).
+
+    Raises:
+        WorkerError: a sample failed and ``on_error="raise"`` (shard, key, stage, field).
+    """
+    layout = plan.layout
+    assert layout is not None
+    sample_layout: collate.Layout | None
+    if not plan.per_sample:
         stages, sample_layout, gathered = plan.fallback, layout, []
     else:
         stages, sample_layout, gathered = plan.stages, plan.sample_layout, plan.fields(GATHER)
@@ -221,32 +237,39 @@ def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | 
         n = len(prep.indices)
         ctx.source.gather(prep.indices, {f: arrays[(f,)][:n] for f in gathered})
     if record is not None:
-        record("collate", t0, time.perf_counter(), attrs)
+        record("collate", t0, time.perf_counter(), job.span_attrs(worker))
     return Filled(prep.keys, ragged, prep.skipped)
 
 
-def _direct(ctx: Context, plan: BatchPlan, job: Job, record: Record | None,
-            attrs: dict[str, Any], arrays: Mapping[collate.Path, np.ndarray]) -> Filled | None:
-    """The batch with no per-sample field: read rows, decode images into rows, gather
-    labels. ``None`` when that fails (the caller redoes the batch on the per-sample path,
-    which places the error, skips, or gives a misfit image as a list)."""
-    n = len(job.indices)
+def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker: str,
+              record: Record | None, arrays: Mapping[collate.Path, np.ndarray]) -> Filled | None:
+    """Rows ``lo:hi`` of a batch of a direct plan (no per-sample field): samples
+    ``job.indices[lo:hi]`` read into their rows, images decoded into their rows, labels
+    gathered. Several workers may fill disjoint row ranges of one slot at once
+    (:mod:`feedline.pipeline.split`). ``None`` when that fails (a damaged sample, an
+    image of another size): the whole batch is then redone by :func:`fill_per_sample`,
+    which places the error, skips, or gives a misfit image as a list.
+    """
+    assert not plan.per_sample
+    attrs = job.span_attrs(worker)
+    indices = job.indices[lo:hi]
+    n = len(indices)
     t0 = time.perf_counter()
     read, decoded = plan.fields(READ_ROWS), plan.fields(DECODE_ROWS)
     try:
         if read or not decoded:
-            keys = ctx.source.read_columns(job.indices, {f: arrays[(f,)][:n] for f in read})
+            keys = ctx.source.read_columns(indices, {f: arrays[(f,)][lo:hi] for f in read})
         for f in plan.swapped:
-            arrays[(f,)][:n].byteswap(inplace=True)
+            arrays[(f,)][lo:hi].byteswap(inplace=True)
         if decoded:
             keys = []
-            for lo in range(0, n, READ_CHUNK):
-                got, views = ctx.source.read_fields(job.indices[lo : lo + READ_CHUNK], decoded)
+            for at in range(0, n, READ_CHUNK):
+                got, views = ctx.source.read_fields(indices[at : at + READ_CHUNK], decoded)
                 keys += got
                 t1, c1 = time.perf_counter(), time.thread_time()
                 if record is not None:
                     record("read", t0, t1, attrs)
-                if not _decode_rows(ctx.decoders, views, arrays, lo):
+                if not _decode_rows(ctx.decoders, views, arrays, lo + at):
                     return None
                 del views  # its buffer is idle again before the next chunk is read
                 t0 = time.perf_counter()
@@ -254,7 +277,7 @@ def _direct(ctx: Context, plan: BatchPlan, job: Job, record: Record | None,
                     record("decode", t1, t0, attrs | {"cpu": time.thread_time() - c1})
         gathered = plan.fields(GATHER)
         if gathered:
-            ctx.source.gather(job.indices, {f: arrays[(f,)][:n] for f in gathered})
+            ctx.source.gather(indices, {f: arrays[(f,)][lo:hi] for f in gathered})
     except FeedlineError:  # redone per sample: the error raised there names its place
         return None
     if record is not None:

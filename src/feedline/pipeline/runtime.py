@@ -14,6 +14,7 @@ from it once and shared with every worker. It holds no reference to the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -39,9 +40,18 @@ from feedline.pipeline.main_script import (
     refuse_while_bootstrapping,
     unguarded_main,
 )
-from feedline.pipeline.plan import BatchPlan, Filled, fill, make_plan, probe_batch
+from feedline.pipeline.plan import (
+    BatchPlan,
+    Filled,
+    fill,
+    fill_per_sample,
+    fill_rows,
+    make_plan,
+    probe_batch,
+)
 from feedline.pipeline.scheduler import Scheduler
 from feedline.pipeline.slots import Fence, Slot, SlotPool
+from feedline.pipeline.split import Part, Split, cancel_hook, part_rows
 from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import ProcessWorkers, Result
 from feedline.pipeline.workers_thread import ThreadWorkers
@@ -190,7 +200,7 @@ class Runtime:
             timed=spans.active(), configured=configured, placement=self.opts.placement,
         )
 
-    def _timed_job(self, job: Job, worker: str) -> Ready | None:
+    def _timed_job(self, job: Job | Part, worker: str) -> Ready | None:
         """Thread workers: :meth:`run_job`, timed for ``worker_type="auto"``."""
         spans.bind(self.owner)
         if self.auto is None or self.auto.decided is not None:
@@ -240,8 +250,10 @@ class Runtime:
             assert isinstance(threads, ThreadWorkers)
             self._retired, self.pool_workers = threads, procs
 
-    def configure(self, layout: collate.Layout) -> BatchPlan:
-        """Fix the layout and the plan (once, from the probe batch).
+    def configure(self, layout: collate.Layout, cpu_per_sample: float = 0.0) -> BatchPlan:
+        """Fix the layout and the plan (once, from the probe batch); ``cpu_per_sample``:
+        the probe's CPU seconds per sample on a thread worker, from which thread workers
+        split each direct batch into parts (:func:`~feedline.pipeline.split.part_rows`).
 
         Raises:
             ResourceError: a batch exceeds the pinned budget, or /dev/shm is too small.
@@ -252,6 +264,9 @@ class Runtime:
             self.pool.configure(layout)
             self.opts.window = fitted_window(self.opts.window, self.pool.budget, layout.nbytes)
             plan = make_plan(self.ctx, layout)
+            if not plan.per_sample and isinstance(self.pool_workers, ThreadWorkers):
+                rows = part_rows(cpu_per_sample, layout.batch_size, self.opts.workers)
+                plan = dataclasses.replace(plan, part_rows=rows)
             if not plan.per_sample:  # rows read or decoded directly from now on: the probe's
                 # buffers go (a decode-rows batch reads into buffers of its own size)
                 self.ctx.source.release_buffers()
@@ -262,8 +277,19 @@ class Runtime:
             return plan
 
     def submit(self, job: Job) -> Any:
-        assert self.pool_workers is not None
-        return self.pool_workers.submit(job)
+        """Queue ``job``; the future of its batch. Thread workers fill a batch of a plan
+        with ``part_rows`` in parts (:mod:`feedline.pipeline.split`), queued in row order."""
+        workers, plan = self.pool_workers, self.plan
+        assert workers is not None
+        if (isinstance(workers, ThreadWorkers) and plan is not None and plan.part_rows
+                and not job.probe and len(job.indices) > plan.part_rows):
+            split = Split(job, plan.part_rows, self.pool.acquire, self._fill_part,
+                          self._finish_split, self.pool.release)
+            ended = cancel_hook(split)
+            for part in split.parts():
+                workers.submit(part).add_done_callback(ended)
+            return split.future
+        return workers.submit(job)
 
     # -- thread workers ---------------------------------------------------------------------
     def stuck(self) -> FeedlineError | None:
@@ -272,16 +298,22 @@ class Runtime:
         workers = self.pool_workers
         return workers.stuck() if isinstance(workers, ProcessWorkers) else None
 
-    def run_job(self, job: Job, worker: str) -> Ready | None:
-        """Thread workers: the whole batch (fill a slot following the plan, start the copy)."""
+    def run_job(self, job: Job | Part, worker: str) -> Ready | None:
+        """Thread workers: the whole batch (fill a slot following the plan, start the copy),
+        or one part of it (the part that ends last sends the batch)."""
+        if isinstance(job, Part):
+            job.split.run_part(job, worker)
+            return None
         if not self.sched.wanted(job.run):
             return None  # a newer pass started; this batch is not wanted
         record = _record if spans.active() else None
         if job.probe:
             taken: list[Slot] = []
+            c0 = time.thread_time()
 
             def slot_for(layout: collate.Layout) -> Mapping[collate.Path, np.ndarray]:
-                self.configure(layout)
+                cpu = (time.thread_time() - c0) / max(1, len(job.indices))
+                self.configure(layout, cpu)
                 taken.append(self.pool.acquire())
                 return taken[0].arrays
 
@@ -303,6 +335,35 @@ class Runtime:
         slot = self.pool.acquire()
         try:
             filled = fill(self.ctx, plan, job, worker, record, slot.arrays)
+        except BaseException:
+            self.pool.release(slot)
+            raise
+        return self._send(job, slot, filled, worker)
+
+    def _fill_part(self, part: Part, slot: Slot, worker: str) -> Filled | None:
+        """Thread workers: the rows of one part of a split batch (None: they failed)."""
+        plan, job = self.plan, part.split.job
+        assert plan is not None
+        if not self.sched.wanted(job.run):
+            return Filled([])  # a newer pass started: the batch is dropped when it ends
+        record = _record if spans.active() else None
+        return fill_rows(self.ctx, plan, job, part.lo, part.hi, worker, record, slot.arrays)
+
+    def _finish_split(self, job: Job, slot: Slot, keys: list[str], failed: bool, worker: str
+                      ) -> Ready | None:
+        """Thread workers: every part of split batch ``job`` is done; send it (redone per
+        sample first when a part failed, as an unsplit batch is)."""
+        if not self.sched.wanted(job.run):
+            self.pool.release(slot)
+            return None
+        try:
+            if failed:
+                plan = self.plan
+                assert plan is not None
+                record = _record if spans.active() else None
+                filled = fill_per_sample(self.ctx, plan, job, worker, record, slot.arrays)
+            else:
+                filled = Filled(keys)
         except BaseException:
             self.pool.release(slot)
             raise

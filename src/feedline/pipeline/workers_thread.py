@@ -22,8 +22,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from feedline.pipeline.jobs import Job
+from feedline.pipeline.split import Part
 
-RunJob = Callable[[Job, str], Any]
+Task = Job | Part
+"""A whole batch, or one part of a batch split among the workers (:mod:`.split`)."""
+RunJob = Callable[[Task, str], Any]
 
 JOIN_TIMEOUT = 30.0
 """Seconds ``close()`` waits for running batches when the loader has no ``timeout``."""
@@ -47,13 +50,13 @@ class ThreadWorkers:
         self._run = run
         self._on_start = on_start
         self._join_timeout = JOIN_TIMEOUT if join_timeout is None else join_timeout
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Job] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Task] | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._serve, name=f"feedline-worker_{i}",
                                           daemon=True) for i in range(count)]
         for thread in self._threads:
             thread.start()
 
-    def submit(self, job: Job) -> Future[Any]:
+    def submit(self, job: Task) -> Future[Any]:
         """Queue ``job``; the future holds the batch or the worker's exception."""
         future: Future[Any] = Future()
         self._jobs.put((future, job))
