@@ -63,6 +63,23 @@ def make_packed(root: Path, n: int = 40, size: tuple[int, int] = (24, 32)) -> Pa
     return root / "ds"
 
 
+def pack_jpegs(root: Path, n: int, size: tuple[int, int], *, cut: int | None = None,
+               quality: int = 90, digits: int = 3) -> str:
+    """Pack n random JPEGs of ``size`` with their index as ``.cls``; sample ``cut``'s JPEG is
+    cut in half: its header reads, its body does not decode. Returns the dataset folder."""
+    from feedline.format import pack
+
+    src = root / "src"
+    src.mkdir(parents=True)
+    for i in range(n):
+        img = np.random.default_rng(i).integers(0, 255, (*size, 3), dtype=np.uint8)
+        data = simplejpeg.encode_jpeg(img, quality=quality)
+        (src / f"s{i:0{digits}d}.jpg").write_bytes(data[: len(data) // 2] if i == cut else data)
+        (src / f"s{i:0{digits}d}.cls").write_text(str(i))
+    pack([os.fspath(src)], os.fspath(root / "ds"))
+    return os.fspath(root / "ds")
+
+
 def fail_on(sample: dict[str, Any], bad: int) -> dict[str, Any]:
     """A transform that raises ZeroDivisionError on sample ``bad`` (picklable via partial)."""
     if sample["y"] == bad:

@@ -7,35 +7,24 @@ thread, so next() finds it decoded. tests/gpu/pipeline_device_decode_test.py cov
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import simplejpeg
 import torch
+from loader_helpers import pack_jpegs
 
 import feedline
 from feedline import spans
 from feedline.decode.jpeg_batch import CpuJpegDecoder
 from feedline.errors import DecodeError
-from feedline.format import pack
 
 
 def _dataset(tmp: Path, n: int = 24, truncated: int | None = None) -> str:
     """``truncated``: that sample's JPEG is cut in half: its header reads (the workers keep
     it), its body does not decode (found only after delivery)."""
-    src = tmp / "src"
-    src.mkdir()
-    for i in range(n):
-        img = np.random.default_rng(i).integers(0, 255, (24, 32, 3), dtype=np.uint8)
-        data = simplejpeg.encode_jpeg(img, quality=90)
-        (src / f"s{i:03d}.jpg").write_bytes(data[: len(data) // 2] if i == truncated else data)
-        (src / f"s{i:03d}.cls").write_text(str(i))
-    pack([os.fspath(src)], os.fspath(tmp / "ds"))
-    return os.fspath(tmp / "ds")
+    return pack_jpegs(tmp, n, (24, 32), cut=truncated)
 
 
 class _Watched(CpuJpegDecoder):

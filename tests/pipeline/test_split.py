@@ -7,9 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import simplejpeg
+from loader_helpers import pack_jpegs
 
 import feedline
 from feedline.errors import WorkerError
@@ -18,17 +17,7 @@ from feedline.pipeline.options import SkippedSampleWarning
 
 
 def _pack(root: Path, n: int, bad: int | None = None) -> Path:
-    from feedline.format import pack
-
-    src = root / "src"
-    src.mkdir(parents=True)
-    for i in range(n):
-        img = np.random.default_rng(i).integers(0, 255, (16, 24, 3), dtype=np.uint8)
-        data = simplejpeg.encode_jpeg(img, quality=85)
-        (src / f"s{i:04d}.jpg").write_bytes(data[: len(data) // 3] if i == bad else data)
-        (src / f"s{i:04d}.cls").write_text(str(i))
-    pack([os.fspath(src)], os.fspath(root / "ds"))
-    return root / "ds"
+    return Path(pack_jpegs(root, n, (16, 24), cut=bad, quality=85, digits=4))
 
 
 def _batches(loader: Any, count: int | None = None) -> list[tuple[bytes, list[int], list[str]]]:
