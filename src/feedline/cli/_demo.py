@@ -48,8 +48,7 @@ def demo(
     """
     from rich.console import Console
 
-    from feedline.demo import DemoConfig, SynthConfig, run_demo
-    from feedline.demo.runs import pick_device
+    from feedline.demo import DemoConfig, SynthConfig, run_demo  # no torch yet
     from feedline.errors import ConfigError
 
     check_json_dest(json_path)
@@ -62,7 +61,9 @@ def demo(
         html_path=html_path,
     )
     try:
-        cfg.validate()
+        cfg.validate()  # every argument error comes before torch loads (2-3 s of CPU)
+        from feedline.demo.runs import pick_device
+
         pick_device(cfg.device)  # a missing GPU fails here, before any progress output
     except ValueError as e:
         raise ConfigError(str(e), fix="see feedline demo --help") from e

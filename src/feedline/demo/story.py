@@ -66,6 +66,9 @@ class DemoConfig:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.shard_size < 1:
             raise ValueError(f"shard_size must be >= 1, got {self.shard_size}")
+        kind, _, index = (self.device or "cpu").partition(":")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
 
 
 @dataclass(frozen=True)
