@@ -181,7 +181,6 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> No
     """Process workers started by the forkserver (or spawn) import the training script again:
     one that starts its loader at import time gets the guard as the fix, in the worker and in
     the parent. Forked workers (the default where safe) import nothing: it runs as is."""
-    script = tmp_path / "train_unguarded.py"
     text = ("import numpy as np, feedline\n"
             "class Data:\n"
             "    def __len__(self): return 16\n"
@@ -189,23 +188,24 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path: Path) -> No
             "loader = feedline.Loader(Data(), batch_size=4, workers=1, worker_type='process'METHOD)\n"
             "print(sum(1 for _ in loader))\n")
     env = {**os.environ, "PYTHONPATH": str(Path(feedline.__file__).resolve().parents[1])}
-    script.write_text(text.replace("METHOD", ""), encoding="utf-8")
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
-                         cwd=tmp_path, env=env)
-    assert run.returncode == 0 and run.stdout.strip() == "4", run.stderr  # forked: no re-import
-    script.write_text(text.replace("METHOD", ", start_method='forkserver'"), encoding="utf-8")
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
-                         cwd=tmp_path, env=env)
-    assert run.returncode != 0
-    assert "WorkerDied" in run.stderr and 'if __name__ == "__main__":' in run.stderr.splitlines()[-1]
-    assert "worker process (spawn or forkserver) importing the training script" in run.stderr  # the worker's own line
-    guarded = script.read_text(encoding="utf-8").replace(
-        "loader = ", "if __name__ == '__main__':\n    loader = ").replace(
+    unguarded = text.replace("METHOD", ", start_method='forkserver'")
+    guarded = unguarded.replace("loader = ", "if __name__ == '__main__':\n    loader = ").replace(
         "print(sum", "    print(sum")
-    script.write_text(guarded, encoding="utf-8")
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=110,
-                         cwd=tmp_path, env=env)
-    assert run.returncode == 0 and run.stdout.strip() == "4", run.stderr
+    # three scripts, three independent interpreters: run side by side (each is mostly one
+    # core importing torch; one after another they took 10 s of a two-core CI run)
+    procs = []
+    for name, body in (("forked", text.replace("METHOD", "")), ("unguarded", unguarded),
+                       ("guarded", guarded)):
+        path = tmp_path / f"train_{name}.py"
+        path.write_text(body, encoding="utf-8")
+        procs.append(subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env))
+    (forked, forked_err), (_, err), (out, guarded_err) = (p.communicate(timeout=110) for p in procs)
+    assert procs[0].returncode == 0 and forked.strip() == "4", forked_err  # forked: no re-import
+    assert procs[1].returncode != 0
+    assert "WorkerDied" in err and 'if __name__ == "__main__":' in err.splitlines()[-1]
+    assert "worker process (spawn or forkserver) importing the training script" in err  # the worker's own line
+    assert procs[2].returncode == 0 and out.strip() == "4", guarded_err
 
 
 @pytest.mark.timeout(120)

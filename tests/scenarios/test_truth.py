@@ -2,7 +2,8 @@
 
 Each script (tests/scenarios/scripts/) is an ordinary training loop, run unchanged
 under ``feedline diagnose``. Every case states its verdict, binding stage and a
-range for the data stall; the default suite runs each case once,
+range for the data stall; the default suite runs each case once but the three of
+``SLOW_ONLY`` (covered there by faster runs of the same contracts),
 ``test_three_runs`` (slow) runs each three times (``pytest -m slow
 tests/scenarios/test_truth.py``). Also covered: the run is the user's run (epochs,
 schedulers, while loops, persistent workers), any consuming thread, spawn and
@@ -70,20 +71,37 @@ def diagnose(out: Path, name: str, case: Case, *more: str) -> tuple[int, dict, s
     return proc.returncode, data, proc.stdout, proc.stderr
 
 
-def run_all(out: Path) -> dict[str, tuple[int, dict, str, str]]:
+SLOW_ONLY = ("io_workers", "gil_threads", "tail_stalls")
+"""Cases the default run leaves to the slow tests (``test_three_runs`` and the advice
+checks below run them), each covered there by a faster default run of the same contract:
+blocked reads binding (``while_steps``, ``loader_sleep_transform`` here; ``slow_read`` in
+test_scenarios.py), GIL-bound thread workers under feedline.Loader
+(``x_feedline_threads_gil`` and the ``transform`` binding of ``u_feedline_process`` in
+test_user_scripts.py), a tail that averages hide (``bursty`` in test_scenarios.py).
+About 15 s of CPU, 8 s of a two-core run."""
+DEFAULT = [n for n in CASES if n not in SLOW_ONLY]
+
+
+def run_all(out: Path, names: list[str] | tuple[str, ...] = tuple(CASES)
+            ) -> dict[str, tuple[int, dict, str, str]]:
     more = {"train_val": ("--html", str(out / "tv.html"), "--trace", str(out / "tv.trace.json")),
             "train_val_loader": ("--trace", str(out / "tvl.trace.json"))}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futs = {n: pool.submit(diagnose, out, n, c, *more.get(n, ())) for n, c in CASES.items()}
+        futs = {n: pool.submit(diagnose, out, n, CASES[n], *more.get(n, ())) for n in names}
         return {n: f.result() for n, f in futs.items()}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("truth")
-    got: dict = run_all(out)
+    got: dict = run_all(out, DEFAULT)
     got["_dir"] = out
     return got
+
+
+@pytest.fixture(scope="module")
+def slow_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_all(tmp_path_factory.mktemp("truth_slow"), SLOW_ONLY)
 
 
 def check(name: str, result: tuple[int, dict, str, str]) -> dict:
@@ -101,9 +119,16 @@ def check(name: str, result: tuple[int, dict, str, str]) -> dict:
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", DEFAULT)
 def test_verdict_binding_and_stall(runs: dict, name: str) -> None:
     check(name, runs[name])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("name", SLOW_ONLY)
+def test_verdict_binding_stall_and_advice_of_the_slow_only_cases(slow_runs: dict, name: str) -> None:
+    no_feedline_or_pin_advice(name, check(name, slow_runs[name]))
 
 
 @pytest.mark.slow
@@ -236,19 +261,22 @@ def _fix(data: dict, code: str) -> str:
 
 @pytest.mark.timeout(400)
 def test_no_advice_to_use_the_tool_in_use_or_to_pin_without_a_gpu(runs: dict) -> None:
-    for name in CASES:
-        data = runs[name][1]
-        text = json.dumps([data["recommendation"], data["findings"]])
-        assert "pin_memory" not in text, name  # every case runs on the CPU
-        if data["loader"].get("feedline"):
-            assert "feedline.Loader" not in text, name
+    for name in DEFAULT:
+        no_feedline_or_pin_advice(name, runs[name][1])
+
+
+def no_feedline_or_pin_advice(name: str, data: dict) -> None:
+    text = json.dumps([data["recommendation"], data["findings"]])
+    assert "pin_memory" not in text, name  # every case runs on the CPU
+    if data["loader"].get("feedline"):
+        assert "feedline.Loader" not in text, name
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_io_bound_advice_uses_more_workers_than_cores_and_its_gain_holds(runs: dict,
+def test_io_bound_advice_uses_more_workers_than_cores_and_its_gain_holds(slow_runs: dict,
                                                                            tmp_path: Path) -> None:
-    data = check("io_workers", runs["io_workers"])
+    data = check("io_workers", slow_runs["io_workers"])
     workers = int(re.search(r"num_workers=(\d+)", data["recommendation"]).group(1))
     assert workers > len(os.sched_getaffinity(0))  # blocked workers hold no core
     assert "workers-above-cores" not in {f["code"] for f in data["findings"]}
@@ -280,9 +308,9 @@ def test_decode_after_delivery_advice_holds_when_applied(runs: dict, tmp_path: P
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_gil_bound_threads_are_told_to_use_processes_and_that_helps(runs: dict,
+def test_gil_bound_threads_are_told_to_use_processes_and_that_helps(slow_runs: dict,
                                                                      tmp_path: Path) -> None:
-    data = check("gil_threads", runs["gil_threads"])
+    data = check("gil_threads", slow_runs["gil_threads"])
     assert 'worker_type="process"' in data["recommendation"]
     assert "gil-bound-threads" in {f["code"] for f in data["findings"]}
     case = Case("gil_threads", ("2", "process"), 30, "data-bound", "decode", (0.0, 1.0))
@@ -294,9 +322,9 @@ def test_gil_bound_threads_are_told_to_use_processes_and_that_helps(runs: dict,
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_tail_stall_prefetch_is_sized_from_the_measured_tail_and_hides_it(runs: dict,
+def test_tail_stall_prefetch_is_sized_from_the_measured_tail_and_hides_it(slow_runs: dict,
                                                                            tmp_path: Path) -> None:
-    data = check("tail_stalls", runs["tail_stalls"])
+    data = check("tail_stalls", slow_runs["tail_stalls"])
     depth = int(re.search(r"prefetch_factor=(\d+)", _fix(data, "tail-stalls")).group(1))
     assert depth >= 5  # 300 ms stalls against a 25 ms step, 2 workers
     assert f"prefetch_factor={depth}" in data["recommendation"]
