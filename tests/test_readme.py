@@ -4,7 +4,9 @@ The blocks run in one bash session in a fresh folder that holds what the
 README's ``.venv`` expects: a link to this interpreter's environment, so ``source
 .venv/bin/activate`` works as written; the README's own first block writes the example
 inputs (``python -m feedline.demo.examples try/``) and works in ``try/`` from there. A python block
-runs as its own script in that folder with the activated ``python``; a block
+runs as its own script in that folder as the activated ``python`` runs it, in a
+process forked from one interpreter that imported torch and feedline once
+(readme_warm.py: the imports are the set-up every block shares); a block
 after ``<!-- file: NAME -->`` is written to ``NAME`` (a later block runs it);
 a block after ``<!-- no-test... -->`` is skipped: only the two set-up commands
 at the top, which reinstall the environment.
@@ -23,6 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+WARM = Path(__file__).with_name("readme_warm.py")
 FENCE = re.compile(
     r"(?:<!--\s*(?P<marker>[^>]*?)\s*-->\s*\n)?^```(?P<lang>[a-z]*)[^\n]*\n(?P<body>.*?)^```[ \t]*$",
     re.M | re.S,
@@ -48,8 +51,9 @@ def runnable(blocks: list[Block]) -> list[Block]:
             and not b.marker.startswith("no-test")]
 
 
-def session_script(blocks: list[Block]) -> str:
-    """One bash script: bash blocks inline, python blocks as files run by ``python``."""
+def session_script(blocks: list[Block], runner: str = "python") -> str:
+    """One bash script: bash blocks inline, python blocks as files run by ``runner``
+    (``python``, or the warm runner's client that runs the file as ``python`` would)."""
     parts = ["set -euo pipefail"]
     for n, b in enumerate(blocks):
         parts.append(f"echo '=== README.md line {b.line} ({b.lang}) ===' >&2")
@@ -58,7 +62,7 @@ def session_script(blocks: list[Block]) -> str:
             parts.append(f"cat > {name} <<'README_EOF'\n{b.body}README_EOF")
         elif b.lang == "python":
             parts.append(f"cat > readme_block_{n}.py <<'README_EOF'\n{b.body}README_EOF")
-            parts.append(f"python readme_block_{n}.py")
+            parts.append(f"{runner} readme_block_{n}.py")
         else:
             parts.append(b.body)
     return "\n".join(parts) + "\n"
@@ -82,13 +86,25 @@ def test_every_readme_block_runs(tmp_path: Path) -> None:
         pytest.fail(f"run the tests from the project's virtual environment ({venv} has no "
                     "bin/activate): bash scripts/test.sh")
     (tmp_path / ".venv").symlink_to(venv)
+    sock = tmp_path / "warm.sock"
     script = tmp_path / "readme.sh"
-    script.write_text(session_script(runnable(readme_blocks(README.read_text(encoding="utf-8")))))
+    script.write_text(session_script(runnable(readme_blocks(README.read_text(encoding="utf-8"))),
+                                     f"python {WARM} run {sock}"))
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1",
            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
     env.pop("VIRTUAL_ENV", None)
-    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=880)
+    # the python blocks fork from one interpreter that imported torch and feedline: each block
+    # is still its own process (the bash blocks' `python` and `feedline` commands are real
+    # interpreters), without its 2-3 s of imports
+    warm = subprocess.Popen([sys.executable, str(WARM), "serve", str(sock)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert warm.stdout is not None and warm.stdout.readline() == "ready\n"
+        proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=880)
+    finally:
+        warm.kill()
+        warm.wait()
     assert proc.returncode == 0, f"{proc.stderr[-6000:]}\n--- stdout ---\n{proc.stdout[-3000:]}"
     # what the blocks promise exists
     for path in ("demo-run/report.html", "loader_state.json", "report.json", "report.html",
