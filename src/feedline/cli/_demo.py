@@ -62,6 +62,8 @@ def demo(
     )
     try:
         cfg.validate()  # every argument error comes before torch loads (2-3 s of CPU)
+        if out is not None:  # and an --out that cannot be a folder (a file, a link loop)
+            out.mkdir(parents=True, exist_ok=True)
         from feedline.demo.runs import pick_device
 
         pick_device(cfg.device)  # a missing GPU fails here, before any progress output
