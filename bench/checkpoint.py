@@ -25,6 +25,7 @@ core of a 2-core host). Goals: blocked <= 0.1x torch.save and <= 0.5x
 dcp.async_save; direct write >= 0.9x dd; loop within 3 %.
 
     .venv/bin/python bench/checkpoint.py [--quick] [--repeat N] [--loop-pairs N] [--dir DIR] [--json PATH]
+                                         [--only saves,write,loop,small]
                                          [--device cuda]
 
 With ``--device cuda`` (the GPU check) the state lives on the GPU instead and
@@ -253,13 +254,20 @@ def bench_loop(root: Path, every: int, pairs: int, d_model: int, layers: int, to
     plain steps; B = a save, then ``every`` steps while it is written, then
     ``wait()`` for the write (normally 0): B's time is what one save costs the
     loop, blocked time and the background write's interference included. The
-    ratio is the median over pairs of B / A. Its noise is the host's (segments
-    of the same kind vary by several % on a shared host), so the stall is also
-    attributed per save: blocked time + the extra time of the steps that ran
-    while the write was in flight (vs the median plain step) + the final wait,
-    as a % of ``every`` plain steps. The first save's staging memory
-    is prepared with ``reserve()`` before the loop; the cost of a first save
-    without it is measured separately (it is paid once per process).
+    ratio is the median over pairs of B / A (spread: the lowest and highest pair).
+
+    Segments of the same kind vary by several % on a shared host, more than
+    the stall measured, so two figures less exposed to other processes come
+    with it. ``ratio_on_core``: the same pairs with the time the loop thread
+    waited, runnable, for a core (``/proc/thread-self/schedstat``) taken out
+    of both segments, and the writer thread's CPU time for that save charged
+    to B, as if every bit of it had taken the loop's core. ``attributed``:
+    per save, blocked time + the extra time of the steps that ran while the
+    write was in flight, against the median of the same segment's later steps
+    (same host load, seconds apart) + the final wait, as a % of ``every`` plain
+    steps. The first save's staging memory is prepared with ``reserve()``
+    before the loop; the cost of a first save without it is measured
+    separately (it is paid once per process).
     """
     model, opt = make_state(d_model, layers)
     x = torch.randn(1, tokens, d_model)
@@ -289,47 +297,67 @@ def bench_loop(root: Path, every: int, pairs: int, d_model: int, layers: int, to
     ck.save(0, state())
     reserved_first = time.perf_counter() - t0
     ck.wait()
-    plain_steps: list[float] = []
-    during_steps: list[float] = []
     seg: dict[str, list[float]] = {"A": [], "B": []}
-    waits: list[float] = []
-    writer_cpu: list[float] = []
+    runq: dict[str, list[float]] = {"A": [], "B": []}
+    segments: list[dict[str, Any]] = []
+    saves: list[dict[str, float]] = []
     for i in range(pairs):
         for kind in ("AB" if i % 2 == 0 else "BA"):
+            q0 = run_queue_wait()
             t0 = time.perf_counter()
             if kind == "B":
                 ck.save(i + 1, state())
+            steps: list[float] = []
+            writing = 0  # the first steps of B, which started while the write was in flight
             for _ in range(every):
                 s0 = time.perf_counter()
-                writing = ck._busy()
+                writing += ck._busy()
                 step()
-                (during_steps if writing else plain_steps).append(time.perf_counter() - s0)
+                steps.append(time.perf_counter() - s0)
             w0 = time.perf_counter()
             ck.wait()
-            seg[kind].append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            q1 = run_queue_wait()
+            seg[kind].append(t1 - t0)
+            runq[kind].append(0.0 if q0 is None or q1 is None else q1 - q0)
+            segments.append({"kind": kind, "s": t1 - t0, "runq_wait_s": runq[kind][-1], "steps_s": steps,
+                             "steps_while_writing": writing})
             if kind == "B":
-                waits.append(time.perf_counter() - w0)
-                writer_cpu.append(ck.stats.last_writer_cpu_s)
-    blocked = ck.stats.blocked_s[1:]  # the warm first save is not part of the loop
-    durable = ck.stats.last_durable_s
+                later = steps[writing:] or steps
+                extra = sum(steps[:writing]) - writing * statistics.median(later)
+                blocked = ck.stats.last_blocked_s
+                saves.append({"blocked_s": blocked, "writing_steps": writing, "extra_s": extra,
+                              "wait_s": t1 - w0, "writer_cpu_s": ck.stats.last_writer_cpu_s,
+                              "durable_s": ck.stats.last_durable_s,
+                              "attributed_s": blocked + extra + (t1 - w0)})
     ck.close()
-    ratios = [b / a for a, b in zip(seg["A"], seg["B"], strict=True)]
+    plain_steps = [s for g in segments if g["kind"] == "A" for s in g["steps_s"]]
     step_s = statistics.median(plain_steps)
+    ratios = [b / a for a, b in zip(seg["A"], seg["B"], strict=True)]
+    on_core = [(b - qb + s["writer_cpu_s"]) / (a - qa) for a, qa, b, qb, s
+               in zip(seg["A"], runq["A"], seg["B"], runq["B"], saves, strict=True)]
     bw = memcpy_bandwidth(size, repeat)
     floor_s = size / bw
-    interference = (statistics.mean(during_steps) - step_s) * len(during_steps) / pairs if during_steps else 0.0
     ratio = statistics.median(ratios)
-    per_save = statistics.median(blocked) + interference + statistics.median(waits)
+
+    def med(key: str) -> float:
+        return statistics.median(s[key] for s in saves)
+
+    per_save = med("attributed_s")
     return {"save_every": every, "pairs": pairs, "state_bytes": size, "tokens_per_step": tokens,
             "step_s": step_s, "segment_plain_s": statistics.median(seg["A"]),
             "segment_saving_s": statistics.median(seg["B"]), "plain_runs": seg["A"], "saving_runs": seg["B"],
-            "pair_ratios": ratios, "ratio": ratio, "stall_pct": (ratio - 1) * 100,
-            "total_ratio": sum(seg["B"]) / sum(seg["A"]), "goal_pct": 3.0,
-            "blocked_s": statistics.median(blocked), "blocked_runs": blocked,
-            "steps_while_writing_per_save": len(during_steps) / pairs,
-            "interference_s_per_save": interference, "wait_s_per_save": statistics.median(waits),
-            "writer_cpu_s_per_save": statistics.median(writer_cpu), "durable_s": durable,
+            "pair_ratios": ratios, "ratio": ratio, "ratio_spread": [min(ratios), max(ratios)],
+            "stall_pct": (ratio - 1) * 100, "total_ratio": sum(seg["B"]) / sum(seg["A"]), "goal_pct": 3.0,
+            "runq_wait_plain_s": runq["A"], "runq_wait_saving_s": runq["B"],
+            "pair_ratios_on_core": on_core, "ratio_on_core": statistics.median(on_core),
+            "blocked_s": med("blocked_s"), "blocked_runs": [s["blocked_s"] for s in saves],
+            "steps_while_writing_per_save": med("writing_steps"),
+            "interference_s_per_save": med("extra_s"), "wait_s_per_save": med("wait_s"),
+            "writer_cpu_s_per_save": med("writer_cpu_s"), "durable_s": med("durable_s"),
             "attributed_s_per_save": per_save, "attributed_pct": per_save / (every * step_s) * 100,
+            "attributed_runs_pct": [s["attributed_s"] / (every * step_s) * 100 for s in saves],
+            "saves": saves, "segments": segments,
             "memcpy_GBps": bw / 1e9, "floor_s": floor_s, "floor_pct": floor_s / (every * step_s) * 100,
             "first_save_s": {"without_reserve": cold_first, "after_reserve": reserved_first}}
 
@@ -395,18 +423,53 @@ def bench_gpu(device: str, d_model: int, layers: int, root: Path, repeat: int) -
                 if r:
                     blocked.append(b)
                     durable.append(d)
+            differ = check_round_trip(ck, state)
             ck.close()
             out["io"][io] = {"blocked_s": statistics.median(blocked), "durable_s": statistics.median(durable),
                              "blocked_vs_ideal": statistics.median(blocked) / (size / bw),
                              "write_MBps": size / statistics.median(d - b for d, b in zip(durable, blocked, strict=True)) / 1e6,
-                             "writer": ck.writer_choice.name if ck.writer_choice else None}
+                             "writer": ck.writer_choice.name if ck.writer_choice else None,
+                             "round_trip_equal": not differ, "round_trip_differ": differ[:20]}
         except Exception as e:  # kvikio missing: say so in the result, keep the other row
             out["io"][io] = {"error": f"{type(e).__name__}: {e}"}
     for io, row in out["io"].items():
         print(f"  {io:7s} " + (f"blocked {row['blocked_s'] * 1e3:.1f} ms ({row['blocked_vs_ideal']:.2f}x size/D2H), "
-                               f"durable {row['durable_s']:.2f} s, write {row['write_MBps']:.0f} MB/s"
+                               f"durable {row['durable_s']:.2f} s, write {row['write_MBps']:.0f} MB/s, round trip "
+                               + ("equal on the device" if row["round_trip_equal"] else
+                                  f"DIFFERS: {', '.join(row['round_trip_differ'])}")
                                if "error" not in row else row["error"]))
     return out
+
+
+def named_tensors(state: Any, path: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], torch.Tensor]:
+    """Every tensor of a nested state, by its path of keys and indexes."""
+    if isinstance(state, torch.Tensor):
+        return {path: state}
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    return {k: v for key, value in items for k, v in named_tensors(value, (*path, key)).items()}
+
+
+def check_round_trip(ck: Checkpointer, state: dict[str, Any]) -> list[str]:
+    """Save ``state`` once more and read it back, on the device: the names of the tensors whose bytes
+    differ ([]: all equal). Every tensor gets +1 queued right before ``save()`` (the copy must wait for
+    it) and +1 right after (it must not reach the checkpoint), so the state is left +2; the model is
+    also loaded ``into=`` zeroed tensors on its device."""
+    tensors = named_tensors(state)
+    numeric = [t for t in tensors.values() if t.dtype != torch.bool]
+    for t in numeric:
+        t.add_(1)  # queued on the device's current stream, not yet run when save() starts copying
+    expect = {k: t.clone() for k, t in tensors.items()}
+    ck.save(len(ck.stats.blocked_s), state)
+    for t in numeric:
+        t.add_(1)  # after save() returned: must not reach the checkpoint
+    ck.wait()
+    got = named_tensors(load(ck.directory))
+    differ = [".".join(map(str, k)) for k, v in expect.items()
+              if k not in got or got[k].shape != v.shape or not torch.equal(got[k].to(v.device), v)]
+    target = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}}
+    load(ck.directory, into=target)
+    differ += [f"into model.{k}" for k, v in target["model"].items() if not torch.equal(v, expect[("model", k)])]
+    return differ
 
 
 def _ms(seconds: float | None) -> str:
@@ -422,7 +485,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--loop-pairs", type=int, default=None,
                    help="A/B segment pairs of the training-loop comparison (default 6; 2 with --quick)")
     p.add_argument("--device", default="cpu", help="cpu (the comparisons) or cuda[:N] (D2H-bound staging, GDS)")
+    p.add_argument("--only", default=None,
+                   help="comma-separated sections to run: saves, write, loop, small (default: all)")
     args = p.parse_args(argv)
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    if only - set(SECTIONS):
+        p.error(f"--only: unknown sections {sorted(only - set(SECTIONS))}; known: {', '.join(SECTIONS)}")
     torch.set_num_threads(1)  # 2 shared cores: more threads oversubscribe them (and the writer needs one)
     repeat = args.repeat or (1 if args.quick else 5)
     d_model, layers = (64, 2) if args.quick else (1024, 7)
@@ -438,75 +506,116 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump({"quick": args.quick, "repeat": repeat, "gpu": gpu}, fh, indent=1)
+        if any(row.get("round_trip_equal") is False for row in gpu["io"].values()):
+            raise SystemExit("a checkpoint read back differs from the state saved (see 'round trip' above)")
         return gpu
+    result: dict[str, Any] = {
+        "question": "time the loop is blocked per checkpoint, time to durable, write throughput, loop stall",
+        "quick": args.quick, "repeat": repeat, "dir": str(base), "sections": [n for n in SECTIONS if n in only]}
     try:
         model, opt = make_state(d_model, layers)
         state = state_of(model, opt)
-        size = nbytes_of(state)
-        saves = bench_saves(state, root, repeat)
+        size = result["state_bytes"] = nbytes_of(state)
+        if "saves" in only:
+            result["saves"] = bench_saves(state, root, repeat)
         del state, model, opt
-        write = bench_write(size, root, repeat)
-        loop = bench_loop(root, 10 if args.quick else 50, args.loop_pairs or (2 if args.quick else 6),
-                          d_model, layers, 16, repeat)
-        small = bench_small(root, 2000 if args.quick else 100_000, repeat)
+        if "write" in only:
+            result["write"] = bench_write(size, root, repeat)
+        if "loop" in only:
+            result["loop"] = bench_loop(root, 10 if args.quick else 50, args.loop_pairs or (2 if args.quick else 6),
+                                        d_model, layers, 16, repeat)
+        if "small" in only:
+            result["small"] = bench_small(root, 2000 if args.quick else 100_000, repeat)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    ours = saves["Checkpointer.save"]["blocked_s"]
-    comparisons = [
-        {"what": "blocked per save", "ours": "Checkpointer.save", "baseline": "torch.save",
-         "ratio": ours / saves["torch.save"]["blocked_s"], "goal": "<= 0.1"},
-        {"what": "blocked per save", "ours": "Checkpointer.save", "baseline": "dcp.async_save",
-         "ratio": ours / saves["dcp.async_save"]["blocked_s"], "goal": "<= 0.5"},
-        {"what": "blocked per save", "ours": "dcp.async_save+feedline", "baseline": "dcp.async_save",
-         "ratio": saves["dcp.async_save+feedline"]["blocked_s"] / saves["dcp.async_save"]["blocked_s"],
-         "goal": "(info)"},
-        {"what": "time to durable", "ours": "dcp.async_save+feedline", "baseline": "dcp.async_save",
-         "ratio": saves["dcp.async_save+feedline"]["durable_s"] / saves["dcp.async_save"]["durable_s"],
-         "goal": "(info)"},
-        {"what": "write throughput", "ours": "feedline direct", "baseline": "dd oflag=direct bs=8M",
-         "ratio": write["feedline_MBps"] / write["dd_MBps"], "goal": ">= 0.9"},
-        {"what": "training loop time", "ours": f"save every {loop['save_every']}", "baseline": "no saves",
-         "ratio": loop["ratio"], "goal": "<= 1.03"},
-    ]
-    result = {"question": "time the loop is blocked per checkpoint, time to durable, write throughput, loop stall",
-              "quick": args.quick, "repeat": repeat, "state_bytes": size, "dir": str(base),
-              "saves": saves, "write": write, "loop": loop, "small": small, "comparisons": comparisons,
-              "note": "measured on a host shared with other work; medians of interleaved rounds"}
+    result["comparisons"] = comparisons(result)
+    result["note"] = "measured on a host shared with other work; medians of interleaved rounds"
     print(f"state: {size / 2**30:.3f} GiB (TransformerEncoder d={d_model} x{layers} + AdamW), "
           f"{repeat} interleaved rounds, folder {base}")
-    print(f"  {'contender':24s} {'blocked/save':>14s} {'durable':>10s}")
-    for name, row in saves.items():
-        print(f"  {name:24s} {row['blocked_s'] * 1e3:11.1f} ms {row['durable_s']:8.2f} s")
-    print(f"  Checkpointer writer: {saves['Checkpointer.save']['writer']} "
-          f"({saves['Checkpointer.save']['writer_reason']})")
-    ours_row = saves["Checkpointer.save"]
-    print("  Checkpointer.save rounds, blocked = loop CPU in save() + waiting for a core (run queue): " +
-          ", ".join(f"{b * 1e3:.0f} = {_ms(i['cpu_s'])} + {_ms(i['runq_wait_s'])} ms"
-                    for b, i in zip(ours_row["blocked_runs"], ours_row["rounds"], strict=True)))
-    print(f"  write {write['bytes'] / 2**20:.0f} MiB: feedline direct {write['feedline_MBps']:.0f} MB/s, "
-          f"dd oflag=direct bs=8M {write['dd_MBps']:.0f} MB/s")
-    every = loop["save_every"]
-    print(f"  loop, {every}-step segments, {loop['pairs']} ABBA pairs, step {loop['step_s'] * 1e3:.0f} ms: "
-          f"plain {loop['segment_plain_s']:.2f} s, with a save {loop['segment_saving_s']:.2f} s "
-          f"(stall {loop['stall_pct']:+.2f} %, pairs {', '.join(f'{r:.3f}' for r in loop['pair_ratios'])})")
-    print(f"    per save: blocked {loop['blocked_s'] * 1e3:.0f} ms, {loop['steps_while_writing_per_save']:.1f} steps "
-          f"overlap the write ({loop['interference_s_per_save'] * 1e3:+.0f} ms vs plain steps), writer CPU "
-          f"{loop['writer_cpu_s_per_save'] * 1e3:.0f} ms, wait {loop['wait_s_per_save'] * 1e3:.0f} ms: "
-          f"{loop['attributed_pct']:+.2f} % of {every} plain steps")
-    print(f"    floor: {loop['state_bytes'] / 2**30:.3f} GiB / memcpy {loop['memcpy_GBps']:.1f} GB/s = "
-          f"{loop['floor_s'] * 1e3:.0f} ms = {loop['floor_pct']:.2f} % of {every} steps; first save "
-          f"{loop['first_save_s']['without_reserve']:.2f} s without reserve(), "
-          f"{loop['first_save_s']['after_reserve']:.2f} s after it")
-    print(f"  {small['tensors']} tiny tensors: data file {small['data_bytes'] / 2**20:.1f} MiB = "
-          f"{small['vs_payload']:.2f}x the payload, {small['vs_page_each']:.3f}x a 4 KiB page each "
-          f"({small['page_each_bytes'] / 2**20:.0f} MiB); blocked {small['blocked_s']:.2f} s, durable "
-          f"{small['durable_s']:.2f} s, load {small['load_s']:.2f} s")
-    for c in comparisons:
+    for name in result["sections"]:
+        REPORTS[name](result[name])
+    for c in result["comparisons"]:
         print(f"  {c['what']}: {c['ours']} / {c['baseline']} = {c['ratio']:.3f} (goal {c['goal']})")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1)
     return result
+
+
+SECTIONS = ("saves", "write", "loop", "small")
+
+
+def comparisons(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ratios against the goals, for the sections that ran."""
+    out = []
+    saves, write, loop = result.get("saves"), result.get("write"), result.get("loop")
+    if saves:
+        ours = saves["Checkpointer.save"]["blocked_s"]
+        feed = saves["dcp.async_save+feedline"]
+        out += [
+            {"what": "blocked per save", "ours": "Checkpointer.save", "baseline": "torch.save",
+             "ratio": ours / saves["torch.save"]["blocked_s"], "goal": "<= 0.1"},
+            {"what": "blocked per save", "ours": "Checkpointer.save", "baseline": "dcp.async_save",
+             "ratio": ours / saves["dcp.async_save"]["blocked_s"], "goal": "<= 0.5"},
+            {"what": "blocked per save", "ours": "dcp.async_save+feedline", "baseline": "dcp.async_save",
+             "ratio": feed["blocked_s"] / saves["dcp.async_save"]["blocked_s"], "goal": "(info)"},
+            {"what": "time to durable", "ours": "dcp.async_save+feedline", "baseline": "dcp.async_save",
+             "ratio": feed["durable_s"] / saves["dcp.async_save"]["durable_s"], "goal": "(info)"}]
+    if write:
+        out.append({"what": "write throughput", "ours": "feedline direct", "baseline": "dd oflag=direct bs=8M",
+                    "ratio": write["feedline_MBps"] / write["dd_MBps"], "goal": ">= 0.9"})
+    if loop:
+        out.append({"what": "training loop time", "ours": f"save every {loop['save_every']}",
+                    "baseline": "no saves", "ratio": loop["ratio"], "goal": "<= 1.03"})
+    return out
+
+
+def report_saves(saves: dict[str, Any]) -> None:
+    print(f"  {'contender':24s} {'blocked/save':>14s} {'durable':>10s}")
+    for name, row in saves.items():
+        print(f"  {name:24s} {row['blocked_s'] * 1e3:11.1f} ms {row['durable_s']:8.2f} s")
+    ours = saves["Checkpointer.save"]
+    print(f"  Checkpointer writer: {ours['writer']} ({ours['writer_reason']})")
+    print("  Checkpointer.save rounds, blocked = loop CPU in save() + waiting for a core (run queue): " +
+          ", ".join(f"{b * 1e3:.0f} = {_ms(i['cpu_s'])} + {_ms(i['runq_wait_s'])} ms"
+                    for b, i in zip(ours["blocked_runs"], ours["rounds"], strict=True)))
+
+
+def report_write(write: dict[str, Any]) -> None:
+    print(f"  write {write['bytes'] / 2**20:.0f} MiB: feedline direct {write['feedline_MBps']:.0f} MB/s, "
+          f"dd oflag=direct bs=8M {write['dd_MBps']:.0f} MB/s")
+
+
+def report_loop(loop: dict[str, Any]) -> None:
+    every = loop["save_every"]
+    lo, hi = loop["ratio_spread"]
+    print(f"  loop, {every}-step segments, {loop['pairs']} ABBA pairs, step {loop['step_s'] * 1e3:.0f} ms: "
+          f"plain {loop['segment_plain_s']:.2f} s, with a save {loop['segment_saving_s']:.2f} s: "
+          f"{loop['ratio']:.3f}x (stall {loop['stall_pct']:+.2f} %; pairs {lo:.3f}-{hi:.3f}: "
+          f"{', '.join(f'{r:.3f}' for r in loop['pair_ratios'])})")
+    print(f"    without the loop's waits for a core, the writer's CPU charged to the loop: "
+          f"{loop['ratio_on_core']:.3f}x (pairs {', '.join(f'{r:.3f}' for r in loop['pair_ratios_on_core'])}; "
+          f"waited for a core {sum(loop['runq_wait_plain_s']):.1f} s plain, "
+          f"{sum(loop['runq_wait_saving_s']):.1f} s saving)")
+    print(f"    per save: blocked {loop['blocked_s'] * 1e3:.0f} ms, {loop['steps_while_writing_per_save']:.0f} steps "
+          f"overlap the write ({loop['interference_s_per_save'] * 1e3:+.0f} ms vs the segment's later steps), "
+          f"writer CPU {loop['writer_cpu_s_per_save'] * 1e3:.0f} ms, wait {loop['wait_s_per_save'] * 1e3:.0f} ms: "
+          f"{loop['attributed_pct']:+.2f} % of {every} plain steps (saves "
+          f"{', '.join(f'{r:+.2f}' for r in loop['attributed_runs_pct'])} %)")
+    print(f"    floor: {loop['state_bytes'] / 2**30:.3f} GiB / memcpy {loop['memcpy_GBps']:.1f} GB/s = "
+          f"{loop['floor_s'] * 1e3:.0f} ms = {loop['floor_pct']:.2f} % of {every} steps; first save "
+          f"{loop['first_save_s']['without_reserve']:.2f} s without reserve(), "
+          f"{loop['first_save_s']['after_reserve']:.2f} s after it")
+
+
+def report_small(small: dict[str, Any]) -> None:
+    print(f"  {small['tensors']} tiny tensors: data file {small['data_bytes'] / 2**20:.1f} MiB = "
+          f"{small['vs_payload']:.2f}x the payload, {small['vs_page_each']:.3f}x a 4 KiB page each "
+          f"({small['page_each_bytes'] / 2**20:.0f} MiB); blocked {small['blocked_s']:.2f} s, durable "
+          f"{small['durable_s']:.2f} s, load {small['load_s']:.2f} s")
+
+
+REPORTS = {"saves": report_saves, "write": report_write, "loop": report_loop, "small": report_small}
 
 
 if __name__ == "__main__":

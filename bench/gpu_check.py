@@ -319,7 +319,8 @@ def headline(result: Any) -> str:
         for io, row in gpu["io"].items():
             if isinstance(row, dict):
                 value = row.get("blocked_s")
-                bits.append(f"{io}: blocked_s={value:.3g}" if isinstance(value, (int, float))
+                same = " ROUND TRIP DIFFERS" if row.get("round_trip_equal") is False else ""
+                bits.append(f"{io}: blocked_s={value:.3g}{same}" if isinstance(value, (int, float))
                             else f"{io}: {str(row.get('error', '?'))[:80]}")
     for key in TOP_KEYS:
         if isinstance(result.get(key), (int, float)):

@@ -38,6 +38,12 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert loop["segment_plain_s"] > 0 and loop["segment_saving_s"] > 0 and len(loop["pair_ratios"]) == 2
     assert len(loop["blocked_runs"]) == 2 and 0 < loop["floor_s"] < loop["segment_plain_s"]
     assert loop["memcpy_GBps"] > 0 and loop["first_save_s"]["without_reserve"] > 0
+    # the figures less exposed to other processes: per pair without waits for a core, per save attributed
+    assert len(loop["pair_ratios_on_core"]) == 2 and all(r > 0 for r in loop["pair_ratios_on_core"])
+    assert loop["ratio_spread"] == [min(loop["pair_ratios"]), max(loop["pair_ratios"])]
+    assert [s["kind"] for s in loop["segments"]] == ["A", "B", "B", "A"]
+    assert all(len(s["steps_s"]) == loop["save_every"] for s in loop["segments"])
+    assert len(loop["attributed_runs_pct"]) == 2 and "waits for a core" in proc.stdout
     assert len(doc["comparisons"]) == 6 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
                                                  for c in doc["comparisons"])
     small = doc["small"]
@@ -45,3 +51,12 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert 0 < small["blocked_s"] <= small["durable_s"] and small["load_s"] > 0
     assert "blocked per save" in proc.stdout and "tiny tensors" in proc.stdout
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("bench-checkpoint-")]  # cleaned up
+
+
+@pytest.mark.timeout(60)
+def test_only_names_unknown_sections(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "checkpoint.py"), "--only", "loop,nope",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=55, check=False, env=env)
+    assert proc.returncode == 2 and "unknown sections ['nope']" in proc.stderr
+    assert not list(tmp_path.iterdir())  # refused before any work

@@ -178,7 +178,9 @@ def test_the_table_figures_read_each_bench_shape():
     assert "images_per_s=900" in gpu_check.headline({"rows": [{"name": "1080p gpu", "images_per_s": 900.0}]})
     assert "GBps=25" in gpu_check.headline({"rows": [{"name": "slot", "samples_per_s": 3.0, "GBps": 25.0}]})
     ck = gpu_check.headline({"gpu": {"io": {"direct": {"blocked_s": 0.02}, "gds": {"error": "DeviceError: x"}}}})
-    assert "direct: blocked_s=0.02" in ck and "gds: DeviceError" in ck
+    assert "direct: blocked_s=0.02" in ck and "gds: DeviceError" in ck and "DIFFERS" not in ck
+    bad = gpu_check.headline({"gpu": {"io": {"gds": {"blocked_s": 0.02, "round_trip_equal": False}}}})
+    assert "gds: blocked_s=0.02 ROUND TRIP DIFFERS" in bad  # a wrong checkpoint is in the table, not only the JSON
     assert gpu_check.headline({"speedup": 2.5}) == "speedup=2.5"
     assert "CUDA" in gpu_check.headline({"benchmark": "read_gds", "error": "CUDA is not available"})
     assert gpu_check.headline(None) == "" and gpu_check.headline({"rows": "odd"}) == ""
