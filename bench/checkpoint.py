@@ -16,11 +16,12 @@ rounds were that wait, never the staging (docs/checkpoints.md).
 Also: write throughput of feedline's O_DIRECT writer vs
 ``dd if=/dev/zero oflag=direct bs=8M conv=fsync`` to the same folder
 (interleaved), and a training loop on the same model that saves every 50 steps
-vs the same loop without saves (stall %, from ABBA-interleaved 50-step segments,
-with the floor: state bytes / memcpy bandwidth vs 50 steps), and a state of 10^5 tiny tensors
-(scalars and vectors of 1-64 floats): data file size against the payload and
-against one 4 KiB page per tensor (format version 1's layout), blocked,
-durable and load time. Torch runs with one thread (the writer thread needs the other
+vs the same loop without saves (stall %, from ABBA-interleaved 50-step segments: the median
+pair ratio and its spread, the same pairs without the loop's waits for a core, and each
+save's cost against the same segment's later steps; with the floor: state bytes / memcpy
+bandwidth vs 50 steps), and a state of 10^5 tiny tensors (scalars and vectors of 1-64
+floats): data file size against the payload and against one 4 KiB page per tensor (format
+version 1's layout), blocked, durable and load time. Torch runs with one thread (the writer thread needs the other
 core of a 2-core host). Goals: blocked <= 0.1x torch.save and <= 0.5x
 dcp.async_save; direct write >= 0.9x dd; loop within 3 %.
 
@@ -326,7 +327,8 @@ def bench_loop(root: Path, every: int, pairs: int, d_model: int, layers: int, to
                 later = steps[writing:] or steps
                 extra = sum(steps[:writing]) - writing * statistics.median(later)
                 blocked = ck.stats.last_blocked_s
-                saves.append({"blocked_s": blocked, "writing_steps": writing, "extra_s": extra,
+                saves.append({"blocked_s": blocked, "blocked_cpu_s": ck.stats.last_blocked_cpu_s,
+                              "writing_steps": writing, "extra_s": extra,
                               "wait_s": t1 - w0, "writer_cpu_s": ck.stats.last_writer_cpu_s,
                               "durable_s": ck.stats.last_durable_s,
                               "attributed_s": blocked + extra + (t1 - w0)})

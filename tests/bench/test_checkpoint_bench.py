@@ -44,6 +44,7 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert [s["kind"] for s in loop["segments"]] == ["A", "B", "B", "A"]
     assert all(len(s["steps_s"]) == loop["save_every"] for s in loop["segments"])
     assert len(loop["attributed_runs_pct"]) == 2 and "waits for a core" in proc.stdout
+    assert all(s["blocked_cpu_s"] > 0 and s["writer_cpu_s"] > 0 for s in loop["saves"])
     assert len(doc["comparisons"]) == 6 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
                                                  for c in doc["comparisons"])
     small = doc["small"]
