@@ -436,6 +436,32 @@ TRUTH = {
     # each sample decoded by an external program (subprocess.run), 2 workers on 2 cores
     "r_subprocess_decode": Truth("data-bound", "decode", DATA,
                                  "epoch 0: 8 batches\nepoch 1: 8 batches\n"),
+    # -- round 11 (q_*.py)
+    # the dataset's own ProcessPoolExecutor, kept for the run, maps the decoder (num_workers=0)
+    "q_pool_decode": Truth("data-bound", "decode", DATA,
+                           "epoch 0: 10 batches\nepoch 1: 10 batches\n"),
+    # one long-lived decoder per worker (subprocess.Popen pipes, started in worker_init_fn)
+    "q_popen_pipe": Truth("data-bound", "decode", DATA,
+                          "epoch 0: 10 batches\nepoch 1: 10 batches\n"),
+    # get_worker_info() shards of 30, 10, 25 and 15 records: one worker runs dry early
+    "q_uneven_shards": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 11 batches, 80 records\n" for e in range(2))),
+    # an HF-like Trainer: accumulation 4, clip, warm-up schedule, evaluate() every 5 updates
+    "q_hf_accum_eval": Truth("data-bound", "read", DATA,
+                             "global_step 10 evaluations 2 eval batches [4, 4]\n"),
+    # LightningModule-like hooks called by a hand-written Trainer.fit with a sanity check
+    "q_lightning_module": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 15 steps, global_step {15 * (e + 1)}, val batches 3\n" for e in range(3))
+        + "val passes 3\n"),
+    # spawn + persistent_workers for the training and the validation loader
+    "q_spawn_persistent": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 12 steps, val 3 batches\n" for e in range(3))),
+    # a token-budget batch_sampler: 2 to 32 sequences a batch, padded in collate_fn
+    "q_token_budget": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 24 batches, sizes 2-32, 240 seqs\n" for e in range(2))),
+    # feedline.Loader, decode={"bin": fn} of 6 ms CPU in process workers, on_error="skip"
+    "q_feedline_skip": Truth("data-bound", "decode", DATA,
+                             "epoch 0: 12 batches\nepoch 1: 12 batches\nsteps 24\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",

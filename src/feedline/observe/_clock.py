@@ -499,6 +499,10 @@ class StepClocks:
                     self.clocks[id(owner)] = c
         return c
 
+    def owners_of(self, c: LoaderClock) -> list[Any]:
+        """The loaders timed on clock ``c`` (one, or each instance of a rebuilt loader)."""
+        return [o for o in self._owners if self.find(o) is c]
+
     def labels(self) -> dict[int, str]:
         """Each loader's label by the ``id`` of its owner, rebuilt loaders included."""
         out = {key: c.label for key, c in self.clocks.items()}

@@ -283,7 +283,9 @@ class Session:
             loader=dict(train.config) | {"label": train.label, "consumer": (
                 "main" if threading.main_thread().ident in train.tids else "thread")}
             | ({"zipped_with": [c.label for c in zipped]} if zipped else {})
-            | ({"draws_per_step": round(draws, 2)} if draws > 1 else {}),
+            | ({"draws_per_step": round(draws, 2)} if draws > 1 else {})
+            | dropped(_of(all_spans, train.label), self.clocks.owners_of(train),
+                      self.batch_size or train.batch_samples),
             batch_samples=self.batch_size or train.batch_samples, batch_bytes=train.batch_bytes,
             host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),
             cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
@@ -373,6 +375,28 @@ def _device_timed(s: Span, events: Any, final: bool) -> Span:
     except RuntimeError:
         return s
     return Span(s.stage, s.start, s.start + dur, s.pid, s.tid, s.attrs | {"host_s": s.duration})
+
+
+def dropped(spans: list[Span], owners: list[Any], batch: int | None) -> dict[str, Any]:
+    """``{"dropped": ...}``: samples the loader read and did not deliver (its collate
+    spans' ``dropped``; a feedline.Loader's ``stats["skipped"]``), or ``{}``."""
+    skipped = delivered = 0
+    for o in owners:
+        counters = getattr(o, "stats", None) if hasattr(o, "on_error") else None
+        if isinstance(counters, dict):
+            skipped += int(counters.get("skipped") or 0)
+            delivered += int(counters.get("batches") or 0) * int(getattr(o, "batch_size", 0) or 0)
+    if skipped:
+        return {"dropped": {"samples": skipped, "given": delivered + skipped,
+                            "by": "on_error='skip'"}}
+    collates = [x for x in spans if x.stage == "collate"]
+    marked = [x for x in collates if x.attrs.get("dropped")]
+    if not marked:
+        return {}
+    n = sum(int(x.attrs["dropped"]) for x in marked)
+    given = sum(int(x.attrs.get("given") or 0) for x in marked) + (len(collates) - len(marked)) * (batch or 0)
+    empty = sum(1 for x in marked if x.attrs["dropped"] == x.attrs.get("given"))
+    return {"dropped": {"samples": n, "given": given, "empty_batches": empty, "by": "collate_fn"}}
 
 
 def _of(all_spans: list[Span], label: str) -> list[Span]:

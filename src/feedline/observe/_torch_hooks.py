@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from feedline.observe._children import LiveChildren
 from feedline.observe._scratch import open_text
 from feedline.observe._stats import Span
 
@@ -195,12 +196,41 @@ class _TimedCollate:
         self.fn, self.cpu_clock = fn, cpu_clock
         self.last = (0.0, 0.0)
         self.cpu = (0.0, 0.0)
+        self.given = self.dropped = 0
+        """Samples the last call was given and did not return (a collate that filters out
+        the ``None`` of samples that failed to load)."""
 
     def __call__(self, data: Any) -> Any:
         t0, c0 = time.perf_counter(), self.cpu_clock()
         out = self.fn(data)
         self.last, self.cpu = (t0, time.perf_counter()), (c0, self.cpu_clock())
+        rows = batch_rows(out)
+        self.given = len(data) if isinstance(data, (list, tuple)) else 0
+        self.dropped = self.given - rows if rows is not None and rows < self.given else 0
         return out
+
+
+def batch_rows(batch: Any, depth: int = 0) -> int | None:
+    """The samples in a collated batch (None when it cannot tell): ``None`` holds none, a
+    tensor or array its first dimension, a dict or tuple its first member's, a list of
+    plain values its length."""
+    if batch is None:
+        return 0
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) >= 1 else None
+    if depth >= 3:
+        return None
+    if isinstance(batch, dict):
+        return batch_rows(next(iter(batch.values())), depth + 1) if batch else 0
+    if isinstance(batch, (list, tuple)):
+        if not batch:
+            return 0
+        first = batch[0]
+        if isinstance(first, (dict, list, tuple)) or hasattr(first, "shape"):
+            return batch_rows(first, depth + 1)
+        return len(batch)
+    return None
 
 
 def children_cpu() -> float:
@@ -212,7 +242,8 @@ def children_cpu() -> float:
 
 def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
                live: Callable[[], bool],
-               cpu_clock: Callable[[], float] = time.thread_time) -> Any:
+               cpu_clock: Callable[[], float] = time.thread_time,
+               children: LiveChildren | None = None) -> Any:
     """A fetcher ``fetch`` that times items and collate and hands both spans to ``deliver``.
 
     ``live()`` false makes it a pass-through (a hook removed out of order).
@@ -220,8 +251,11 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
     ``time.process_time`` (every thread of the worker: a dataset that decodes on its own
     thread pool is CPU work, not time blocked), the training process its thread's.
     The CPU of child processes that ended during the fetch (:func:`children_cpu`: an
-    external decoder the items waited for) is its ``child_cpu``: decoding, not I/O.
+    external decoder the items waited for) is its ``child_cpu``: decoding, not I/O; so
+    is the CPU that live children (``children``: a decoder process the dataset keeps, a
+    ``ProcessPoolExecutor``'s processes, a ``Popen`` pipe) used while the fetch ran.
     """
+    kept = children if children is not None else LiveChildren()
     counter = itertools.count()
 
     def fetch(self: Any, index: Any) -> Any:
@@ -232,14 +266,15 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
             col = self.collate_fn = _TimedCollate(col, cpu_clock)
         sampled = always_sample or next(counter) % RUNQ_EVERY == 0
         clock = sched_times
-        t0, cpu0, kids0 = time.perf_counter(), cpu_clock(), children_cpu()
+        t0, cpu0, kids0, live0 = time.perf_counter(), cpu_clock(), children_cpu(), kept.start()
         _, q0 = clock() if sampled else (0.0, 0.0)
         out = orig(self, index)
-        kids = children_cpu() - kids0
+        kids = children_cpu() - kids0 + kept.stop(live0)
         _, q1 = clock() if sampled else (0.0, 0.0)
         c_start, c_end = col.last
         k_start, k_end = col.cpu
-        if c_start < t0:  # collate did not run: the whole fetch is items
+        ran = c_start >= t0
+        if not ran:  # collate did not run: the whole fetch is items
             c_start = c_end = time.perf_counter()
             k_start = k_end = cpu_clock()
         attrs: dict[str, Any] = {"cpu": max(0.0, k_start - cpu0)}
@@ -249,7 +284,10 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
             # the run-queue delay of the whole fetch, split by wall time (collate is its own stage)
             attrs["runq"] = max(0.0, q1 - q0) * (c_start - t0) / max(c_end - t0, 1e-12)
         deliver("fetch", t0, c_start, attrs)
-        deliver("collate", c_start, c_end, {"cpu": max(0.0, k_end - k_start)})
+        col_attrs: dict[str, Any] = {"cpu": max(0.0, k_end - k_start)}
+        if col.dropped and ran:  # this fetch's collate dropped samples
+            col_attrs["dropped"], col_attrs["given"] = col.dropped, col.given
+        deliver("collate", c_start, c_end, col_attrs)
         return out
 
     fetch._feedline_orig = orig  # type: ignore[attr-defined]
@@ -372,6 +410,8 @@ class TorchHooks:
         self._live = False
         self._pid = os.getpid()
         self._forked_pid: int | None = None
+        self._worker_pids: set[int] = set()  # loader workers: not a dataset's own children
+        self._children = LiveChildren(skip=lambda: self._worker_pids)
 
     @contextmanager
     def installed(self) -> Iterator[TorchHooks]:
@@ -394,7 +434,8 @@ class TorchHooks:
         self._patch(torch.Tensor, "to", self._make_to(torch.Tensor.to))
         self._patch(torch.Tensor, "cuda", self._make_cuda(torch.Tensor.cuda))
         for cls in _fetcher_classes():
-            self._patch(cls, "fetch", make_fetch(cls.fetch, self._deliver, False, self._here))
+            self._patch(cls, "fetch", make_fetch(cls.fetch, self._deliver, False, self._here,
+                                                 children=self._children))
         # the DataLoader's pin-memory thread looks this module global up on every batch
         self._patch(pin_mod, "pin_memory", self._make_pin(pin_mod.pin_memory))
         self._patch(dl.DataLoader, "__iter__", self._make_iter(dl.DataLoader.__iter__))
@@ -480,6 +521,7 @@ class TorchHooks:
                 if wrap:
                     loader.worker_init_fn = inner
             it._feedline_owner = owner
+            hooks._worker_pids.update(w.pid for w in getattr(it, "_workers", ()) if w.pid)
             hooks.t.on_iter(owner, t0, time.perf_counter(), it)
             return it
 

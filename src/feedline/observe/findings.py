@@ -558,11 +558,35 @@ def _handoff_rule(f: RunFacts) -> list[Finding]:
     )]
 
 
+def _dropped_rule(f: RunFacts) -> list[Finding]:
+    """Samples the loader read and did not deliver: ``on_error="skip"``, or a
+    ``collate_fn`` that filters out the ones that failed to load."""
+    d = f.loader.get("dropped")
+    if not d or not d.get("samples"):
+        return []
+    n, given = int(d["samples"]), int(d.get("given") or 0)
+    share = f" ({n / given:.1%} of {given})" if given else ""
+    if d.get("by") == "collate_fn":
+        empty = int(d.get("empty_batches") or 0)
+        what = (f"collate_fn returned {n} fewer samples than it was given{share}"
+                + (f", {empty} batch(es) came out empty" if empty else "")
+                + ": samples that failed to load are dropped, so those steps train on "
+                "smaller batches than batch_size, and the time reading them is spent every epoch")
+        find = "log which indices your dataset returns None for"
+    else:
+        what = (f"on_error='skip' skipped {n} bad sample(s){share}: their read and decode "
+                "time is spent every epoch for nothing (loader.stats['skipped_samples'] names "
+                "the last 100)")
+        find = "feedline verify DIR --decode lists every undecodable sample of a packed dataset"
+    return [Finding("samples-dropped", "warning", what,
+                    f"repair or remove those samples ({find}) so every epoch reads only good ones")]
+
+
 def detect(facts: RunFacts) -> list[Finding]:
     """Every rule that fires for ``facts``, most severe first."""
     found = _workers_rules(facts) + _copy_rules(facts) + _memory_rules(facts)
     found += _timing_rules(facts) + _topology_rules(facts) + _quiet_rule(facts)
-    found += _handoff_rule(facts) + _long_steps_rule(facts)
+    found += _handoff_rule(facts) + _long_steps_rule(facts) + _dropped_rule(facts)
     return sorted(found, key=lambda x: SEVERITIES.index(x.severity))
 
 

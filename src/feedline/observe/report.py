@@ -665,7 +665,10 @@ def build_report(m: Measurements) -> Report:
         fix = "measure more steps (--steps 20 or more), or a longer run"
     else:
         verdict = _verdict(stall, max(data_time, pb.h2d), pb.gpu, m.ab)
-    queued_body = m.body_runq[k:len(m.body)]
+    # A step's run-queue reading spans its whole interval between two waits; its body can
+    # be shorter (another loader's pass, an epoch's end taken out): a step waited at most
+    # its body for a core, so the share never passes 100%.
+    queued_body = [min(q, b) for q, b in zip(m.body_runq[k:len(m.body)], body)]
     step_contention = (sum(queued_body) / max(sum(body[:len(queued_body)]), 1e-12)
                        if queued_body else 0.0)
     # Thread workers that keep a core busy and leave the training thread queued for one

@@ -1,0 +1,89 @@
+"""CPU time of the live child processes a fetch waits on.
+
+A dataset may decode in processes it keeps: a ``ProcessPoolExecutor`` made once
+and mapped over each batch, a ``subprocess.Popen`` decoder streaming through
+pipes (an ``ffmpeg`` or ``sox`` kept running). The fetch's own thread is then
+blocked on a pipe while its child burns CPU, so the fetch's thread CPU calls it
+I/O. A child that ended and was waited for is in ``os.times()`` (see
+``_torch_hooks.children_cpu``); a live one only in ``/proc``. :class:`LiveChildren`
+reads the CPU of this process's live children (and of their waited-for children)
+around a fetch. Linux only; elsewhere every delta is 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection
+
+TICK = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+RESCAN_EVERY = 8
+"""Children are listed on the first :data:`RESCAN_FIRST` fetches and then on every
+this many (listing reads one file per thread of the process; reading the CPU of the
+children found costs one file each)."""
+RESCAN_FIRST = 4
+
+
+def child_pids() -> list[int]:
+    """This process's child processes, from ``/proc/self/task/<tid>/children``."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as fh:
+                out.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds of process ``pid`` and of its waited-for children, or None (gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+        fields = raw[raw.rindex(b")") + 2:].split()
+        # after the name: state(3) ... utime(14) stime(15) cutime(16) cstime(17)
+        return sum(int(f) for f in fields[11:15]) * TICK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class LiveChildren:
+    """CPU seconds this process's live children spend between :meth:`start` and :meth:`stop`.
+
+    Args:
+        skip: pids not to count (the loader's own worker processes: their fetches are
+            timed in them).
+    """
+
+    def __init__(self, skip: Callable[[], Collection[int]] = frozenset) -> None:
+        self._skip = skip
+        self._pids: list[int] = []
+        self._calls = 0
+
+    def start(self) -> dict[int, float]:
+        """The children's CPU now (children are listed again now and then)."""
+        n, self._calls = self._calls, self._calls + 1
+        if n < RESCAN_FIRST or n % RESCAN_EVERY == 0:
+            skip = self._skip()
+            self._pids = [p for p in child_pids() if p not in skip]
+        out: dict[int, float] = {}
+        for pid in self._pids:
+            cpu = process_cpu(pid)
+            if cpu is not None:
+                out[pid] = cpu
+        return out
+
+    def stop(self, before: dict[int, float]) -> float:
+        """CPU seconds the children in ``before`` used since; one that ended counts nothing
+        (its CPU, once waited for, is in ``os.times()``)."""
+        total = 0.0
+        for pid, cpu0 in before.items():
+            cpu = process_cpu(pid)
+            if cpu is not None:
+                total += max(0.0, cpu - cpu0)
+        return total
