@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -85,3 +86,63 @@ class External(torch.utils.data.Dataset):
                 "while time.process_time() < end:\n    pass\n")
         subprocess.run([sys.executable, "-S", "-c", code], check=True)
         return torch.full((4,), float(i))
+
+
+PIPED_DECODER = """
+import sys, time
+for line in sys.stdin:
+    end = time.process_time() + float(line)
+    while time.process_time() < end:
+        pass
+    sys.stdout.write(line)
+    sys.stdout.flush()
+"""
+
+
+class Piped(torch.utils.data.Dataset):
+    """``n`` items, each decoded by one long-lived child interpreter (started at the first
+    item in each process, fed through pipes) that spins ``spin`` seconds of CPU per item
+    (a decoder kept running, as a streaming ``ffmpeg`` is)."""
+
+    def __init__(self, spin: float = 0.02, n: int = 6) -> None:
+        self.spin, self.n = spin, n
+        self.proc: Any = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import subprocess
+        import sys
+
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-S", "-u", "-c", PIPED_DECODER],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc.stdin.write(f"{self.spin}\n")
+        self.proc.stdin.flush()
+        self.proc.stdout.readline()
+        return torch.full((4,), float(i))
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+
+
+class Dropping(torch.utils.data.Dataset):
+    """``n`` items; every ``bad``-th one fails to load and comes back ``None``."""
+
+    def __init__(self, n: int = 12, bad: int = 3) -> None:
+        self.n, self.bad = n, bad
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor | None:
+        return None if i % self.bad == 0 else torch.full((2,), float(i))
+
+
+def drop_none(batch: list[Any]) -> Any:
+    """A collate_fn that filters out the samples that failed to load (None for none left)."""
+    kept = [b for b in batch if b is not None]
+    return torch.stack(kept) if kept else None

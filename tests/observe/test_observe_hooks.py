@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from obsdata import External, Pooled, Slow, worker_flag
+from obsdata import Dropping, External, Piped, Pooled, Slow, drop_none, worker_flag
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import fetch as fetch_mod
 from torch.utils.data._utils import pin_memory as pin_mod
@@ -151,6 +151,40 @@ def test_a_fetch_is_charged_with_the_cpu_of_the_decoders_it_ran(tmp_path, worker
     assert len(fetches) == 2
     assert all(s.attrs.get("child_cpu", 0.0) >= 0.8 * 2 * 0.02 for s in fetches), [
         s.attrs for s in fetches]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_fetch_is_charged_with_the_cpu_of_a_decoder_process_it_keeps(tmp_path, workers: int) -> None:  # type: ignore[no-untyped-def]
+    # one long-lived child per process, fed through pipes, spins 20 ms an item: the fetch's
+    # thread only waits on a pipe, yet the fetch is CPU work (decode), not time blocked
+    h, rec, _ = hooks(tmp_path, label="train")
+    data = Piped(spin=0.02, n=6)
+    try:
+        with h.installed():
+            batches = list(DataLoader(data, batch_size=2, num_workers=workers))
+    finally:
+        data.close()
+    assert len(batches) == 3
+    spans = rec.spans("fetch") if workers == 0 else read_worker_spans(tmp_path)
+    fetches = sorted((s for s in spans if s.stage == "fetch"), key=lambda s: s.start)
+    assert len(fetches) == 3
+    # the decoder starts inside the first fetch; the later ones find it alive
+    assert all(s.attrs.get("child_cpu", 0.0) >= 0.7 * 2 * 0.02 for s in fetches[1:]), [
+        s.attrs for s in fetches]
+
+
+def test_a_collate_that_drops_failed_samples_is_counted() -> None:
+    h, rec, _ = hooks()
+    with h.installed():
+        batches = list(DataLoader(Dropping(n=12, bad=3), batch_size=3, collate_fn=drop_none))
+    assert [len(b) for b in batches] == [2, 2, 2, 2]
+    col = rec.spans("collate")
+    assert [s.attrs.get("dropped") for s in col] == [1, 1, 1, 1]
+    summary = _session.dropped(col, [], 3)["dropped"]
+    assert summary == {"samples": 4, "given": 12, "empty_batches": 0, "by": "collate_fn"}
+    assert _torch_hooks.batch_rows(None) == 0 and _torch_hooks.batch_rows(["a", "b"]) == 2
+    assert _torch_hooks.batch_rows({"x": torch.zeros(5, 2), "y": [1] * 5}) == 5
 
 
 def test_worker_init_is_picklable_and_calls_the_users_function(tmp_path) -> None:  # type: ignore[no-untyped-def]

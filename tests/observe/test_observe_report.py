@@ -227,6 +227,15 @@ def test_a_step_queued_for_a_core_gets_the_step_contention_finding() -> None:
     assert "mixed precision" in build_report(m).recommendation
 
 
+def test_the_step_contention_share_never_passes_the_whole_body() -> None:
+    # a run-queue reading spans a step's whole interval; its body may be shorter (another
+    # loader's pass taken out): the share is of the body, 100% at most
+    m = meas(wait=0.001, body=0.030, fetch=0.002, cpu=0.001, workers=2)
+    m.body_runq = [0.045] * len(m.body)
+    (f,) = [f for f in build_report(m).findings if f.code == "step-contention"]
+    assert "waited 100% of its step body" in f.message, f.message
+
+
 def test_a_first_pass_read_from_storage_and_later_ones_from_a_cache_are_both_said() -> None:
     # epoch 1 waits 48 ms per 10 ms step, epochs 2 and 3 read from a cache
     n, waits = 36, [0.048] * 12 + [0.0005] * 24

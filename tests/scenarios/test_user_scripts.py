@@ -443,19 +443,19 @@ TRUTH = {
     # one long-lived decoder per worker (subprocess.Popen pipes, started in worker_init_fn)
     "q_popen_pipe": Truth("data-bound", "decode", DATA,
                           "epoch 0: 10 batches\nepoch 1: 10 batches\n"),
-    # get_worker_info() shards of 30, 10, 25 and 15 records: one worker runs dry early
+    # get_worker_info() shards of 48, 16, 40 and 24 records: one worker runs dry early
     "q_uneven_shards": Truth("data-bound", "read", DATA, "".join(
-        f"epoch {e}: 11 batches, 80 records\n" for e in range(2))),
+        f"epoch {e}: 16 batches, 128 records\n" for e in range(2))),
     # an HF-like Trainer: accumulation 4, clip, warm-up schedule, evaluate() every 5 updates
     "q_hf_accum_eval": Truth("data-bound", "read", DATA,
                              "global_step 10 evaluations 2 eval batches [4, 4]\n"),
-    # LightningModule-like hooks called by a hand-written Trainer.fit with a sanity check
+    # LightningModule-like hooks called by a hand-written Trainer.fit, persistent workers
     "q_lightning_module": Truth("compute-bound", "gpu", COMPUTE, "".join(
         f"epoch {e}: 15 steps, global_step {15 * (e + 1)}, val batches 3\n" for e in range(3))
         + "val passes 3\n"),
     # spawn + persistent_workers for the training and the validation loader
     "q_spawn_persistent": Truth("compute-bound", "gpu", COMPUTE, "".join(
-        f"epoch {e}: 12 steps, val 3 batches\n" for e in range(3))),
+        f"epoch {e}: 24 steps, val 3 batches\n" for e in range(3))),
     # a token-budget batch_sampler: 2 to 32 sequences a batch, padded in collate_fn
     "q_token_budget": Truth("data-bound", "read", DATA, "".join(
         f"epoch {e}: 24 batches, sizes 2-32, 240 seqs\n" for e in range(2))),

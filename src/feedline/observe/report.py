@@ -409,8 +409,10 @@ def io_workers(pb: PerBatch, cores: int) -> int:
 
 
 def data_time_with(pb: PerBatch, workers: int, cores: int) -> float:
-    """Per-batch data time with ``workers`` parallel workers on ``cores`` cores."""
-    return max(pb.data / max(workers, 1), pb.cpu / max(cores, 1))
+    """Per-batch data time with ``workers`` parallel workers on ``cores`` cores. The CPU
+    it needs is at least what its threads and child processes used (a dataset decoding on
+    its own process pool uses more CPU per batch than the fetch lasts)."""
+    return max(pb.data / max(workers, 1), max(pb.cpu, pb.data_cpu) / max(cores, 1))
 
 
 def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
@@ -491,8 +493,9 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         advice = set_threads_advice(cfg.get("torch_threads"), cores, workers)
         give = (f"give it its cores ({advice} beside {workers} workers on {cores} cores, fewer "
                 "workers, other jobs off the machine)" if advice else
-                f"give it its cores (torch already runs the {cores - workers} thread(s) the "
-                f"{workers} workers leave: fewer workers, or other jobs off the machine)")
+                f"give it its cores (torch already runs {max(1, cores - workers)} thread(s) "
+                f"beside {workers} workers on {cores} cores: fewer workers, or other jobs off "
+                "the machine)")
         lead = f"the data path keeps up; {first}" if first else "the data path keeps up, but "
         return (f"{lead}the step waited {step_contention:.0%} of its time for a CPU core: "
                 f"{give}, then speed up the step itself"), 1.0

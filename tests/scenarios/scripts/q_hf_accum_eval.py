@@ -4,8 +4,8 @@ class whose ``train()`` divides the loss by the accumulation steps, clips, steps
 optimizer and a linear warm-up schedule every 4 micro-batches, and runs ``evaluate()``
 (no_grad, an in-memory eval loader of 4 batches) every 5 optimizer updates. The train
 dataset returns dicts of token ids and reads each example from slow storage (4 ms, a
-sleep); batch 8 in 2 workers (about 16 ms a micro-batch) against a 2 ms micro-step; 2
-epochs of 20 micro-batches.
+sleep); batch 8 in 2 workers (about 16 ms a micro-batch) against a 2 ms micro-step; one
+epoch of 40 micro-batches (``num_train_epochs=1``, as most fine-tuning runs).
 
 Truth: data-bound on read. The run is 10 optimizer updates and 2 evaluations whatever
 diagnose does.
@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 class TrainingArguments:
     per_device_train_batch_size: int = 8
     gradient_accumulation_steps: int = 4
-    num_train_epochs: int = 2
+    num_train_epochs: int = 1
     eval_steps: int = 5
     logging_steps: int = 5
     learning_rate: float = 5e-4
@@ -106,7 +106,7 @@ class Trainer:
 if __name__ == "__main__":
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    trainer = Trainer(Model(), TrainingArguments(), Examples(160, slow=True), Examples(32, slow=False))
+    trainer = Trainer(Model(), TrainingArguments(), Examples(320, slow=True), Examples(32, slow=False))
     trainer.train()
     evals = [h["eval_batches"] for h in trainer.log_history]
     print(f"global_step {trainer.global_step} evaluations {len(evals)} eval batches {evals}")

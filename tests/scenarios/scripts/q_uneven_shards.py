@@ -1,8 +1,8 @@
-"""An ``IterableDataset`` over shard files of different sizes (30, 10, 25 and 15 records),
+"""An ``IterableDataset`` over shard files of different sizes (48, 16, 40 and 24 records),
 split between the workers with ``get_worker_info()`` the way the PyTorch docs show
-(``shards[info.id::info.num_workers]``): worker 0 gets 55 records, worker 1 gets 25, so
+(``shards[info.id::info.num_workers]``): worker 0 gets 88 records, worker 1 gets 40, so
 worker 1 runs dry early and worker 0 streams the rest of the epoch alone. Each record
-waits 5 ms for storage (a sleep); batch 8, 2 workers, a 3 ms step; 2 epochs.
+waits 5 ms for storage (a sleep); batch 8, 2 persistent workers, a 3 ms step; 2 epochs.
 
 Truth: data-bound on read (40 ms of storage a batch per worker). The run is the same
 batches per epoch whatever diagnose does.
@@ -13,7 +13,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-SHARDS = [("shard-000", 30), ("shard-001", 10), ("shard-002", 25), ("shard-003", 15)]
+SHARDS = [("shard-000", 48), ("shard-001", 16), ("shard-002", 40), ("shard-003", 24)]
 
 
 class ShardStream(IterableDataset):
@@ -31,7 +31,7 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     net = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-    loader = DataLoader(ShardStream(), batch_size=8, num_workers=2)
+    loader = DataLoader(ShardStream(), batch_size=8, num_workers=2, persistent_workers=True)
     for epoch in range(2):
         n = rows = 0
         for x, y in loader:
