@@ -50,6 +50,14 @@ optimizer and no ``backward()``, a dataset with ``__getitems__``, a short slow l
 restarted under a long one (``max_size_cycle``), ``iter(loader)`` again every 10 steps,
 a ``deque`` replay buffer filled from a loader, corrupt samples dropped in ``collate_fn``
 with empty batches skipped, and an external decoder run with ``subprocess.run``.
+Round 11 (``q_*.py``) adds decoders that outlive a fetch (the dataset's own
+``ProcessPoolExecutor`` with ``num_workers=0``, a ``subprocess.Popen`` pipe per worker
+started in ``worker_init_fn``), shards of uneven size dealt by ``get_worker_info()``, an
+HF-like trainer with accumulation, clipping and ``evaluate()`` every 5 updates, a
+LightningModule-like model driven by a hand-written ``Trainer.fit``, spawned persistent
+workers for training and validation, a token-budget ``batch_sampler`` (2 to 32 sequences
+a batch), and ``feedline.Loader`` with the user's ``decode=`` in process workers and
+``on_error="skip"``.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -443,7 +451,7 @@ TRUTH = {
     # one long-lived decoder per worker (subprocess.Popen pipes, started in worker_init_fn)
     "q_popen_pipe": Truth("data-bound", "decode", DATA,
                           "epoch 0: 10 batches\nepoch 1: 10 batches\n"),
-    # get_worker_info() shards of 48, 16, 40 and 24 records: one worker runs dry early
+    # get_worker_info() shards of 52, 12, 44 and 20 records: one worker runs dry early
     "q_uneven_shards": Truth("data-bound", "read", DATA, "".join(
         f"epoch {e}: 16 batches, 128 records\n" for e in range(2))),
     # an HF-like Trainer: accumulation 4, clip, warm-up schedule, evaluate() every 5 updates
@@ -634,6 +642,34 @@ def test_an_iterator_replaced_mid_pass_is_start_up_not_step_time(fast_runs: dict
     assert "persistent_workers=True" in data["recommendation"]
 
 
+def round11_checks(results: dict) -> None:
+    """Round 11's advice and counts, beyond the verdict."""
+    # a decoder the dataset keeps (a process pool, a Popen pipe) is CPU: no I/O worker counts
+    for name in ("q_pool_decode", "q_popen_pipe"):
+        data = results[name][1]
+        assert data["analysis"]["blocked_fraction"] < 0.5, (name, data["analysis"])
+        rec = data["recommendation"]
+        assert "num_workers=" not in rec or int(rec.split("num_workers=")[1].split(",")[0]) <= 2, rec
+    # the pool already decodes on both cores: workers for the training process gain little
+    gain = results["q_pool_decode"][1]["predicted_gain"]
+    assert gain is None or gain < 1.5, gain
+    # the larger shards stay with one worker: balance them, not more workers
+    shards = results["q_uneven_shards"][1]
+    assert shards["analysis"]["uneven_worker"][0] == 0
+    assert "num_workers=" not in shards["recommendation"]
+    # evaluation every 5 updates and the Lightning-like validation: their own loader lines
+    for name, steps in (("q_hf_accum_eval", 8), ("q_lightning_module", 12)):
+        (val,) = results[name][1]["loaders"]
+        assert val["role"] == "other" and val["steps"] == steps, (name, val)
+    assert results["q_hf_accum_eval"][1]["steps"] == 39  # a micro-batch is a step
+    # a copied call keeps the token-budget batch sampler
+    assert "batch_sampler=TokenBudgetSampler(...)" in results["q_token_budget"][1]["recommendation"]
+    # samples skipped by on_error="skip" are counted and said
+    skip = results["q_feedline_skip"][1]
+    assert skip["loader"]["dropped"]["samples"] >= 10 and skip["loader"]["dropped"]["by"] == "on_error='skip'"
+    assert "samples-dropped" in {f["code"] for f in skip["findings"]}
+
+
 def round10_checks(results: dict) -> None:
     """Round 10's steps, loaders and advice, beyond the verdict."""
     # a no_grad teacher forward inside the step is step time, no loader of its own
@@ -658,6 +694,10 @@ def round10_checks(results: dict) -> None:
     # one round trip per batch through __getitems__: read, not decode
     per = results["r_getitems_batched"][1]["analysis"]["per_batch"]
     assert per["read"] > 4 * per["decode"], per
+    # a collate that drops failed samples: they are counted and said
+    bad = results["r_skip_bad_batches"][1]
+    assert bad["loader"]["dropped"] == {"samples": 128, "given": 320, "empty_batches": 8,
+                                        "by": "collate_fn"}
 
 
 def round9_checks(results: dict) -> None:
@@ -789,3 +829,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         round8_checks(results)
         round9_checks(results)
         round10_checks(results)
+        round11_checks(results)

@@ -13,14 +13,16 @@ around a fetch. Linux only; elsewhere every delta is 0.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Collection
 
 TICK = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
 
-RESCAN_EVERY = 8
-"""Children are listed on the first :data:`RESCAN_FIRST` fetches and then on every
-this many (listing reads one file per thread of the process; reading the CPU of the
-children found costs one file each)."""
+RESCAN_S = 1.0
+"""Children are listed on the first :data:`RESCAN_FIRST` fetches (a pool or decoder the
+dataset starts at its first item or in ``worker_init_fn`` is found at once) and then at
+most once every this many seconds: listing reads one ``/proc`` file per thread of the
+process (0.1-0.5 ms), reading the CPU of the children found one file each."""
 RESCAN_FIRST = 4
 
 
@@ -64,11 +66,14 @@ class LiveChildren:
         self._skip = skip
         self._pids: list[int] = []
         self._calls = 0
+        self._scanned = float("-inf")
 
     def start(self) -> dict[int, float]:
         """The children's CPU now (children are listed again now and then)."""
         n, self._calls = self._calls, self._calls + 1
-        if n < RESCAN_FIRST or n % RESCAN_EVERY == 0:
+        now = time.monotonic()
+        if n < RESCAN_FIRST or now - self._scanned >= RESCAN_S:
+            self._scanned = now
             skip = self._skip()
             self._pids = [p for p in child_pids() if p not in skip]
         out: dict[int, float] = {}

@@ -429,9 +429,10 @@ def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
     return max(1, min(needed, recommended_workers(cores, gpus)))
 
 
-UNEVEN = 3.0
+UNEVEN = 2.0
 """A worker of an IterableDataset that spends this many times the others' median
-preparing its batches reads a slower part of the stream (:func:`uneven_stream`)."""
+preparing its batches reads a slower or larger part of the stream (:func:`uneven_stream`):
+the others then sit idle for at least half of each pass."""
 
 
 def uneven_stream(m: Measurements) -> tuple[int, float, float] | None:
@@ -525,7 +526,8 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         wid, slow_s, median_s = uneven
         return (f"worker {wid} spent {slow_s:.2f} s preparing its batches against "
                 f"{median_s:.2f} s for each of the others: its part of the IterableDataset's "
-                "stream (a shard) is the slow one, and more workers would not split it "
+                "stream (a slow shard, or more records than the others') is the slow one, and "
+                "more workers would not split it "
                 "(__iter__ decides what each worker reads): split the slow shard into smaller "
                 "ones, or deal its records rather than whole shards to the workers "
                 "(get_worker_info()), so every worker reads a share of it"), None
