@@ -210,6 +210,24 @@ def test_sched_times_counts_this_threads_cpu_and_keeps_no_file_open() -> None:
     assert len(os.listdir("/proc/self/fd")) == fds
 
 
+def test_a_worker_reads_the_run_queue_of_every_thread_it_has() -> None:
+    # a worker's fetch is charged with the CPU of all its threads (a dataset's own thread
+    # pool), so its wait for a core is read on all of them too
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        before = _torch_hooks.process_runq()
+        assert threading.get_native_id() in before and t.native_id in before
+        assert _torch_hooks.process_runq_since(before) >= 0.0
+        assert _torch_hooks.process_runq_since({}) >= sum(before.values()) * 0.999
+    finally:
+        stop.set()
+        t.join()
+
+
 @pytest.mark.parametrize("module", [_torch_hooks, _session, _clock, _replay])
 def test_observe_keeps_no_mutable_module_state(module: Any) -> None:
     """Hooks, clocks and the replay live on objects a Session owns, not in module globals."""

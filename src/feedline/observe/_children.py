@@ -83,12 +83,14 @@ class LiveChildren:
                 out[pid] = cpu
         return out
 
-    def stop(self, before: dict[int, float]) -> float:
-        """CPU seconds the children in ``before`` used since; one that ended counts nothing
-        (its CPU, once waited for, is in ``os.times()``)."""
-        total = 0.0
+    def stop(self, before: dict[int, float]) -> tuple[float, int]:
+        """CPU seconds the children in ``before`` used since, and how many of them ran (a
+        pool of 2 decoding one batch: 2 processes on the CPU at once); one that ended counts
+        nothing (its CPU, once waited for, is in ``os.times()``)."""
+        total, ran = 0.0, 0
         for pid, cpu0 in before.items():
             cpu = process_cpu(pid)
-            if cpu is not None:
-                total += max(0.0, cpu - cpu0)
-        return total
+            if cpu is not None and cpu > cpu0:
+                total += cpu - cpu0
+                ran += 1
+        return total, ran

@@ -178,6 +178,38 @@ def sched_times() -> tuple[float, float]:
         os.close(fd)
 
 
+def thread_runq() -> float:
+    """Run-queue seconds of the calling thread (:func:`sched_times`)."""
+    return sched_times()[1]
+
+
+def runq_since(before: float) -> float:
+    return max(0.0, thread_runq() - before)
+
+
+def process_runq() -> dict[int, float]:
+    """Run-queue seconds of every thread of this process, by thread id (a worker whose
+    dataset decodes on its own thread pool: those threads wait for a core too)."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as fh:
+                out[int(tid)] = int(fh.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def process_runq_since(before: dict[int, float]) -> float:
+    """Run-queue seconds this process's threads spent since ``before`` (a thread started
+    since counts from its start)."""
+    return sum(max(0.0, q - before.get(tid, 0.0)) for tid, q in process_runq().items())
+
+
 RUNQ_EVERY = 8
 """On the consumer thread, every this many fetches also read the run-queue delay.
 
@@ -243,7 +275,9 @@ def children_cpu() -> float:
 def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
                live: Callable[[], bool],
                cpu_clock: Callable[[], float] = time.thread_time,
-               children: LiveChildren | None = None) -> Any:
+               children: LiveChildren | None = None,
+               runq: tuple[Callable[[], Any], Callable[[Any], float]] = (thread_runq, runq_since)
+               ) -> Any:
     """A fetcher ``fetch`` that times items and collate and hands both spans to ``deliver``.
 
     ``live()`` false makes it a pass-through (a hook removed out of order).
@@ -254,7 +288,10 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
     external decoder the items waited for) is its ``child_cpu``: decoding, not I/O; so
     is the CPU that live children (``children``: a decoder process the dataset keeps, a
     ``ProcessPoolExecutor``'s processes, a ``Popen`` pipe) used while the fetch ran.
+    ``runq``: reads the run-queue delay, and the delay since a reading (the calling
+    thread's; a worker process passes every thread's, as its CPU clock counts them).
     """
+    runq_now, runq_delta = runq
     kept = children if children is not None else LiveChildren()
     counter = itertools.count()
 
@@ -265,12 +302,12 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col, cpu_clock)
         sampled = always_sample or next(counter) % RUNQ_EVERY == 0
-        clock = sched_times
         t0, cpu0, kids0, live0 = time.perf_counter(), cpu_clock(), children_cpu(), kept.start()
-        _, q0 = clock() if sampled else (0.0, 0.0)
+        q0 = runq_now() if sampled else None
         out = orig(self, index)
-        kids = children_cpu() - kids0 + kept.stop(live0)
-        _, q1 = clock() if sampled else (0.0, 0.0)
+        live_cpu, procs = kept.stop(live0)
+        kids = children_cpu() - kids0 + live_cpu
+        queued = runq_delta(q0) if sampled else 0.0
         c_start, c_end = col.last
         k_start, k_end = col.cpu
         ran = c_start >= t0
@@ -280,9 +317,11 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
         attrs: dict[str, Any] = {"cpu": max(0.0, k_start - cpu0)}
         if kids > 0:
             attrs["child_cpu"] = kids
+        if procs > 1:  # the items kept several processes busy at once (a pool)
+            attrs["child_procs"] = procs
         if sampled:  # an unsampled fetch carries no runq: the report estimates it
             # the run-queue delay of the whole fetch, split by wall time (collate is its own stage)
-            attrs["runq"] = max(0.0, q1 - q0) * (c_start - t0) / max(c_end - t0, 1e-12)
+            attrs["runq"] = queued * (c_start - t0) / max(c_end - t0, 1e-12)
         deliver("fetch", t0, c_start, attrs)
         col_attrs: dict[str, Any] = {"cpu": max(0.0, k_end - k_start)}
         if col.dropped and ran:  # this fetch's collate dropped samples
@@ -333,7 +372,8 @@ class WorkerInit:
                 fh.write(line + "\n")
 
         for cls in _fetcher_classes():
-            cls.fetch = make_fetch(_root(cls.fetch), deliver, True, lambda: True, time.process_time)
+            cls.fetch = make_fetch(_root(cls.fetch), deliver, True, lambda: True, time.process_time,
+                                   runq=(process_runq, process_runq_since))
         if self.inner is not None:
             self.inner(worker_id)
 

@@ -242,6 +242,9 @@ class PerBatch:
     """CPU seconds of the data path's stages per batch (their threads' own CPU time)."""
     crowded: bool = False
     """Thread workers take the cores the training thread needs (set by the report)."""
+    width: float = 1.0
+    """Processes a fetch keeps on the CPU at once (a dataset decoding on its own pool of 2:
+    2), weighted by fetch time: each worker then needs that many cores."""
     fetch_p99: float = 0.0
     """p99 of the time one batch takes to prepare (fetch + collate, or the Loader's stages)."""
     gpu_p50: float = 0.0
@@ -293,6 +296,9 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     # stage also waits for a core.
     queued = float(m.host.get("loader_runq_per_cpu") or 0.0)
     cpu: dict[str, float] = {"decode": 0.0, "transform": 0.0, "collate": 0.0}
+    wide = sum(s.duration for s in fetches)
+    if wide > 0:
+        pb.width = sum(s.duration * max(1, int(s.attrs.get("child_procs", 1))) for s in fetches) / wide
     for s in fetches:  # DataLoader: the dataset's item code, blocked part and CPU part
         runq = float(s.attrs["runq"]) if "runq" in s.attrs else runq_rate * s.duration
         # a child process the items waited for (an external decoder) was on the CPU
@@ -409,10 +415,11 @@ def io_workers(pb: PerBatch, cores: int) -> int:
 
 
 def data_time_with(pb: PerBatch, workers: int, cores: int) -> float:
-    """Per-batch data time with ``workers`` parallel workers on ``cores`` cores. The CPU
-    it needs is at least what its threads and child processes used (a dataset decoding on
-    its own process pool uses more CPU per batch than the fetch lasts)."""
-    return max(pb.data / max(workers, 1), max(pb.cpu, pb.data_cpu) / max(cores, 1))
+    """Per-batch data time with ``workers`` parallel workers on ``cores`` cores. A fetch
+    that keeps several processes busy at once (a dataset decoding on its own pool) needs
+    that many cores for its CPU time, and at least the CPU its threads and children used."""
+    cpu = max(pb.cpu * pb.width, pb.data_cpu)
+    return max(pb.data / max(workers, 1), cpu / max(cores, 1))
 
 
 def workers_for(pb: PerBatch, cores: int, gpus: int) -> int:
