@@ -26,16 +26,18 @@ process (0.1-0.5 ms), reading the CPU of the children found one file each."""
 RESCAN_FIRST = 4
 
 
-def child_pids() -> list[int]:
-    """This process's child processes, from ``/proc/self/task/<tid>/children``."""
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return []
+def child_pids(pid: int | str = "self", tids: list[str] | None = None) -> list[int]:
+    """The child processes of ``pid`` (this process by default), from
+    ``/proc/<pid>/task/<tid>/children`` for each of its threads ``tids`` (listed when None)."""
+    if tids is None:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return []
     out: list[int] = []
     for tid in tids:
         try:
-            with open(f"/proc/self/task/{tid}/children", "rb") as fh:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                 out.extend(int(c) for c in fh.read().split())
         except (OSError, ValueError):
             continue

@@ -32,6 +32,8 @@ from typing import Any
 
 import psutil
 
+from feedline.observe._children import child_pids
+
 
 def cuda_ordinal(device: Any) -> int:
     """The CUDA ordinal a run computes on: ``cuda:N`` / ``N`` / ``torch.device``'s index;
@@ -283,12 +285,7 @@ class TaskClock:
             except OSError:
                 continue
             out[pid] = tids
-            for tid in tids:
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                        todo.extend(int(c) for c in fh.read().split())
-                except (OSError, ValueError):
-                    continue
+            todo.extend(child_pids(pid, tids))
         return out
 
     def sample(self) -> tuple[float, float]:

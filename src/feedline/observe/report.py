@@ -680,7 +680,7 @@ def build_report(m: Measurements) -> Report:
     # A step's run-queue reading spans its whole interval between two waits; its body can
     # be shorter (another loader's pass, an epoch's end taken out): a step waited at most
     # its body for a core, so the share never passes 100%.
-    queued_body = [min(q, b) for q, b in zip(m.body_runq[k:len(m.body)], body)]
+    queued_body = [min(q, b) for q, b in zip(m.body_runq[k:len(m.body)], body, strict=False)]
     step_contention = (sum(queued_body) / max(sum(body[:len(queued_body)]), 1e-12)
                        if queued_body else 0.0)
     # Thread workers that keep a core busy and leave the training thread queued for one

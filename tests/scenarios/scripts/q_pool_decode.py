@@ -37,7 +37,7 @@ class Audio(Dataset):
         if self.pool is None:
             self.pool = ProcessPoolExecutor(max_workers=2)
         rows = list(self.pool.map(decode, indices))
-        return [(torch.tensor(r), torch.tensor(i % 4)) for r, i in zip(rows, indices)]
+        return [(torch.tensor(r), torch.tensor(i % 4)) for r, i in zip(rows, indices, strict=True)]
 
     def __getitem__(self, i):
         return self.__getitems__([i])[0]

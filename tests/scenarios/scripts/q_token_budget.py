@@ -56,7 +56,7 @@ class TokenBudgetSampler(Sampler):
 
 
 def pad(batch):
-    seqs, labels = zip(*batch)
+    seqs, labels = zip(*batch, strict=True)
     return torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True), torch.tensor(labels)
 
 
