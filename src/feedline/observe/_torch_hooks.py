@@ -190,6 +190,8 @@ def runq_since(before: float) -> float:
 def process_runq() -> dict[int, float]:
     """Run-queue seconds of every thread of this process, by thread id (a worker whose
     dataset decodes on its own thread pool: those threads wait for a core too)."""
+    if threading.active_count() == 1:  # no thread of its own: the calling one is all
+        return {threading.get_native_id(): sched_times()[1]}
     out: dict[int, float] = {}
     try:
         tids = os.listdir("/proc/self/task")
@@ -197,10 +199,15 @@ def process_runq() -> dict[int, float]:
         return out
     for tid in tids:
         try:
-            with open(f"/proc/self/task/{tid}/schedstat", "rb") as fh:
-                out[int(tid)] = int(fh.read().split()[1]) / 1e9
+            fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+        except OSError:
+            continue  # the thread ended
+        try:
+            out[int(tid)] = int(os.pread(fd, 128, 0).split()[1]) / 1e9
         except (OSError, IndexError, ValueError):
             continue
+        finally:
+            os.close(fd)
     return out
 
 
