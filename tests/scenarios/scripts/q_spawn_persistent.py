@@ -1,7 +1,7 @@
 """Loaders made the way a script that must also run on macOS makes them:
 ``multiprocessing_context="spawn"`` and ``persistent_workers=True`` for both the training
-loader (2 workers) and the validation loader (1 worker), so the workers import the script
-and torch once and live for the whole run; ``set_epoch``-style reshuffling through a
+loader and the validation loader (1 worker each: the data is small), so the workers import
+the script and torch once and live for the whole run; ``set_epoch``-style reshuffling through a
 seeded ``RandomSampler`` generator. Samples are small arrays normalised in the workers
 (well under a millisecond a batch); the step is 40 ms (a sleep pads the real one: a GPU's
 time); 3 epochs of 24 batches, a validation pass of 3 batches after each.
@@ -35,7 +35,7 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     train = DataLoader(Frames(384), batch_size=16, sampler=RandomSampler(Frames(384), generator=gen),
-                       num_workers=2, persistent_workers=True, multiprocessing_context="spawn")
+                       num_workers=1, persistent_workers=True, multiprocessing_context="spawn")
     val = DataLoader(Frames(48), batch_size=16, num_workers=1, persistent_workers=True,
                      multiprocessing_context="spawn")
     net = torch.nn.Linear(24, 3)
