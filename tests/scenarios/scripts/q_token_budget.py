@@ -2,7 +2,7 @@
 token budget (fairseq's ``max_tokens=768``): 32 short sequences make one batch, 2 or 6
 long ones another, so batch sizes vary from 2 to 32 within an epoch (24 batches, 10
 sequences on average); ``collate_fn`` pads to the longest. Each sequence is fetched from
-slow storage (3 ms, a sleep, whatever its length); 2 workers; the step is 3 ms (a sleep
+slow storage (3 ms, a sleep, whatever its length); 2 persistent workers; the step is 3 ms (a sleep
 pads the real one); 2 epochs.
 
 Truth: data-bound on read (a batch of 32 short sequences is 96 ms of storage, one of 2
@@ -64,7 +64,8 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     torch.set_num_threads(1)
     sampler = TokenBudgetSampler(LENGTHS, max_tokens=768)
-    loader = DataLoader(Sequences(), batch_sampler=sampler, num_workers=2, collate_fn=pad)
+    loader = DataLoader(Sequences(), batch_sampler=sampler, num_workers=2, collate_fn=pad,
+                        persistent_workers=True)
     emb, head = torch.nn.EmbeddingBag(50, 16), torch.nn.Linear(16, 2)
     opt = torch.optim.Adam([*emb.parameters(), *head.parameters()], lr=1e-3)
     for epoch in range(2):
