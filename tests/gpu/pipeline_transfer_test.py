@@ -82,6 +82,34 @@ def test_slot_is_not_reused_before_its_copy_completed() -> None:
     pool.close()
 
 
+def test_pinned_slots_lock_their_size_and_copy_asynchronously() -> None:
+    """A slot of 5 MiB + 4 KiB locks that (torch's pinned allocator would lock 8 MiB and keep it after
+    the pool closes), is pinned for CUDA, and its copy to the device does not block the host."""
+    _require_cuda()
+    n = ((5 << 20) + 4096) // 4
+    layout = collate.infer_layout([{"x": np.zeros(n, np.float32)}], 1, 1)
+    before = torch.cuda.host_memory_stats().get("allocated_bytes.current", 0)
+    pool = SlotPool(layout.nbytes, pin=True)
+    pool.configure(layout)
+    slot = pool.acquire()
+    host = slot.tensors[("x",)]
+    assert host.is_pinned() and host.data_ptr() % 4096 == 0
+    assert torch.cuda.host_memory_stats().get("allocated_bytes.current", 0) - before < 1 << 20
+    slot.arrays[("x",)][:] = 3.0
+    engine = CudaEngine(DEV)
+    with torch.cuda.stream(engine.stream):
+        torch.cuda._sleep(SPIN)
+    t0 = time.perf_counter()
+    tree, fence = engine.send({"x": host})
+    assert time.perf_counter() - t0 < 0.05, "the copy from a registered slot blocked the host"
+    assert not fence.query()
+    batch = engine.accept(tree, fence)
+    torch.cuda.synchronize()
+    assert bool((batch["x"] == 3.0).all())
+    pool.release(slot, fence)
+    pool.close()
+
+
 def test_held_batches_stay_intact_on_cuda() -> None:
     _require_cuda()
     slot_bytes = 16 * (1024 * 4 + 8)

@@ -140,10 +140,13 @@ class StagingArena:
         elif self.pinned:
             import torch
 
-            raw = torch.empty(nbytes + PAGE, dtype=torch.uint8, pin_memory=True)
-            pad = (-raw.data_ptr()) % PAGE
+            from feedline.pinned import pinned_empty
+
+            # exactly the pages asked, page-aligned, unlocked on release() (torch's pinned
+            # allocator would lock the next power of two and keep it after release)
+            raw = pinned_empty((nbytes,), torch.uint8)
             self._owner = raw
-            self._buf = raw.numpy()[pad : pad + nbytes]
+            self._buf = raw.numpy()
         else:
             self._buf = aligned_empty(nbytes)
 

@@ -104,8 +104,11 @@ class _Ring:
         if buf is None or buf.numel() < nbytes:
             import torch
 
+            from feedline.pinned import pinned_empty
+
             grown = max(nbytes, 2 * buf.numel() if buf is not None else 0, 1 << 16)
-            buf = self._bufs[i] = torch.empty(grown, dtype=torch.uint8, pin_memory=self.pinned)
+            buf = self._bufs[i] = (pinned_empty((grown,), torch.uint8) if self.pinned
+                                   else torch.empty(grown, dtype=torch.uint8))
         return i, buf.numpy()
 
     def guard(self, i: int, device: Any) -> None:

@@ -42,6 +42,7 @@ import torch
 
 from feedline import spans
 from feedline.errors import ConfigError, DecodeError, ResourceError
+from feedline.pinned import pinned_empty
 from feedline.pipeline.collate import Layout, Path
 from feedline.placement import Placement
 from feedline.units import format_bytes
@@ -303,7 +304,9 @@ class SlotPool:
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype, pin_memory=pin)
+    # pinned: exactly the pages asked (torch's pinned allocator would round each slot up to a
+    # power of two and keep it locked after the pool drops it; see feedline.pinned)
+    return pinned_empty(shape, dtype) if pin else torch.empty(shape, dtype=dtype)
 
 
 def placed_allocator(
