@@ -48,6 +48,7 @@ def test_without_cuda_it_fails_loudly(tmp_path):
     assert summary["steps"] == {}
 
 
+@pytest.mark.slow  # a fault test of the runner (11 s on 2 cores); the dry run below is the default smoke test
 @pytest.mark.timeout(120)
 def test_a_crash_of_the_runner_keeps_the_steps_done_and_a_hung_step_dies_with_its_children(tmp_path):
     """Step 1 writes a result, step 2 fails, step 3 hangs with a child process (stopped at its
