@@ -253,3 +253,33 @@ def test_bytes_that_are_no_image_are_shown_not_pillows_bytesio(size: tuple[int, 
     text = str(e.value)
     assert "12 bytes, starting b'hello\\nworld\\n'" in text and "BytesIO" not in text
     assert e.value.fix is not None and "on_error" not in e.value.fix  # the loader adds that once
+
+
+@pytest.mark.timeout(60)
+def test_npy_headers_decode_in_threads_side_by_side() -> None:
+    """Thread workers decode .npy fields at once; on CPython 3.11 two threads in ast.literal_eval
+    can fail with 'AST constructor recursion depth mismatch' (python/cpython#106905), so the
+    header parse is serialised: every array of many distinct headers decodes right."""
+    import threading
+
+    def payload(rows: int) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, np.full((rows, 3), rows, np.float32))
+        return buf.getvalue()
+
+    failures: list[BaseException] = []
+
+    def work(first: int) -> None:
+        try:
+            for rows in range(first, first + 400):
+                arr = decode_npy(payload(rows), Limits())
+                assert arr.shape == (rows, 3) and float(arr[0, 0]) == rows
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k * 1000 + 1,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []

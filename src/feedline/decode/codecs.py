@@ -10,7 +10,6 @@ allocates and raises :class:`feedline.errors.DecodeError` on bad input.
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import math
@@ -22,6 +21,7 @@ import numpy as np
 
 from feedline.dense import why_not_dense
 from feedline.errors import ArgumentError, ConfigError, DecodeError
+from feedline.format._schema import npy_header
 
 Buffer = bytes | bytearray | memoryview
 
@@ -87,13 +87,10 @@ def decode_npy(data: Buffer, limits: Limits) -> np.ndarray:
         raise DecodeError(f"unsupported .npy format version {major}")
     if start + hlen > len(mv):
         raise DecodeError(".npy header runs past the end of the field")
-    try:
-        header = ast.literal_eval(bytes(mv[start : start + hlen]).decode("latin1"))
-        dtype = np.dtype(header["descr"])
-        shape = tuple(int(s) for s in header["shape"])
-        fortran = bool(header["fortran_order"])
-    except (ValueError, SyntaxError, KeyError, TypeError) as exc:
-        raise DecodeError(f".npy header unreadable: {exc}") from exc
+    try:  # pack's parser: cached per distinct header, and safe in threads on Python 3.11
+        dtype, shape, fortran = npy_header(bytes(mv[start : start + hlen]), major)
+    except ValueError as exc:
+        raise DecodeError(str(exc)) from exc
     if dtype.hasobject:
         raise DecodeError(".npy holds Python objects (needs pickle)", fix="store numeric arrays")
     if any(s < 0 for s in shape):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -145,16 +146,28 @@ def parse_npy_header(head: bytes | memoryview) -> tuple[int, np.dtype[Any], tupl
         raise ValueError(f".npy header of {hlen} bytes is larger than {_MAX_NPY_HEADER}")
     if start + hlen > len(mv):
         raise ValueError(".npy header runs past the end of the member")
-    dtype, shape, fortran = _npy_header(bytes(mv[start : start + hlen]), major)
+    dtype, shape, fortran = npy_header(bytes(mv[start : start + hlen]), major)
     return start + hlen, dtype, shape, fortran
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread:
+# two threads in ast.parse at once can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905). Thread workers decode .npy fields side by side, so the
+# header's literal_eval runs under one lock (once per distinct header: the result is cached).
+_AST_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=256)
-def _npy_header(text: bytes, major: int) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
+def npy_header(text: bytes, major: int) -> tuple[np.dtype[Any], tuple[int, ...], bool]:
     """The dtype, shape and order an ``.npy`` header's dict literal names (parsed once per
-    distinct header: the arrays of one field share it, and ``literal_eval`` is slow)."""
+    distinct header: the arrays of one field share it, and ``literal_eval`` is slow).
+
+    Raises:
+        ValueError: the header is not a valid ``.npy`` header dict.
+    """
     try:
-        header = ast.literal_eval(text.decode("utf-8" if major == 3 else "latin1"))
+        with _AST_LOCK:
+            header = ast.literal_eval(text.decode("utf-8" if major == 3 else "latin1"))
         if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
             raise ValueError("header keys must be descr, fortran_order and shape")
         dtype = np.lib.format.descr_to_dtype(header["descr"])
