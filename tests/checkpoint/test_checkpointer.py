@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -76,6 +77,59 @@ def test_keep_rotates_after_commit_and_removes_leftovers(tmp_path: Path) -> None
     assert load(tmp_path, 3)["v"][0] == 3
 
 
+@pytest.mark.parametrize("io", ["buffered", "direct"])
+def test_rotated_data_files_are_written_over_by_later_saves(tmp_path: Path, io: str) -> None:
+    # keep= hands a rotated checkpoint's data file to the next save, which writes over its blocks in place
+    # (no allocation, no free/trim of the state's size per save); a smaller state cuts it, a larger one grows it
+    sizes = {1: 5000, 2: 5000, 3: 5000, 4: 1234, 5: 9000, 6: 5000}
+    inode: dict[int, int] = {}
+    with Checkpointer(tmp_path, keep=2, io=io) as ck:
+        for step, n in sizes.items():
+            ck.save(step, {"v": np.full(n, step, np.int64), "s": str(step)})
+            ck.wait()
+            data = tmp_path / json.loads((tmp_path / f"step-{step:010d}.json").read_bytes())["data"]
+            inode[step] = data.stat().st_ino
+            assert data.stat().st_size == ck_data_bytes(tmp_path, step)
+            for kept in ck.steps():
+                got = ck.load(kept)
+                assert got["s"] == str(kept) and got["v"].shape == (sizes[kept],) and (got["v"] == kept).all()
+        assert (tmp_path / ".recycle.bin").exists()
+    assert [inode[s] for s in (4, 5, 6)] == [inode[s] for s in (1, 2, 3)]  # step k+3 wrote over step k's file
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".feedline")) == sorted(
+        [f"step-{s:010d}.json" for s in (5, 6)] + [json.loads((tmp_path / f"step-{s:010d}.json").read_bytes())["data"]
+                                                    for s in (5, 6)])  # close() removed the spare file
+
+
+def ck_data_bytes(directory: Path, step: int) -> int:
+    return int(json.loads((directory / f"step-{step:010d}.json").read_bytes())["data_bytes"])
+
+
+def test_a_data_file_recycled_while_it_is_read_is_never_returned(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # keep=1: step 1's data file is renamed for recycling when step 2 commits, and step 3 writes over it.
+    # A reader that had it open would read step 3's bytes; without checksums (verify=False) they were returned
+    import feedline.checkpoint._load as loading
+
+    ck = Checkpointer(tmp_path, keep=1, io="buffered")
+    ck.save(1, {"v": np.full(100, 1)})
+    ck.wait()
+    pread_into = loading.pread_into
+
+    def read_then_two_saves(fd: int, offset: int, buf: Any) -> int:
+        ck.save(2, {"v": np.full(100, 2)})
+        ck.wait()
+        ck.save(3, {"v": np.full(100, 3)})
+        ck.wait()
+        return pread_into(fd, offset, buf)  # the file under fd now holds step 3
+
+    monkeypatch.setattr(loading, "pread_into", read_then_two_saves)
+    with pytest.raises(ReadError, match=r"step 1 was removed .* while it was being loaded"):
+        load(tmp_path, 1, verify=False)
+    monkeypatch.undo()
+    assert (load(tmp_path)["v"] == 3).all()
+    ck.close()
+
+
 def test_asking_for_a_step_whose_save_did_not_finish_names_its_leftover(tmp_path: Path) -> None:
     with Checkpointer(tmp_path, io="buffered") as ck:
         ck.save(1, {"v": np.arange(3)})
@@ -132,10 +186,10 @@ class _SlowWriter:
     def __init__(self, inner: Any) -> None:
         self.inner, self.entered, self.release = inner, threading.Event(), threading.Event()
 
-    def write(self, path: str, buf: Any, nbytes: int) -> None:
+    def write(self, path: str, buf: Any, nbytes: int, **kw: Any) -> None:
         self.entered.set()
         assert self.release.wait(30)
-        self.inner.write(path, buf, nbytes)
+        self.inner.write(path, buf, nbytes, **kw)
 
 
 @pytest.mark.parametrize("if_busy", ["wait", "skip"])

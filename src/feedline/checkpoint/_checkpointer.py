@@ -39,7 +39,9 @@ from feedline.checkpoint._store import (
     committed_steps,
     lock_directory,
     new_data_name,
+    remove_recycled,
     rotate,
+    take_recycled,
 )
 from feedline.checkpoint._writers import IO_CHOICES, WriterChoice, choose_writer, make_writer
 from feedline.errors import ArgumentError, ConfigError, WriteError
@@ -267,6 +269,8 @@ class Checkpointer:
             self._closed = True
             try:
                 self._drain()
+                if self._lock:  # this checkpointer saved here: the spare data file goes
+                    remove_recycled(self.directory)
             finally:
                 self._finalizer()
                 if self._arena is not None:
@@ -397,14 +401,15 @@ class Checkpointer:
                 for i, e in enumerate(layout.entries):  # a tensor stored once for two entries is hashed once
                     checksums.append(_checksum(buf, e.offset, e.nbytes, host) if layout.owns(i)
                                      else checksums[layout.first[i]])
-            self._writer.write(str(path), buf, layout.data_bytes)
+            reused = take_recycled(self.directory, name)
+            self._writer.write(str(path), buf, layout.data_bytes, overwrite=reused)
             self._note_fallback()
             commit(self.directory, step, header_json(layout, checksums, step=step, data_name=name),
                    durable=self.durable)
             committed = True
             self.stats.committed += 1
             self.stats.last_durable_s = time.perf_counter() - t0
-            rotate(self.directory, self.keep, protect=name, step=step)
+            rotate(self.directory, self.keep, protect=name, step=step, recycle=True)
         except BaseException as e:  # surfaced to the caller at the next save()/wait()
             if not committed:
                 remove_quietly(path)  # never a committed checkpoint's data

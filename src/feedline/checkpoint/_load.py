@@ -11,6 +11,7 @@ model is updated); a shape or dtype mismatch names the tensor.
 
 from __future__ import annotations
 
+import errno
 import numbers
 import os
 from dataclasses import replace
@@ -54,6 +55,7 @@ def read_data(directory: Path, header: Header, *, verify: bool = True) -> np.nda
                               path=path, tensor=cut.name if cut else None, fix=_DAMAGED)
         buf = aligned_empty(end)  # only the bytes tensors use: a padded data_bytes is never allocated
         got = pread_into(fd, 0, buf)
+        _check_still_named(fd, path)
     except OSError as e:
         raise ReadError(f"cannot read checkpoint data: {e.strerror}", path=path, fix=_DAMAGED) from e
     finally:
@@ -64,6 +66,25 @@ def read_data(directory: Path, header: Header, *, verify: bool = True) -> np.nda
         for entry in header.entries:
             _verify(buf, entry, path)
     return buf
+
+
+def _check_still_named(fd: int, path: str) -> None:
+    """The bytes just read are the checkpoint's: its name still leads to the file read.
+
+    keep= rotation renames a rotated checkpoint's data file for the next save to
+    write over (``_store.RECYCLE_NAME``): a file renamed after this check was
+    read whole before any overwrite could start.
+
+    Raises:
+        FileNotFoundError: the name is gone or leads elsewhere (``_read`` says it was rotated away).
+    """
+    st = os.fstat(fd)
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        now = None
+    if now is None or (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+        raise FileNotFoundError(errno.ENOENT, "the data file was moved away while it was read", path)
 
 
 def _verify(buf: np.ndarray, e: TensorEntry, path: str) -> None:
