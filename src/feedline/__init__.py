@@ -7,6 +7,7 @@ through the import system again (no submodule can shadow it).
 
 ``feedline.vision`` (uint8 image helpers for ``transform=``),
 ``feedline.audio`` (WAV decode and fixed-size clips) and
+``feedline.episodes`` (recorded robot/driving episodes as training windows) and
 ``feedline.checkpoint`` are submodules, loaded on first use as well
 (``feedline.vision.ImageTransform`` works after ``import feedline``).
 """
@@ -28,7 +29,7 @@ _LAZY = {
     "pack_samples": "feedline.format",
 }
 
-_SUBMODULES = ("vision", "audio", "checkpoint")
+_SUBMODULES = ("vision", "audio", "checkpoint", "episodes")
 
 __all__ = ["DatasetWriter", "FeedlineError", "Loader", "__version__", "open_dataset", "pack_samples", "watch", "wrap"]
 

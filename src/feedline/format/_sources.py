@@ -351,6 +351,31 @@ class Collection:
         paired = sum(len(t) for t in tops.values() if len(t) > 1 and len(set(t.values())) == len(t))
         return paired * 2 > len(self.samples)
 
+    def _sensor_note(self) -> str | None:
+        """Recorded episodes, one folder per sensor (``episode_0007/cam_front/000123.jpg`` beside
+        ``episode_0007/lidar/000123.bin``): the default rule makes each sensor's frame a sample
+        of its own, where a policy needs one sample per frame with every sensor as a field."""
+        if self.rule != "webdataset":
+            return None
+        sensors: dict[tuple[str, str], set[str]] = {}
+        deep = 0
+        for s in self.samples:
+            parts = s.key.rsplit("/", 2)
+            if len(parts) == 3:
+                deep += 1
+                sensors.setdefault((parts[0], parts[2]), set()).add(parts[1])
+        paired = sum(len(v) for v in sensors.values() if len(v) > 1)
+        if deep * 2 <= len(self.samples) or paired * 2 <= deep:
+            return None
+        names = sorted({n for v in sensors.values() if len(v) > 1 for n in v})
+        episode, frame = next(k for k, v in sensors.items() if len(v) > 1)
+        return (f"these look like recorded episodes, one folder per sensor ({', '.join(map(repr, names[:4]))}"
+                f"{', ...' if len(names) > 4 else ''}: {episode}/<sensor>/{frame}.*), and the default rule "
+                "makes each sensor's frame a sample of its own. For one sample per frame with every sensor "
+                "as a field (and the frame's row of each per-episode .npy), pack them from Python: "
+                "feedline.episodes.pack(SRC, OUT), then read training windows with "
+                "feedline.episodes.Windows (docs/packing.md, 'Recorded episodes')")
+
     def _loners(self) -> list[PlannedSample]:
         """WebDataset rule: samples sharing no field with the most common sample's fields and
         named alike in two or more folders (``episode_000/meta.json`` beside the episode's
@@ -402,8 +427,12 @@ class Collection:
                 f"{' '.join(repr('*/' + f) for f in fields[:3])} and read them by the sample's key, "
                 "or copy them into every sample folder"
             )
-        lines.extend(self._loner_note(limit))
-        lines.extend(self._partial_fields(limit))
+        sensors = self._sensor_note()
+        if sensors:  # the loner and partial-field notes would advise leaving out whole sensors
+            lines.append(sensors)
+        else:
+            lines.extend(self._loner_note(limit))
+            lines.extend(self._partial_fields(limit))
         pickled = sorted(f for f in self.field_counts if f.lower().rsplit(".", 1)[-1] in PICKLE_EXTENSIONS)
         if pickled:
             lines.append(

@@ -68,12 +68,19 @@ class Ready:
     keys: list[str]
     skipped: list[dict[str, str]] = field(default_factory=list)
     worker: str = ""
-    lists: tuple[tuple[str, collate.Leaf], ...] = ()
-    """Dense fields this batch delivers as lists (a sample of another shape)."""
+    lists: tuple[tuple[str, collate.Leaf, str | None], ...] = ()
+    """Dense fields this batch delivers as lists (a sample of another shape, or without the
+    field: the key of the first such sample)."""
 
 
 def _record(stage: str, t0: float, t1: float, attrs: dict[str, Any]) -> None:
     spans.emit(stage, t0, t1, **attrs)
+
+
+def _lacking(filled: Filled, path: collate.Path) -> str | None:
+    """The key of the first sample of ``filled`` without the field at ``path``, if any."""
+    values = filled.ragged.get(path, ())
+    return next((str(k) for k, v in zip(filled.keys, values, strict=False) if v is None), None)
 
 
 def _ragged(values: list[Any]) -> list[Any] | torch.Tensor:
@@ -408,16 +415,25 @@ class Runtime:
             tree, fence = self._send_tree(job, tree, worker)
         finally:
             self.pool.release(slot, fence)
-        lists = tuple(("/".join(map(str, leaf.path)), leaf) for leaf in layout.dense
-                      if leaf.path in filled.ragged)
+        lists = tuple(("/".join(map(str, leaf.path)), leaf, _lacking(filled, leaf.path))
+                      for leaf in layout.dense if leaf.path in filled.ragged)
         return Ready(job.batch_id, tree, fence, filled.keys, filled.skipped, worker, lists)
 
-    def note_lists(self, lists: tuple[tuple[str, collate.Leaf], ...]) -> None:
+    def note_lists(self, lists: tuple[tuple[str, collate.Leaf, str | None], ...]) -> None:
         """A delivered batch gives dense fields as lists: count them; warn the first time
         for each field (in the consumer's thread, so the warning points at its loop)."""
-        for name, leaf in lists:
+        for name, leaf, lacking in lists:
             self.fallbacks[name] += 1
-            if self.fallbacks[name] == 1:
+            if self.fallbacks[name] == 1 and lacking is not None:
+                warnings.warn(  # a missing field (a camera that did not record): no resize helps
+                    f"field {name!r}: sample {lacking!r} lacks it (batch 0's samples hold it as "
+                    f"{leaf.shape} {np.dtype(leaf.dtype).name}); this batch (and any other like it) "
+                    "gives the field as a list of tensors, None where a sample lacks it. For dense "
+                    "batches fill it in transform= (zeros of its shape and a flag saying it is "
+                    "missing), leave such samples out (ds.subset(indices)), or for recorded episodes "
+                    "read windows with feedline.episodes.Windows, which fills and flags them",
+                    RuntimeWarning, stacklevel=5)  # warn, note_lists, _delivered, _next, __next__
+            elif self.fallbacks[name] == 1:
                 warnings.warn(
                     f"field {name!r}: a sample of another shape or dtype than batch 0's "
                     f"{leaf.shape} {np.dtype(leaf.dtype).name}, or without the field; this batch "
@@ -442,7 +458,8 @@ class Runtime:
                 "gives it as a list of tensors, not one tensor. For one tensor per batch make it one "
                 "size in transform= (audio: feedline.audio.ClipTransform pads or crops clips; images: "
                 "feedline.vision.ImageTransform, or Loader(decode_size=(h, w))), or pad the batch in "
-                "collate= as a DataLoader's collate_fn does",
+                "collate= as a DataLoader's collate_fn does (point clouds and other N x C arrays: "
+                f"collate=feedline.episodes.Collate(pad={{{name!r}: None}}) pads them and adds a mask)",
                 RuntimeWarning, stacklevel=5)  # warn, note_varied, _delivered, _next, __next__
 
     def _send_tree(self, job: Job, tree: Any, worker: str) -> tuple[Any, Fence | None]:
