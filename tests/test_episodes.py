@@ -111,7 +111,7 @@ def test_bad_offsets_and_scattered_episodes_are_named(packed: Path, tmp_path: Pa
 @pytest.mark.timeout(30)
 def test_pack_names_the_episode_recipe_for_sensor_folders(tmp_path: Path) -> None:
     notes = collect([_log(tmp_path / "logs")]).notes()
-    assert any("feedline.episodes.pack" in n and "'cam_front', 'cam_right', 'lidar'" in n for n in notes)
+    assert any("--key episode" in n and "'cam_front', 'cam_right', 'lidar'" in n for n in notes)
     assert not any("--exclude '*/000000.bin'" in n for n in notes)  # before: advised leaving out the lidar
 
 
@@ -129,3 +129,22 @@ def test_a_sample_lacking_a_field_is_named_in_the_list_warning(tmp_path: Path) -
     assert isinstance(batches[1]["y.npy"], list) and batches[1]["y.npy"][2] is None
     said = [str(w.message) for w in got if "'y.npy'" in str(w.message)]
     assert len(said) == 1 and "sample '006' lacks it" in said[0] and "decode_size" not in said[0]
+
+
+@pytest.mark.timeout(30)
+def test_pack_key_episode_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from feedline.cli.main import main
+
+    logs = _log(tmp_path / "logs")
+    main(["pack", str(logs), "--out", str(tmp_path / "d"), "--key", "episode", "--raw", "lidar:f4:4", "-q"])
+    out, err = capsys.readouterr()
+    assert "packed 2 episodes, 8 frames" in out and "'cam_right.png' (7 of 8)" in err
+    assert "skipped episode_0000/calib.npy" in err
+    w = episodes.Windows(tmp_path / "d", {"lidar.npy": [0]})
+    assert w[7]["lidar.npy"].shape == (1, 3 + 2 * 2 + 1, 4)
+    for args, needle in ((["--raw", "lidar:f4"], "--raw goes with --key episode"),
+                         (["--key", "episode", "--raw", "lidar:f4"], "SENSOR:DTYPE:COLUMNS"),
+                         (["--key", "episode", "--exclude", "*.json"], "without --exclude")):
+        with pytest.raises(SystemExit) as info:
+            main(["pack", str(logs), "--out", str(tmp_path / "e"), *args])
+        assert info.value.code == 2 and needle in capsys.readouterr().err

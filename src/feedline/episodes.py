@@ -405,7 +405,8 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str], *,
                         data = np.fromfile(got, dtype=dtype)
                         if data.size % cols:
                             raise ConfigError(f"{got}: {data.size} values of {dtype} are not rows of {cols}",
-                                              path=str(got), fix=f"check raw={{{sensor!r}: (dtype, columns)}}")
+                                              path=str(got), fix=f"check the sensor's dtype and column count (raw={{{sensor!r}: "
+                                              f"(dtype, columns)}}, or --raw {sensor}:f4:4 on the command line)")
                         sample[f"{sensor}.npy"] = data.reshape(-1, cols)
                     else:
                         sample[f"{sensor}{got.suffix.lower()}"] = got.read_bytes()

@@ -15,7 +15,8 @@ from feedline.errors import ConfigError
 
 def test_examples_write_the_readme_inputs_and_refuse_to_overwrite(tmp_path: Path) -> None:
     made = write_examples(tmp_path / "try")
-    assert [p.name for p in made] == ["train", "photos", "old-shards"]
+    assert [p.name for p in made] == ["train", "photos", "old-shards", "episodes"]
+    assert len(list((tmp_path / "try" / "episodes").glob("episode_*/cam_wrist/*.jpg"))) == 12 + 5 + 9
     assert sorted(p.name for p in (tmp_path / "try" / "train").iterdir()) == ["__MACOSX", "cats", "dogs", "owls"]
     assert len(list((tmp_path / "try" / "photos").glob("*.cls"))) == 40
     mine = tmp_path / "try" / "train" / "cats" / "IMG_2023.01.00_1000.jpg"

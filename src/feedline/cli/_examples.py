@@ -16,6 +16,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "CSV names: cls from one column, the other columns in a json field",
         "feedline pack corpus/ --out data/text --key file --exclude '*.md'   # one sample per file, dots in "
         "names kept (doc.v2.txt)",
+        "feedline pack episodes/ --out data/robot --key episode --raw lidar:f4:4   # recorded episodes: one "
+        "sample per frame, every sensor folder a field (feedline.episodes.Windows reads windows)",
     ),
     "index": (
         "feedline index old-shards/*.tar --out data-wds/   # adopt WebDataset tars as they are",

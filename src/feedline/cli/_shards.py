@@ -172,7 +172,8 @@ def pack_cmd(
     label_column: Annotated[str | None, typer.Option("--label-column", metavar="COLUMN", help="with --labels FILE.csv: its label column when none is named label/class/category/target/cls (Kaggle's id,breed,...); several comma-separated: one-hot columns (cls = the column holding the 1, classes in column order; found without this option when every other column is one-hot); none: no cls, every column into json")] = None,
     class_depth: Annotated[int, typer.Option("--class-depth", metavar="N", help="with --labels from-folder: how many folder levels name the class; 1 (default, as torchvision's ImageFolder): SRC/<class>/.../<image>; 2: SRC/<group>/<class>/<image>, classes named group/class")] = 1,
     classes: Annotated[Path | None, typer.Option("--classes", metavar="DATASET", help="take the class list (label numbers) from another packed dataset, e.g. pack val/ with --classes data/train, so a split that misses a class folder keeps the same numbers; a class not in that list is an error")] = None,
-    key: Annotated[str | None, typer.Option("--key", metavar="webdataset|file|folder|parallel", help="how names become samples. webdataset (default): the key runs to the first dot of the file name, so 000123.cam0.jpg + 000123.json are one sample. file (default with --labels): each file is a sample keyed by its path minus the final extension, so IMG_2023.01.05.jpg is safe (stored as IMG_2023%2E01%2E05.jpg in the tar for WebDataset readers; __key__ gives IMG_2023.01.05). folder: each folder is a sample and its files are the fields, so clip_0001/frame_000.jpg ... frame_015.jpg is one sample of 16 frames. parallel: the top folders name the fields, so images/x.jpg + masks/x.png are fields images.jpg and masks.png of sample x")] = None,
+    key: Annotated[str | None, typer.Option("--key", metavar="webdataset|file|folder|parallel|episode", help="how names become samples. webdataset (default): the key runs to the first dot of the file name, so 000123.cam0.jpg + 000123.json are one sample. file (default with --labels): each file is a sample keyed by its path minus the final extension, so IMG_2023.01.05.jpg is safe (stored as IMG_2023%2E01%2E05.jpg in the tar for WebDataset readers; __key__ gives IMG_2023.01.05). folder: each folder is a sample and its files are the fields, so clip_0001/frame_000.jpg ... frame_015.jpg is one sample of 16 frames. parallel: the top folders name the fields, so images/x.jpg + masks/x.png are fields images.jpg and masks.png of sample x. episode: recorded episodes SRC/<episode>/<sensor>/<frame>.* + per-episode .npy of one row per frame (robot and driving logs): one sample per frame keyed <episode>/<frame>, a field per sensor and per array (feedline.episodes.pack; read windows with feedline.episodes.Windows)")] = None,
+    raw: Annotated[list[str] | None, typer.Option("--raw", metavar="SENSOR:DTYPE:COLUMNS", help="with --key episode: store a sensor's raw binary files as arrays of COLUMNS columns, e.g. --raw lidar:f4:4 makes each lidar/*.bin an N x 4 float32 lidar.npy (repeatable)")] = None,
     include: Annotated[list[str] | None, typer.Option("--include", metavar="GLOB", help="pack only files matching a glob (repeatable); a pattern without / matches the file name, with / the path below SRC")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", metavar="GLOB", help="leave out files matching a glob (repeatable), e.g. --exclude '*.txt' --exclude 'scratch/*'")] = None,
     follow_symlinks: Annotated[bool, typer.Option("--follow-symlinks", help="follow symbolic links that lead outside SRC (by default they are skipped and listed)")] = False,
@@ -204,6 +205,11 @@ def pack_cmd(
     for path in src:
         _missing(path, "source", "SRC")
     size = _shard_size(shard_size, warn)
+    if key == "episode" or raw:
+        _pack_episodes(src, out, key, raw or [], size, quiet or to_stdout(json_dest), json_dest, warn,
+                       given=[n for n, v in (("--labels", labels), ("--include", include), ("--exclude", exclude),
+                                              ("--classes", classes)) if v])
+        return
     class_list = _classes_of(classes) if classes is not None else None
     rules = SourceRules(key=key, labels=labels, include=tuple(include or ()), exclude=tuple(exclude or ()),
                         follow_symlinks=follow_symlinks, classes=class_list,
@@ -229,6 +235,41 @@ def pack_cmd(
     write_json(manifest.to_json(), json_dest)
     if not to_stdout(json_dest):
         print(_summary(manifest, str(out), seconds, nbytes, files))
+
+
+def _pack_episodes(src: list[Path], out: Path, key: str | None, raw: list[str], size: int, quiet: bool,
+                   json_dest: str | None, warn: Callable[[str], None], given: list[str]) -> None:
+    """``--key episode``: :func:`feedline.episodes.pack` of one folder of recorded episodes."""
+    from feedline import episodes
+    from feedline.format import read_manifest
+
+    if key != "episode":
+        raise click.UsageError("--raw goes with --key episode (a sensor's raw files of recorded episodes)")
+    if len(src) != 1 or given:
+        raise click.UsageError(f"--key episode packs one folder of episode folders, without {', '.join(given)}"
+                               if given else "--key episode packs one folder of episode folders; pack them one by one")
+    rows: dict[str, tuple[str, int]] = {}
+    for spec in raw:
+        sensor, _, rest = spec.partition(":")
+        dtype, _, cols = rest.partition(":")
+        if not sensor or not dtype or not cols.isdigit() or int(cols) < 1:
+            raise typer.BadParameter(f"{spec!r}: give SENSOR:DTYPE:COLUMNS, e.g. lidar:f4:4", param_hint="--raw")
+        rows[sensor] = (dtype, int(cols))
+    start = time.perf_counter()
+    summary = episodes.pack(src[0], out, raw=rows, shard_size=size, progress=not quiet)
+    for line in summary["skipped"]:
+        warn(f"skipped {line}")
+    frames = summary["frames"]
+    partial = ", ".join(f"{f!r} ({n} of {frames})" for f, n in summary["fields"].items() if n < frames)
+    if partial:
+        warn(f"field(s) in only some frames: {partial}; feedline.episodes.Windows fills them with zeros "
+             "and flags them in <name>_is_pad")
+    manifest = read_manifest(out)
+    write_json(manifest.to_json(), json_dest)
+    if not to_stdout(json_dest):
+        print(f"packed {summary['episodes']} episodes, {summary['frames']} frames into {len(manifest.shards)} "
+              f"shard(s) in {time.perf_counter() - start:.2f} s -> {out / 'manifest.json'} (+ episodes.json); "
+              f"fields: {', '.join(summary['fields'])}")
 
 
 def _no_out(src: list[Path]) -> str:

@@ -7,7 +7,11 @@
   a sub-folder, a palette PNG, and the litter of a zip made on a Mac (``__MACOSX``) and of
   a folder browsed on Windows (``Thumbs.db``, ``.DS_Store``);
 * ``photos/``: 40 WebDataset-named samples, ``000123.jpg`` + ``000123.cls``;
-* ``old-shards/shard-000000.tar``: an existing WebDataset tar of 8 samples.
+* ``old-shards/shard-000000.tar``: an existing WebDataset tar of 8 samples;
+* ``episodes/``: 3 recorded robot episodes as a recorder writes them,
+  ``episode_0000/{cam_front,cam_wrist}/000000.jpg ...`` (one frame per file, 12, 7 and 9
+  frames), ``lidar/000000.bin`` (float32 N x 4 sweeps, N varying), ``joints.npy`` and
+  ``actions.npy`` (T x 7 float32) and ``meta.json``; episode 1 lost its wrist camera for 2 frames.
 
 The README's examples run on these as written; ``tests/test_readme.py`` uses the same files.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import sys
 import tarfile
 from pathlib import Path
@@ -25,7 +30,7 @@ from PIL import Image
 
 from feedline.errors import ConfigError
 
-WRITES = ("train", "photos", "old-shards")
+WRITES = ("train", "photos", "old-shards", "episodes")
 
 
 def _encode(img: np.ndarray, fmt: str = "JPEG") -> bytes:
@@ -41,7 +46,7 @@ def _photo(rng: np.random.Generator, h: int, w: int, tint: int) -> np.ndarray:
 
 
 def write_examples(root: str | Path) -> list[Path]:
-    """Write ``train/``, ``photos/`` and ``old-shards/`` under ``root``; returns them.
+    """Write ``train/``, ``photos/``, ``old-shards/`` and ``episodes/`` under ``root``; returns them.
 
     Refuses (``ConfigError``) when any of them exists, so nothing of the user's is
     overwritten."""
@@ -79,12 +84,29 @@ def write_examples(root: str | Path) -> list[Path]:
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
+    _episodes(root / "episodes", rng)
     return made
+
+
+def _episodes(root: Path, rng: np.random.Generator) -> None:
+    for e, frames in enumerate((12, 7, 9)):
+        ep = root / f"episode_{e:04d}"
+        for cam, tint in (("cam_front", 60), ("cam_wrist", 200)):
+            (ep / cam).mkdir(parents=True)
+            for t in range(frames):
+                if not (e == 1 and cam == "cam_wrist" and t in (3, 4)):
+                    (ep / cam / f"{t:06d}.jpg").write_bytes(_encode(_photo(rng, 48, 64, tint + 4 * t)))
+        (ep / "lidar").mkdir()
+        for t in range(frames):
+            rng.random((int(rng.integers(50, 200)), 4), dtype=np.float32).tofile(ep / "lidar" / f"{t:06d}.bin")
+        np.save(ep / "joints.npy", rng.random((frames, 7), dtype=np.float32))
+        np.save(ep / "actions.npy", rng.random((frames, 7), dtype=np.float32))
+        (ep / "meta.json").write_text(json.dumps({"task": "pick up the cube", "fps": 10, "robot": "arm7"}))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m feedline.demo.examples",
-                                     description="write the README's example inputs (train/, photos/, old-shards/)")
+                                     description="write the README's example inputs (train/, photos/, old-shards/, episodes/)")
     parser.add_argument("dir", nargs="?", default=".", help="where to write them (default: here)")
     args = parser.parse_args(argv)
     try:

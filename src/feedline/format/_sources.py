@@ -372,9 +372,9 @@ class Collection:
         return (f"these look like recorded episodes, one folder per sensor ({', '.join(map(repr, names[:4]))}"
                 f"{', ...' if len(names) > 4 else ''}: {episode}/<sensor>/{frame}.*), and the default rule "
                 "makes each sensor's frame a sample of its own. For one sample per frame with every sensor "
-                "as a field (and the frame's row of each per-episode .npy), pack them from Python: "
-                "feedline.episodes.pack(SRC, OUT), then read training windows with "
-                "feedline.episodes.Windows (docs/packing.md, 'Recorded episodes')")
+                "as a field (and the frame's row of each per-episode .npy), pack with --key episode "
+                "(feedline.episodes.pack), then read training windows with feedline.episodes.Windows "
+                "(docs/packing.md, 'Recorded episodes')")
 
     def _loners(self) -> list[PlannedSample]:
         """WebDataset rule: samples sharing no field with the most common sample's fields and
