@@ -16,6 +16,7 @@ from PIL import Image
 import feedline
 from feedline import episodes
 from feedline.errors import ConfigError
+from feedline.format import SourceRules
 from feedline.format._sources import collect
 
 LENGTHS = (5, 3)
@@ -113,6 +114,8 @@ def test_pack_names_the_episode_recipe_for_sensor_folders(tmp_path: Path) -> Non
     notes = collect([_log(tmp_path / "logs")]).notes()
     assert any("--key episode" in n and "'cam_front', 'cam_right', 'lidar'" in n for n in notes)
     assert not any("--exclude '*/000000.bin'" in n for n in notes)  # before: advised leaving out the lidar
+    notes = collect([tmp_path / "logs"], SourceRules(key="parallel")).notes()  # before: only a partial-field note
+    assert len(notes) == 1 and "'episode_0000', 'episode_0001') for fields" in notes[0] and "--key episode" in notes[0]
 
 
 @pytest.mark.timeout(30)

@@ -369,57 +369,78 @@ def pack(src: str | os.PathLike[str], out: str | os.PathLike[str], *,
     fields: dict[str, int] = {}
     skipped: list[str] = []
     meta: dict[str, Any] = {}
-    frames_total = 0
-    with DatasetWriter(out, shard_size=shard_size, progress=progress) as writer:
-        for ep in folders:
-            sensors = {d.name: {f.stem: f for f in d.iterdir() if f.is_file() and not f.name.startswith(".")}
-                       for d in sorted(ep.iterdir()) if d.is_dir() and not d.name.startswith(".")}
-            stems = sorted({s for files in sensors.values() for s in files}, key=_frame_order)
-            arrays: dict[str, np.ndarray] = {}
-            info: dict[str, Any] = {}
-            for f in sorted(p for p in ep.iterdir() if p.is_file() and not p.name.startswith(".")):
-                if f.suffix == ".json":
-                    info[f.name] = json.loads(f.read_text(encoding="utf-8"))
-                elif f.suffix == ".npy":
-                    arrays[f.stem] = np.load(f, mmap_mode="r", allow_pickle=False)
-                else:
-                    skipped.append(f"{ep.name}/{f.name} (not in a sensor folder, not .npy or .json)")
+    listed = [(ep, _sensor_files(ep)) for ep in folders]
+    total = sum(len(stems) for _, (_, stems) in listed)
+    with DatasetWriter(out, shard_size=shard_size, progress=progress, total=total or None) as writer:
+        for ep, (sensors, stems) in listed:
+            arrays, info = _episode_files(ep, stems, bool(sensors), skipped)
             n = len(stems) if sensors else len(next(iter(arrays.values()), ()))
-            for name in list(arrays):
-                if arrays[name].ndim == 0 or arrays[name].shape[0] != n:
-                    skipped.append(f"{ep.name}/{name}.npy (shape {arrays[name].shape}, not one row per "
-                                   f"frame of the episode's {n})")
-                    del arrays[name]
             if not n:
                 skipped.append(f"{ep.name}/ (no frames)")
                 continue
             names = stems if sensors else [f"{t:06d}" for t in range(n)]
             for t, stem in enumerate(names):
-                sample: dict[str, Any] = {"__key__": f"{ep.name}/{stem}"}
-                for sensor, files in sensors.items():
-                    got = files.get(stem)
-                    if got is None:
-                        continue
-                    if sensor in rows:
-                        dtype, cols = rows[sensor]
-                        data = np.fromfile(got, dtype=dtype)
-                        if data.size % cols:
-                            raise ConfigError(f"{got}: {data.size} values of {dtype} are not rows of {cols}",
-                                              path=str(got), fix=f"check the sensor's dtype and column count (raw={{{sensor!r}: "
-                                              f"(dtype, columns)}}, or --raw {sensor}:f4:4 on the command line)")
-                        sample[f"{sensor}.npy"] = data.reshape(-1, cols)
-                    else:
-                        sample[f"{sensor}{got.suffix.lower()}"] = got.read_bytes()
-                for name, arr in arrays.items():
-                    sample[f"{name}.npy"] = np.asarray(arr[t])
+                sample = _frame(ep.name, stem, t, sensors, arrays, rows)
                 writer.write(sample)
                 for field in sample:
                     if field != "__key__":
                         fields[field] = fields.get(field, 0) + 1
             meta[ep.name] = {"frames": n, **info}
-            frames_total += n
     path = Path(out) / EPISODES_FILE
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
     os.replace(tmp, path)
-    return {"episodes": len(meta), "frames": frames_total, "fields": fields, "skipped": skipped}
+    frames = sum(int(m["frames"]) for m in meta.values())
+    return {"episodes": len(meta), "frames": frames, "fields": fields, "skipped": skipped}
+
+
+def _sensor_files(ep: Path) -> tuple[dict[str, dict[str, Path]], list[str]]:
+    """An episode's sensor folders (name -> frame name -> file) and its frame names in order."""
+    sensors = {d.name: {f.stem: f for f in d.iterdir() if f.is_file() and not f.name.startswith(".")}
+               for d in sorted(ep.iterdir()) if d.is_dir() and not d.name.startswith(".")}
+    return sensors, sorted({s for files in sensors.values() for s in files}, key=_frame_order)
+
+
+def _episode_files(ep: Path, stems: list[str], has_sensors: bool,
+                   skipped: list[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The files beside an episode's sensor folders: ``.npy`` arrays of one row per frame (others
+    are skipped and listed) and the parsed ``.json`` files."""
+    arrays: dict[str, np.ndarray] = {}
+    info: dict[str, Any] = {}
+    for f in sorted(p for p in ep.iterdir() if p.is_file() and not p.name.startswith(".")):
+        if f.suffix == ".json":
+            info[f.name] = json.loads(f.read_text(encoding="utf-8"))
+        elif f.suffix == ".npy":
+            arrays[f.stem] = np.load(f, mmap_mode="r", allow_pickle=False)
+        else:
+            skipped.append(f"{ep.name}/{f.name} (not in a sensor folder, not .npy or .json)")
+    n = len(stems) if has_sensors else len(next(iter(arrays.values()), ()))
+    for name in list(arrays):
+        if arrays[name].ndim == 0 or arrays[name].shape[0] != n:
+            skipped.append(f"{ep.name}/{name}.npy (shape {arrays[name].shape}, not one row per "
+                           f"frame of the episode's {n})")
+            del arrays[name]
+    return arrays, info
+
+
+def _frame(episode: str, stem: str, t: int, sensors: Mapping[str, Mapping[str, Path]],
+           arrays: Mapping[str, np.ndarray], rows: Mapping[str, tuple[np.dtype[Any], int]]) -> dict[str, Any]:
+    """Sample ``<episode>/<stem>``: each sensor's file of that frame and row ``t`` of each array."""
+    sample: dict[str, Any] = {"__key__": f"{episode}/{stem}"}
+    for sensor, files in sensors.items():
+        got = files.get(stem)
+        if got is None:
+            continue
+        if sensor in rows:
+            dtype, cols = rows[sensor]
+            data = np.fromfile(got, dtype=dtype)
+            if data.size % cols:
+                raise ConfigError(f"{got}: {data.size} values of {dtype} are not rows of {cols}",
+                                  path=str(got), fix=f"check the sensor's dtype and column count (raw={{{sensor!r}: "
+                                  f"(dtype, columns)}}, or --raw {sensor}:f4:4 on the command line)")
+            sample[f"{sensor}.npy"] = data.reshape(-1, cols)
+        else:
+            sample[f"{sensor}{got.suffix.lower()}"] = got.read_bytes()
+    for name, arr in arrays.items():
+        sample[f"{name}.npy"] = np.asarray(arr[t])
+    return sample

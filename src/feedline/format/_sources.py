@@ -355,6 +355,8 @@ class Collection:
         """Recorded episodes, one folder per sensor (``episode_0007/cam_front/000123.jpg`` beside
         ``episode_0007/lidar/000123.bin``): the default rule makes each sensor's frame a sample
         of its own, where a policy needs one sample per frame with every sensor as a field."""
+        if self.rule == "parallel":
+            return self._episodes_as_fields()
         if self.rule != "webdataset":
             return None
         sensors: dict[tuple[str, str], set[str]] = {}
@@ -375,6 +377,23 @@ class Collection:
                 "as a field (and the frame's row of each per-episode .npy), pack with --key episode "
                 "(feedline.episodes.pack), then read training windows with feedline.episodes.Windows "
                 "(docs/packing.md, 'Recorded episodes')")
+
+    def _episodes_as_fields(self) -> str | None:
+        """``--key parallel`` on recorded episodes (``episode_0007/cam_front/000123.jpg``): the
+        episode folders became fields and frame 123 of every episode one sample."""
+        keyed = [s for s in self.samples if "/" in s.key]
+        if len(keyed) * 2 <= len(self.samples):
+            return None
+        tops = sorted({f.field.rpartition(".")[0] for s in keyed for f in s.files})
+        if len(tops) < 2 or len({t.strip("0123456789_-") for t in tops}) != 1:
+            return None  # numbered folders (episode_0000, scene-12), not images/ + masks/ or left/ + right/
+        crowded = sum(1 for s in keyed if max(Counter(f.field.rpartition(".")[2] for f in s.files).values()) >= 2)
+        if crowded * 2 <= len(keyed):
+            return None
+        return (f"--key parallel took the top folders ({', '.join(map(repr, tops[:3]))}"
+                f"{', ...' if len(tops) > 3 else ''}) for fields, so sample {keyed[0].key!r} holds that frame "
+                "of every one of them. If they are recorded episodes with a folder per sensor, --key episode "
+                "packs one sample per frame with every sensor as a field (docs/packing.md, 'Recorded episodes')")
 
     def _loners(self) -> list[PlannedSample]:
         """WebDataset rule: samples sharing no field with the most common sample's fields and
