@@ -151,3 +151,25 @@ def test_pack_key_episode_on_the_command_line(tmp_path: Path, capsys: pytest.Cap
         with pytest.raises(SystemExit) as info:
             main(["pack", str(logs), "--out", str(tmp_path / "e"), *args])
         assert info.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_image_transform_gives_a_window_of_frames_one_crop(packed: Path) -> None:
+    from feedline import vision
+
+    w = episodes.Windows(packed, {"cam_front.png": [-1, 0, 1]})
+    sample = w[2]  # frames 1, 2, 3 of episode 0: flat images of values 1, 2, 3
+    sample["cam_front.png"] += (np.arange(12, dtype=np.uint8) * 20)[None, None, :, None]  # a ramp across
+    tf = vision.ImageTransform("cam_front.png", size=(4, 6), mean=None)
+    vision._local.rng = np.random.default_rng(7)  # a fixed draw of crops (this thread's generator)
+    shown = set()
+    for _ in range(8):
+        frames = tf(dict(sample))["cam_front.png"].astype(int)
+        assert frames.shape == (3, 3, 4, 6)  # (T, C, h, w) before batching
+        for t in (1, 2):  # the same crop and flip for every frame: only the frame's own +1, +2 differ
+            assert np.abs(frames[t] - frames[0] - t).max() <= 1
+        shown.add(frames[0, 0, 0, 0] < frames[0, 0, 0, -1])
+    assert shown == {True, False}  # both flips drawn: a crop or flip per frame would have shown
+    bad = vision.ImageTransform("cam_front.png", size=4, masks="cam_front_is_pad")
+    with pytest.raises(ConfigError, match="must be a non-empty uint8 array"):
+        bad(w[2])  # masks= goes with single images: the window is refused as before

@@ -289,6 +289,10 @@ class ImageTransform:
     so ``batch[mask]`` is ``uint8[N, h, w]`` (``[N, h, w, C]`` for a colour mask) aligned
     pixel for pixel with the image; ``.long()`` it for ``cross_entropy``.
 
+    A window of frames, ``(T, H, W, C)`` (a camera's field of
+    :class:`feedline.episodes.Windows`), gets one crop and flip drawn for all its frames
+    and leaves as ``(T, 3, h, w)``: batches are ``[N, T, 3, h, w]``.
+
     Args:
         field: the image field (``"jpg"``), or several (``("jpg", "png")``) when a
             dataset mixes formats: each sample's first present one is used, the
@@ -339,28 +343,49 @@ class ImageTransform:
             want = " or ".join(repr(f) for f in self.fields)
             raise ConfigError(f"ImageTransform: the sample has no field {want} (it has {have})",
                               fix="pass the image field's name(s)")
-        img = to_rgb(_image(_eight_bits(sample[name]), name=f"field {name!r}"))
+        value = sample[name]
+        if isinstance(value, np.ndarray) and value.ndim == 4 and not self.masks:
+            return self._window(sample, name, value)
+        img = to_rgb(_image(_eight_bits(value), name=f"field {name!r}"))
         masks = {m: self._mask(sample, m, img.shape[:2]) for m in self.masks}
-        if self.train:
-            rng = _rng(None)
-            top, left, h, w = crop_box(img.shape[0], img.shape[1], rng)
-            flip = rng.random() < 0.5  # the draws random_hflip(random_resized_crop(img)) makes
-            img = resize(img[top: top + h, left: left + w], self.size)
-            masks = {m: resize_nearest(a[top: top + h, left: left + w], self.size)
-                     for m, a in masks.items()}
-            if flip:
-                img = img[:, ::-1]
-                masks = {m: a[:, ::-1] for m, a in masks.items()}
-        else:
-            oh, ow = self.size
-            f = max(oh, ow) / 0.875 / min(img.shape[0], img.shape[1])
-            scaled = (max(oh, round(img.shape[0] * f)), max(ow, round(img.shape[1] * f)))
-            img = center_crop(resize(img, scaled), self.size)
-            masks = {m: _center(resize_nearest(a, scaled), self.size) for m, a in masks.items()}
+        draw = self._draw(img.shape)
+        img = self._apply(img, draw, resize)
+        masks = {m: self._apply(a, draw, resize_nearest) for m, a in masks.items()}
         result = {k: v for k, v in sample.items() if k not in self.fields}
         result[self.out] = to_chw(img) if self.mean is None else normalize(img, self.mean, self.std)
         result.update((m, np.ascontiguousarray(a)) for m, a in masks.items())
         return result
+
+    def _window(self, sample: dict[str, Any], name: str, frames: np.ndarray) -> dict[str, Any]:
+        """A window of frames ``(T, H, W, C)`` (:class:`feedline.episodes.Windows`): one crop and
+        flip drawn for the whole window, so motion between frames is not augmentation noise;
+        ``(T, 3, h, w)`` out."""
+        imgs = [to_rgb(_image(_eight_bits(f), name=f"field {name!r}")) for f in frames]
+        draw = self._draw(imgs[0].shape)
+        done = [self._apply(img, draw, resize) for img in imgs]
+        result = {k: v for k, v in sample.items() if k not in self.fields}
+        result[self.out] = np.stack([to_chw(i) if self.mean is None else normalize(i, self.mean, self.std)
+                                     for i in done])
+        return result
+
+    def _draw(self, shape: tuple[int, ...]) -> tuple[Any, ...]:
+        """The random crop box and flip (train), or the scaled size (eval), for an image of ``shape``."""
+        if self.train:
+            rng = _rng(None)
+            box = crop_box(shape[0], shape[1], rng)
+            return (*box, rng.random() < 0.5)  # the draws random_hflip(random_resized_crop(img)) makes
+        oh, ow = self.size
+        f = max(oh, ow) / 0.875 / min(shape[0], shape[1])
+        return (max(oh, round(shape[0] * f)), max(ow, round(shape[1] * f)))
+
+    def _apply(self, img: np.ndarray, draw: tuple[Any, ...], scale: Any) -> np.ndarray:
+        """``img`` cropped, flipped and resized by ``draw`` with ``scale`` (:func:`resize` for an
+        image, :func:`resize_nearest` for a mask)."""
+        if self.train:
+            top, left, h, w, flip = draw
+            out = scale(img[top: top + h, left: left + w], self.size)
+            return out[:, ::-1] if flip else out
+        return _center(scale(img, draw), self.size) if scale is resize_nearest else center_crop(scale(img, draw), self.size)
 
     def _mask(self, sample: dict[str, Any], name: str, hw: tuple[int, ...]) -> np.ndarray:
         arr = sample.get(name)
