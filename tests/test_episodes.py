@@ -92,6 +92,9 @@ def test_a_loader_of_windows_pads_point_clouds_splits_ranks_and_resumes(packed: 
     again.load_state_dict(state)
     tail = [k for b in again for k in b["__key__"]]
     assert sorted(head + tail) == sorted(f"episode_{e:04d}/{t:06d}" for e, n in enumerate(LENGTHS) for t in range(n))
+    val = torch.utils.data.Subset(w, w.indices(["episode_0001"]))  # a split by episode
+    keys = [k for b in feedline.Loader(val, batch_size=3, workers=1, seed=0, collate=collate) for k in b["__key__"]]
+    assert sorted(keys) == [f"episode_0001/{t:06d}" for t in range(3)] and w.indices([0]) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.timeout(30)

@@ -188,6 +188,26 @@ class Windows:
     def __len__(self) -> int:
         return len(self._anchors)
 
+    def indices(self, episodes: Sequence[str | int]) -> list[int]:
+        """The window indices of ``episodes`` (names, or numbers in dataset order): a split by
+        episode, so no validation window shares frames with a training one::
+
+            names = [name for name, _, _ in windows.episodes]
+            val = torch.utils.data.Subset(windows, windows.indices(names[-2:]))
+
+        Raises:
+            ConfigError: an episode that is not in the dataset.
+        """
+        by_name = {name: e for e, (name, _, _) in enumerate(self.episodes)}
+        wanted = set()
+        for ep in episodes:
+            e = by_name.get(ep) if isinstance(ep, str) else int(ep)
+            if e is None or not 0 <= e < len(self.episodes):
+                raise ConfigError(f"episode {ep!r} is not in the dataset ({len(self.episodes)} episodes: "
+                                  f"{', '.join(repr(n) for n, _, _ in self.episodes[:3])}, ...)", field="episodes")
+            wanted.add(e)
+        return np.flatnonzero(np.isin(self._anchors[:, 0], sorted(wanted))).tolist()
+
     @property
     def fingerprint(self) -> str:
         """Stable id for the loader's resume state: the dataset's, the offsets and the padding."""
