@@ -101,6 +101,12 @@ def test_a_loader_of_windows_pads_point_clouds_splits_ranks_and_resumes(packed: 
 def test_bad_offsets_and_scattered_episodes_are_named(packed: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'joint\.npy' are not in the dataset"):
         episodes.Windows(packed, {"joint.npy": [0]})
+    raw = tmp_path / "raw"
+    episodes.pack(tmp_path / "logs", raw)  # lidar/*.bin kept as bytes
+    with pytest.raises(ConfigError, match=r"'lidar\.bin' have no decoder"):
+        episodes.Windows(raw, {"lidar.bin": [0]})
+    sweeps = episodes.Windows(raw, {"lidar.bin": [0, 1]}, decode={"lidar.bin": episodes.Rows("<f4", 4)})
+    np.testing.assert_array_equal(sweeps[1]["lidar.bin"][0], episodes.Windows(packed, {"lidar.npy": 1})[0]["lidar.npy"])
     with pytest.raises(ConfigError, match="sequence of ints"):
         episodes.Windows(packed, {"joints.npy": "0"})
     with pytest.raises(ConfigError, match="no window fits"):

@@ -40,7 +40,7 @@ import numpy as np
 
 from feedline.errors import ConfigError
 
-__all__ = ["Collate", "Windows", "episode_of", "pack", "pad_stack"]
+__all__ = ["Collate", "Rows", "Windows", "episode_of", "pack", "pad_stack"]
 
 PAD_MODES = ("edge", "drop")
 EPISODES_FILE = "episodes.json"
@@ -128,6 +128,13 @@ class Windows:
         from feedline.decode import as_decoders
 
         self._decoders = as_decoders(dict(decode) if decode else None)
+        raw = [f for f in self.offsets if not self._decoders.decodes(f)]
+        if raw:
+            raise ConfigError(f"offsets: field(s) {', '.join(map(repr, raw))} have no decoder (an extension "
+                              "feedline does not know arrives as bytes)", field="offsets",
+                              fix=f"decode them: decode={{{raw[0]!r}: episodes.Rows('<f4', 4)}} for float32 "
+                              "rows of 4, or pack raw sensor files as arrays (feedline pack --key episode --raw "
+                              "lidar:f4:4)")
         self.episodes = self._episodes(dataset.keys(), episode)
         self._anchors = self._windows()
         if not len(self._anchors):
@@ -263,6 +270,22 @@ class Windows:
     def __repr__(self) -> str:
         return (f"Windows({len(self)} windows of {len(self.episodes)} episodes, "
                 f"offsets={ {f: list(o) for f, (o, _) in self.offsets.items()} }, pad={self.pad!r})")
+
+
+class Rows:
+    """A decoder for raw binary rows (``Windows(decode={"lidar.bin": Rows("<f4", 4)})``): the bytes
+    as ``dtype`` values, ``columns`` to a row, ``[N, columns]``; picklable for process workers."""
+
+    def __init__(self, dtype: str, columns: int) -> None:
+        self.dtype = np.dtype(dtype)
+        self.columns = int(columns)
+
+    def __call__(self, data: Any) -> np.ndarray:
+        values = np.frombuffer(data, dtype=self.dtype)
+        if values.size % self.columns:
+            raise ConfigError(f"{values.size} values of {self.dtype} are not rows of {self.columns}",
+                              fix="check the dtype and the column count")
+        return values.reshape(-1, self.columns)
 
 
 def _stack(values: list[Any]) -> Any:
