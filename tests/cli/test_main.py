@@ -24,15 +24,6 @@ def test_bad_arguments_one_line_exit_2(argv):
     assert "Traceback" not in out.stderr
 
 
-def test_help_lists_every_command():
-    out = subprocess.run(
-        [sys.executable, "-m", "feedline", "--help"], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0
-    for cmd in ("demo", "pack", "index", "inspect", "verify", "model", "doctor", "diagnose"):
-        assert cmd in out.stdout
-
-
 def _cli(*argv: str, cwd: str | None = None, env: dict[str, str] | None = None):
     """Run ``python -m feedline`` from this tree's sources, from any folder."""
     import os
@@ -54,20 +45,39 @@ def test_version():
     assert out.returncode == 0 and out.stdout.strip() == f"feedline {feedline.__version__}"
 
 
-@pytest.mark.parametrize("cmd", ["", "demo", "pack", "index", "inspect", "verify", "model",
-                                 "doctor", "diagnose"])
-def test_help_shows_no_bool_type_and_no_test_options(cmd):
-    out = _cli(*([cmd] if cmd else []), "--help")
+COMMANDS = ("demo", "pack", "index", "inspect", "verify", "model", "doctor", "diagnose")
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict:
+    """``python -m feedline [CMD] --help`` of the front and of each command, run once for the
+    module's help tests and side by side (each is a fresh interpreter importing typer)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futs = {cmd: pool.submit(_cli, *([cmd] if cmd else []), "--help") for cmd in ("", *COMMANDS)}
+        return {cmd: f.result() for cmd, f in futs.items()}
+
+
+def test_help_lists_every_command(helps):
+    out = helps[""]
+    assert out.returncode == 0
+    for cmd in COMMANDS:
+        assert cmd in out.stdout
+
+
+@pytest.mark.parametrize("cmd", ["", *COMMANDS])
+def test_help_shows_no_bool_type_and_no_test_options(helps, cmd):
+    out = helps[cmd]
     assert out.returncode == 0, out.stderr
     assert "<bool>" not in out.stdout and "--help" in out.stdout
     assert "--sysfs" not in out.stdout and "for testing" not in out.stdout
 
 
-@pytest.mark.parametrize("cmd", ["demo", "pack", "index", "inspect", "verify", "model",
-                                 "doctor", "diagnose"])
-def test_every_command_takes_json_path(cmd):
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_every_command_takes_json_path(helps, cmd):
     """One convention: --json PATH (or -), never a bare flag."""
-    out = _cli(cmd, "--help")
+    out = helps[cmd]
     line = next(ln for ln in out.stdout.splitlines() if "--json" in ln)
     assert "PATH" in line, line
 

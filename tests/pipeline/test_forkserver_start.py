@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,7 @@ class Squares:
 
 if __name__ == "__main__":
     kw = {"start_method": sys.argv[1]}
-    for _ in range(2):  # a training loader, then a validation loader
+    for _ in range(int(sys.argv[2])):  # a training loader, then a validation loader
         with feedline.Loader(Squares(), batch_size=4, workers=2, worker_type="process",
                              shuffle=False, **kw) as loader:
             got = sorted(int(v) for b in loader for v in b["x"][:, 0])
@@ -43,22 +45,34 @@ if __name__ == "__main__":
 '''
 
 
-def _run(tmp_path: Path, method: str) -> tuple[int, list[tuple[bool, int]]]:
+def _run(tmp_path: Path, method: str, loaders: int) -> tuple[int, list[tuple[bool, int]]]:
     out = tmp_path / method
     out.mkdir()
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "FL_OUT": os.fspath(out), "PYTHONPATH": os.fspath(ROOT / "src")}
-    proc = subprocess.run([sys.executable, os.fspath(script), method], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, os.fspath(script), method, str(loaders)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [f.read_text().split() for f in out.iterdir()]
     return int(proc.stdout.split()[-1]), [(a == "True", int(ppid)) for a, ppid in records]
 
 
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+    """The module's three training scripts, started side by side (each is a fresh interpreter
+    importing torch; they check which process imported what, not timings)."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        yield {"forkserver": pool.submit(_run, tmp_path_factory.mktemp("fs"), "forkserver", 2),
+               # one loader: its two workers show that spawn imports torch again (each
+               # spawned worker is 2-3 s of CPU importing torch)
+               "spawn": pool.submit(_run, tmp_path_factory.mktemp("spawn"), "spawn", 1),
+               "package": pool.submit(_run_package, tmp_path_factory.mktemp("pkg"))}
+
+
 @pytest.mark.timeout(300)
-def test_workers_fork_from_a_server_that_imported_torch(tmp_path: Path) -> None:
-    pid, workers = _run(tmp_path, "forkserver")
+def test_workers_fork_from_a_server_that_imported_torch(scripts: dict[str, Future]) -> None:
+    pid, workers = scripts["forkserver"].result()
     assert len(workers) == 4  # two loaders of two workers
     assert all(already for already, _ in workers), workers  # torch came with the fork
     servers = {ppid for _, ppid in workers}
@@ -66,10 +80,10 @@ def test_workers_fork_from_a_server_that_imported_torch(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_spawn_workers_import_torch_again(tmp_path: Path) -> None:
+def test_spawn_workers_import_torch_again(scripts: dict[str, Future]) -> None:
     # the contrast that makes the test above mean something: spawn starts bare interpreters
-    pid, workers = _run(tmp_path, "spawn")
-    assert len(workers) == 4 and not any(already for already, _ in workers)
+    pid, workers = scripts["spawn"].result()
+    assert len(workers) == 2 and not any(already for already, _ in workers)
     assert {ppid for _, ppid in workers} == {pid}
 
 
@@ -111,10 +125,7 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.timeout(300)
-def test_the_server_imports_the_packages_the_dataset_comes_from(tmp_path: Path) -> None:
-    # a torchvision ImageFolder (or a dataset holding a torchvision Compose) made every
-    # worker of every loader import torchvision again: 2 s per loader on a busy host
+def _run_package(tmp_path: Path) -> tuple[int, set[int]]:
     out = tmp_path / "out"
     out.mkdir()
     (tmp_path / "userpkg.py").write_text(PACKAGE)
@@ -124,8 +135,14 @@ def test_the_server_imports_the_packages_the_dataset_comes_from(tmp_path: Path) 
     proc = subprocess.run([sys.executable, os.fspath(script)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    importers = {int(f.name.split("-")[1]) for f in out.iterdir()}
-    pid = int(proc.stdout.split()[-1])
+    return int(proc.stdout.split()[-1]), {int(f.name.split("-")[1]) for f in out.iterdir()}
+
+
+@pytest.mark.timeout(300)
+def test_the_server_imports_the_packages_the_dataset_comes_from(scripts: dict[str, Future]) -> None:
+    # a torchvision ImageFolder (or a dataset holding a torchvision Compose) made every
+    # worker of every loader import torchvision again: 2 s per loader on a busy host
+    pid, importers = scripts["package"].result()
     # the script and the forkserver, once each; no worker of either loader (4 before)
     assert pid in importers and len(importers) == 2, importers
 

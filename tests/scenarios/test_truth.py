@@ -351,13 +351,26 @@ def test_zero_steps_is_an_unknown_verdict_with_reason_and_fix(tmp_path: Path) ->
     assert "DataLoader" in data["reason"] and "feedline.watch" in data["fix"]
 
 
+ENDS = [("KILL", 137, True), ("SEGV", 139, True), ("exit3", 3, True), ("TERM", 143, False)]
+
+
+@pytest.fixture(scope="module")
+def ends(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict, str, str]]:
+    """The four endings of killed.py, run side by side (each mostly imports torch, then
+    sleeps through 100 compute-bound steps)."""
+    out = tmp_path_factory.mktemp("ends")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futs = {how: pool.submit(diagnose, out, how,
+                                 Case("killed", (how,), None, "compute-bound", "gpu", (0.0, 1.0)),
+                                 "--partial-every", "0.2") for how, _, _ in ENDS}
+        return {how: f.result() for how, f in futs.items()}
+
+
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize(("how", "code", "partial"), [
-    ("KILL", 137, True), ("SEGV", 139, True), ("exit3", 3, True), ("TERM", 143, False)])
+@pytest.mark.parametrize(("how", "code", "partial"), ENDS)
 def test_exit_status_is_the_shells_and_the_steps_that_ran_are_reported(
-        tmp_path: Path, how: str, code: int, partial: bool) -> None:
-    case = Case("killed", (how,), None, "compute-bound", "gpu", (0.0, 1.0))
-    got, data, _, err = diagnose(tmp_path, how, case, "--partial-every", "0.2")
+        ends: dict, how: str, code: int, partial: bool) -> None:
+    got, data, _, err = ends[how]
     assert got == code, err
     assert data, err
     assert bool(data["host"].get("partial")) is partial  # SIGTERM: the child writes it all
