@@ -45,6 +45,14 @@ def test_version():
     assert out.returncode == 0 and out.stdout.strip() == f"feedline {feedline.__version__}"
 
 
+def _side_by_side(argvs, cwd: str | None = None) -> list:
+    """``_cli`` of each argv, three at a time (each a fresh interpreter), in argv order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return list(pool.map(lambda argv: _cli(*argv, cwd=cwd), argvs))
+
+
 COMMANDS = ("demo", "pack", "index", "inspect", "verify", "model", "doctor", "diagnose")
 
 
@@ -96,20 +104,21 @@ def test_json_takes_a_path_or_dash(cmd, tmp_path):
     import json
 
     dest = tmp_path / "out.json"
-    to_file = _cli(*cmd, "--json", str(dest))
+    to_file, to_stdout, missing = _side_by_side(
+        [(*cmd, "--json", str(dest)), (*cmd, "--json", "-"),
+         (*cmd, "--json", str(tmp_path / "no" / "out.json"))])
     assert to_file.returncode in (0, 1), to_file.stderr  # doctor exits 1 when a check fails
     assert to_file.stdout.strip(), "text output still printed when JSON goes to a file"
     data = json.loads(dest.read_text())
-    to_stdout = _cli(*cmd, "--json", "-")
     assert json.loads(to_stdout.stdout).keys() == data.keys()
-    missing = _cli(*cmd, "--json", str(tmp_path / "no" / "out.json"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
 def test_demo_argument_errors_come_before_any_output(tmp_path):
-    for argv in (["--json", str(tmp_path / "no" / "x.json")], ["--html", str(tmp_path)],
-                 ["--device", "tpu"], ["--frames", "4", "--batch-size", "8"]):
-        out = _cli("demo", "--out", str(tmp_path / "work"), *argv)
+    argvs = (["--json", str(tmp_path / "no" / "x.json")], ["--html", str(tmp_path)],
+             ["--device", "tpu"], ["--frames", "4", "--batch-size", "8"])
+    outs = _side_by_side([("demo", "--out", str(tmp_path / "work"), *argv) for argv in argvs])
+    for argv, out in zip(argvs, outs, strict=True):
         assert out.returncode == 2, (argv, out.stderr)
         assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, argv
         assert not (tmp_path / "work").exists()
@@ -124,8 +133,8 @@ def test_os_errors_are_one_line_naming_the_path_exit_1(tmp_path):
         (["model", "--read", "1ms", "--decode", "1ms", "--h2d", "1ms", "--gpu", "1ms",
           "--json", "/dev/full"], "/dev/full", "space"),
     ]
-    for argv, path, hint in cases:
-        out = _cli(*argv, cwd=str(tmp_path))
+    outs = _side_by_side([argv for argv, _, _ in cases], cwd=str(tmp_path))
+    for (argv, path, hint), out in zip(cases, outs, strict=True):
         assert out.returncode == 1, (argv, out.stderr)
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and path in lines[0] and hint in lines[0], out.stderr

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -409,10 +410,14 @@ def test_torch_dataloaders_sigchld_handler_does_not_refuse_the_fork(tmp_path: Pa
     (tmp_path / "train.py").write_text(SIGCHLD_SCRIPT)
     script = tmp_path / "torch_first.py"
     script.write_text(TORCH_SIGCHLD_SCRIPT)
-    out = {}
-    for mode in ("alone", "wrapped"):
-        proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+    def run(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
                               cwd=tmp_path, timeout=100)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two fresh interpreters, side by side
+        procs = dict(zip(("alone", "wrapped"), pool.map(run, ("alone", "wrapped")), strict=True))
+    out = {}
+    for mode, proc in procs.items():
         assert proc.returncode == 0, proc.stderr[-2000:]
         out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
         assert out[mode]["error"][0] == "SIGKILL", out[mode]["error"]  # the status was not taken
