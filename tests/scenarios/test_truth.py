@@ -403,8 +403,12 @@ def test_sigterm_to_diagnose_is_forwarded_and_leaves_no_orphan(tmp_path: Path) -
 def test_epoch_restarts_are_their_own_finding_and_persistent_workers_remove_them(
         tmp_path: Path) -> None:
     case = Case("epoch_restarts", ("0",), None, "data-bound", "startup", (0.0, 1.0))
-    code, data, _, err = diagnose(tmp_path, "restarts", case)
-    assert code == 0, err
+    fixed = Case("epoch_restarts", ("1",), None, "compute-bound", "gpu", (0.0, 1.0))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # before and after, side by side: same load
+        before = pool.submit(diagnose, tmp_path, "restarts", case)
+        code, after, _, err_after = pool.submit(diagnose, tmp_path, "persistent", fixed).result()
+        code_before, data, _, err = before.result()
+    assert code_before == 0, err
     found = {f["code"]: f for f in data["findings"]}
     assert "persistent_workers=True" in found["epoch-restarts"]["fix"], data["findings"]
     if "tail-stalls" in found:  # a loaded host can add a slow batch; the restarts are not it
@@ -413,9 +417,7 @@ def test_epoch_restarts_are_their_own_finding_and_persistent_workers_remove_them
         assert tail_ms < restart_ms, data["findings"]
     assert "persistent_workers=True" in data["recommendation"]
     assert data["binding"] == "startup"  # worker start-up at each epoch is most of the stall
-    case = Case("epoch_restarts", ("1",), None, "compute-bound", "gpu", (0.0, 1.0))
-    code, after, _, err = diagnose(tmp_path, "persistent", case)
-    assert code == 0, err
+    assert code == 0, err_after
     assert "epoch-restarts" not in {f["code"] for f in after["findings"]}
     assert after["stall_fraction"] < 0.5 * data["stall_fraction"], (
         after["stall_fraction"], data["stall_fraction"])
