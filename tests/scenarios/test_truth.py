@@ -20,7 +20,8 @@ import re
 import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -339,15 +340,21 @@ def test_tail_stall_prefetch_is_sized_from_the_measured_tail_and_hides_it(slow_r
 
 # -- unknowns, exit status, signals -----------------------------------------------------
 
-def test_zero_steps_is_an_unknown_verdict_with_reason_and_fix(tmp_path: Path) -> None:
-    script = tmp_path / "gen.py"
+def zero_steps(tmp: Path) -> tuple[int, dict]:
+    """A script whose loop is a generator of tensors: nothing diagnose can hook."""
+    script = tmp / "gen.py"
     script.write_text("import torch\nfor x in (torch.zeros(2) for _ in range(5)):\n    pass\n")
-    out = tmp_path / "r.json"
+    out = tmp / "r.json"
     proc = subprocess.run([sys.executable, "-m", "feedline", "diagnose", "--json", str(out), "--",
                            sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                           check=False)
-    data = json.loads(out.read_text())
-    assert proc.returncode == 0 and data["verdict"] == "unknown"
+    return proc.returncode, json.loads(out.read_text())
+
+
+@pytest.mark.timeout(200)
+def test_zero_steps_is_an_unknown_verdict_with_reason_and_fix(ends: dict) -> None:
+    code, data = ends["zero"].result()
+    assert code == 0 and data["verdict"] == "unknown"
     assert "DataLoader" in data["reason"] and "feedline.watch" in data["fix"]
 
 
@@ -355,22 +362,23 @@ ENDS = [("KILL", 137, True), ("SEGV", 139, True), ("exit3", 3, True), ("TERM", 1
 
 
 @pytest.fixture(scope="module")
-def ends(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict, str, str]]:
-    """The four endings of killed.py, run side by side (each mostly imports torch, then
-    sleeps through 100 compute-bound steps)."""
+def ends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
+    """The zero-step script and the four endings of killed.py, run side by side (each mostly
+    imports torch; killed.py then sleeps through 100 compute-bound steps)."""
     out = tmp_path_factory.mktemp("ends")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futs = {how: pool.submit(diagnose, out, how,
-                                 Case("killed", (how,), None, "compute-bound", "gpu", (0.0, 1.0)),
-                                 "--partial-every", "0.2") for how, _, _ in ENDS}
-        return {how: f.result() for how, f in futs.items()}
+        futs = {"zero": pool.submit(zero_steps, tmp_path_factory.mktemp("zero"))}
+        futs |= {how: pool.submit(diagnose, out, how,
+                                  Case("killed", (how,), None, "compute-bound", "gpu", (0.0, 1.0)),
+                                  "--partial-every", "0.2") for how, _, _ in ENDS}
+        yield futs
 
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("how", "code", "partial"), ENDS)
 def test_exit_status_is_the_shells_and_the_steps_that_ran_are_reported(
         ends: dict, how: str, code: int, partial: bool) -> None:
-    got, data, _, err = ends[how]
+    got, data, _, err = ends[how].result()
     assert got == code, err
     assert data, err
     assert bool(data["host"].get("partial")) is partial  # SIGTERM: the child writes it all
