@@ -1408,6 +1408,13 @@ import sweep_round11  # noqa: E402
 for _g, _n, _fn in sweep_round11.cases(sys.modules[__name__]):
     add(_g, _n, _fn)
 
+# ----------------------------------------------------------------------------- round 12
+
+import sweep_round12  # noqa: E402
+
+for _g, _n, _fn in sweep_round12.cases(sys.modules[__name__]):
+    add(_g, _n, _fn)
+
 
 # ----------------------------------------------------------------------------- runner
 
@@ -1417,7 +1424,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=10, help="shuffles the order the cases run in")
     ap.add_argument("--group", action="append", help="only these groups (pack, shards, index, writer, "
                                                       "labels, loader, process, resume, cli, remote, "
-                                                      "checkpoint, reshape)")
+                                                      "checkpoint, reshape, limits, leaks, concurrent, "
+                                                      "distributed, signals)")
     ap.add_argument("--match", help="only cases whose name holds this")
     ap.add_argument("--json", help="write every case's outcome here")
     ap.add_argument("-v", "--verbose", action="store_true")

@@ -234,13 +234,13 @@ def test_cli_options_checked_before_the_work_not_after(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(5400)
 def test_the_seeded_sweep_finds_no_failure(tmp_path: Path) -> None:
-    """All 630 cases of ``hostile_sweep.py`` (round 10: 6-18 minutes on 2 cores by the load; round 11 adds 105, about 25 minutes at load 15, most of it in the remote cases)."""
+    """All 707 cases of ``hostile_sweep.py`` (round 10: 6-18 minutes on 2 cores by the load; round 11 adds 105, about 25 minutes at load 15, most of it in the remote cases; round 12 adds 77, about 15 minutes, child processes that import torch)."""
     res = subprocess.run([sys.executable, str(Path(__file__).with_name("hostile_sweep.py")),
                           "--json", str(tmp_path / "sweep.json")],
                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-                         capture_output=True, text=True, timeout=3500)
+                         capture_output=True, text=True, timeout=5300)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
     results = json.loads((tmp_path / "sweep.json").read_text())
     assert len(results) >= 150 and not [r for r in results if r["status"] == "FAIL"]

@@ -28,7 +28,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from feedline import spans
-from feedline.errors import LoaderTimeout, WorkerError
+from feedline.errors import ConfigError, LoaderTimeout, WorkerError
 from feedline.pipeline._user_frames import short
 from feedline.pipeline.jobs import Job
 from feedline.pipeline.runtime import Ready, Runtime
@@ -60,6 +60,8 @@ class Pass:
         self.consumer: int | None = None
         """The thread that last asked for a batch (None before the first ``next()``)."""
         self.finished = False
+        self.replaced = False
+        """A newer ``iter()`` of the same loader took over the stream (set by the loader)."""
 
     def __iter__(self) -> Pass:
         return self
@@ -95,6 +97,12 @@ class Pass:
         if self._rt.sched.current != self._run:
             self._abandon()
             self.finished = True
+            if self.replaced:  # ending it quietly would end a zip(loader, loader) at once
+                raise ConfigError(
+                    "this iterator of the loader was replaced by a newer iter() of it, which goes "
+                    "on with the epoch: a Loader is one stream of batches", field="loader",
+                    fix="use the newest iterator only, or make a second Loader for a second stream "
+                        "(zip(loader, loader), a mixup partner)")
             raise StopIteration
         if self._gate is not None:
             self._pass_gate()

@@ -97,6 +97,10 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     ours = exc if isinstance(exc, FeedlineError) else None
     field = ours.place.get("field") if ours else None
     fix = ours.fix if ours and ours.fix else "fix the sample or the function"
+    if isinstance(exc, MemoryError):  # not the sample's fault: skipping it would not help
+        return _chained(WorkerError(
+            f"MemoryError in {stage}: {exc}", worker=worker, shard=shard or item.shard, key=item.key,
+            stage=stage, file=file, at=user_frame(exc.__traceback__), fix=out_of_memory_fix()), exc)
     cause_shard = ours.place.get("shard") if ours else None  # the shard at fault, when it says
     err = WorkerError(
         f"{type(exc).__name__} in {stage}: {ours.placed() if ours else exc}",
@@ -104,6 +108,19 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
         file=file, at=user_frame(exc.__traceback__), fix=f'{fix}, or pass on_error="skip" to skip bad samples',
     )
     return _chained(err, exc)
+
+
+def out_of_memory_fix() -> str:
+    """What to change when a worker's allocation failed: the address-space limit when one is
+    set (``ulimit -v``, a job scheduler's memory cap), and the arguments that set how much
+    memory batches in flight take."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    where = ("the host (or a memory cgroup) is out of memory" if soft == resource.RLIM_INFINITY else
+             f"this process may map {soft / 2**30:.2f} GiB (RLIMIT_AS, ulimit -v)")
+    return (f"{where}: lower batch_size, prefetch or workers (each batch in flight takes memory), "
+            "or raise the limit")
 
 
 def collate_error(exc: Exception, keys: list[str], worker: str) -> WorkerError:

@@ -124,7 +124,11 @@ class Loader:
             both); such a replacement is also delivered in its own batch that epoch.
         timeout: seconds (or ``"30s"``) to wait for one batch before LoaderTimeout.
         in_order: deliver batches in order; ``False`` delivers whichever is ready first.
-        rank, world_size: explicit sharding without a process group.
+        rank, world_size: explicit sharding without a process group. The Loader never
+            reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` from the environment; given none
+            of these three arguments in a job whose ``WORLD_SIZE`` (or initialised
+            ``torch.distributed`` group) is above 1, it warns (``UnshardedWarning``):
+            every rank would read the whole dataset. ``world_size=1`` silences it.
         shm_dir: where process workers' shared-memory arena lives.
         start_method: how process workers start. ``"fork"`` (default): forked from the
             training process (milliseconds, the dataset inherited, not pickled, the script
@@ -226,6 +230,8 @@ class Loader:
         self.seed, self.shuffle, self.drop_last, self.in_order = seed, shuffle, drop_last, in_order
         self.timeout = None if timeout is None else parse_duration(timeout, name="timeout")
         self.rank, self.world_size = rank_and_world(process_group, rank, world_size)
+        if process_group is None and rank is None and world_size is None:
+            options.warn_unsharded()
         decoders = as_decoders(decode)
         if limits is not None:
             if not isinstance(limits, Limits):
@@ -393,6 +399,8 @@ class Loader:
                 "this loader is being iterated by another thread; a loader is one stream of "
                 "batches", field="loader",
                 fix="give each thread its own Loader (or finish or break the other loop first)")
+        if live is not None and not live.finished:
+            live.replaced = True  # its next() says so instead of ending quietly
         epoch = self._pos.epoch
         plan = self._plan(epoch)
         if self._pos.done(plan.num_batches) and not self._restored:

@@ -255,6 +255,38 @@ def warn_oversubscribed(workers: int, worker_type: str, cores: int) -> None:
     )
 
 
+class UnshardedWarning(UserWarning):
+    """A Loader of one rank reads the whole dataset in a job of several processes."""
+
+
+def warn_unsharded(environ: Mapping[str, str] | None = None) -> None:
+    """Say that a Loader given no ``process_group=``, ``rank=`` or ``world_size=`` reads every
+    sample on this rank although the job has several: ``WORLD_SIZE`` above 1 in the
+    environment (torchrun's, the Loader does not read it) or an initialised
+    ``torch.distributed`` group of several ranks. Each rank would train on the whole
+    dataset, in the same order (an epoch seen ``world`` times), silently. Passing
+    ``world_size=1`` says that is meant and is not warned about."""
+    world = (environ if environ is not None else os.environ).get("WORLD_SIZE", "").strip()
+    source = f"WORLD_SIZE={world} in the environment"
+    if not (world.isdigit() and int(world) > 1):
+        import sys
+
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return
+        world = str(dist.get_world_size())
+        source = f"torch.distributed is initialised with {world} ranks"
+        if int(world) <= 1:
+            return
+    warnings.warn(
+        f"{source}, but this Loader was given no process_group=, rank= or world_size=: "
+        "every rank reads the whole dataset, in the same order. Pass "
+        "process_group=torch.distributed.group.WORLD (or rank=, world_size=) to give each "
+        "rank its part, or world_size=1 if each rank should read everything",
+        UnshardedWarning, stacklevel=3,
+    )
+
+
 def check_io(io: Any, dataset: Any) -> None:
     """``io=`` names a read backend and applies to a dataset given as a path.
 

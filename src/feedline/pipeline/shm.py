@@ -73,8 +73,9 @@ def check_space(shm_dir: str, need: int) -> None:
             f"process workers need {format_bytes(need)} of shared memory in {shm_dir}, "
             f"only {format_bytes(free)} is free",
             path=shm_dir, stage="collate",
-            fix="raise /dev/shm (docker --shm-size), lower batch_size, prefetch or workers, "
-            'or use worker_type="thread" (no shared memory)',
+            fix=f"make {shm_dir} larger (docker --shm-size for /dev/shm) or pass shm_dir= a "
+            'tmpfs folder with room, lower batch_size, prefetch or workers, or use worker_type="thread" '
+            "(no shared memory)",
         )
 
 
@@ -152,7 +153,8 @@ def create(shm_dir: str, layout: Layout, count: int) -> ArenaSpec:
         os.unlink(path)
         raise ResourceError(
             f"cannot reserve {format_bytes(spec.size)} in {shm_dir}: {exc}", path=shm_dir,
-            fix="raise /dev/shm (docker --shm-size) or lower batch_size, prefetch or workers",
+            fix=f"make {shm_dir} larger (docker --shm-size for /dev/shm) or pass shm_dir= a tmpfs "
+            "folder with room, or lower batch_size, prefetch or workers",
         ) from exc
     by_fd = f"/proc/{pid}/fd/{fd}"
     if os.path.exists(by_fd):
@@ -183,6 +185,12 @@ class Arena:
         fd = os.open(spec.path, os.O_RDWR)
         try:
             self._map: mmap.mmap | None = mmap.mmap(fd, spec.size)
+        except OSError as exc:  # ENOMEM: no address space left for it (RLIMIT_AS)
+            from feedline.pipeline.jobs import out_of_memory_fix
+
+            raise ResourceError(f"cannot map the {format_bytes(spec.size)} shared-memory arena of "
+                                f"{spec.count} batch slots: {exc}", stage="collate",
+                                fix=out_of_memory_fix()) from exc
         finally:
             os.close(fd)
         self._views: list[dict[Path, np.ndarray]] = [self._slot(i) for i in range(spec.count)]

@@ -52,6 +52,7 @@ from feedline import spans
 from feedline.errors import ConfigError, DecodeError, ResourceError
 from feedline.pinned import pinned_empty
 from feedline.pipeline.collate import Layout, Path
+from feedline.pipeline.jobs import out_of_memory_fix
 from feedline.placement import Placement
 from feedline.units import format_bytes
 
@@ -295,13 +296,23 @@ class SlotPool:
     def _new_slot(self, slot_id: int) -> Slot:
         assert self._layout is not None
         layout = self._layout
-        tensors = {
-            leaf.path: self._allocate(
-                (layout.batch_size, *leaf.shape), _torch_dtype(leaf.dtype, leaf.path), self.pin
-            )
-            for leaf in layout.dense
-            if leaf.shape is not None and leaf.dtype is not None
-        }
+        try:
+            tensors = {
+                leaf.path: self._allocate(
+                    (layout.batch_size, *leaf.shape), _torch_dtype(leaf.dtype, leaf.path), self.pin
+                )
+                for leaf in layout.dense
+                if leaf.shape is not None and leaf.dtype is not None
+            }
+        except (MemoryError, RuntimeError) as exc:
+            if not isinstance(exc, MemoryError) and "allocate" not in str(exc):
+                raise
+            with self._cond:
+                self._count -= 1  # never allocated
+            raise ResourceError(
+                f"cannot allocate batch slot {slot_id} ({format_bytes(layout.nbytes)}, "
+                f"{self._ids - 1} allocated before it): {_first_line(exc)}", stage="collate",
+                fix=out_of_memory_fix()) from exc
         return Slot(slot_id, tensors)
 
     def _reap(self) -> None:
@@ -338,6 +349,11 @@ class SlotPool:
             self._loans.clear()  # their weakrefs die: no callback puts them back
             self._returned.put(None)  # a producer waiting for a returned slot wakes (and wakes the next)
             self._cond.notify_all()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:

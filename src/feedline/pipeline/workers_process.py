@@ -295,11 +295,18 @@ def _unpicklable(res: Result) -> dict[str, str]:
 def _out_of_descriptors(exc: OSError, started: int, count: int) -> BaseException:
     """The error for an ``OSError`` while starting worker ``started`` (0-based) of ``count``:
     out of file descriptors (each process worker holds a few in the training process:
-    its pipe, its sentinel) is a ``ResourceError`` with the fix; anything else is raised as is."""
-    if exc.errno not in (errno.EMFILE, errno.ENFILE):
-        return exc
+    its pipe, its sentinel) or out of processes (``fork`` fails with EAGAIN at the user's
+    ``RLIMIT_NPROC``) is a ``ResourceError`` with the fix; anything else is raised as is."""
     import resource
 
+    if exc.errno == errno.EAGAIN:
+        from feedline.pipeline.workers_thread import nproc_limit
+
+        return ResourceError(
+            f"cannot start process worker {started + 1} of {count}: {exc.strerror} ({nproc_limit()})",
+            field="workers", fix="lower workers=, or raise the process limit (ulimit -u)")
+    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return exc
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return ResourceError(
         f"cannot start process worker {started + 1} of {count}: {exc.strerror} (ulimit -n is {soft})",

@@ -21,12 +21,22 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from feedline.errors import ResourceError
 from feedline.pipeline.jobs import Job
 from feedline.pipeline.split import Part
 
 Task = Job | Part
 """A whole batch, or one part of a batch split among the workers (:mod:`.split`)."""
 RunJob = Callable[[Task, str], Any]
+
+def nproc_limit() -> str:
+    """The user's process limit, said as a user sets it (threads count against it too)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    shown = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+    return f"ulimit -u, RLIMIT_NPROC, is {shown}: every process and thread of this user counts"
+
 
 JOIN_TIMEOUT = 30.0
 """Seconds ``close()`` waits for running batches when the loader has no ``timeout``."""
@@ -53,8 +63,16 @@ class ThreadWorkers:
         self._jobs: queue.SimpleQueue[tuple[Future[Any], Task] | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._serve, name=f"feedline-worker_{i}",
                                           daemon=True) for i in range(count)]
-        for thread in self._threads:
-            thread.start()
+        for i, thread in enumerate(self._threads):
+            try:
+                thread.start()
+            except RuntimeError as exc:  # "can't start new thread": RLIMIT_NPROC or memory
+                for _ in range(i):
+                    self._jobs.put(None)  # the started ones end
+                raise ResourceError(
+                    f"cannot start worker thread {i + 1} of {count}: {exc} ({nproc_limit()})",
+                    field="workers", fix="lower workers=, or raise the process limit (ulimit -u)",
+                ) from exc
 
     def submit(self, job: Task) -> Future[Any]:
         """Queue ``job``; the future holds the batch or the worker's exception."""
