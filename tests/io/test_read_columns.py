@@ -184,15 +184,16 @@ def test_flips_and_cuts_raise_only_placed_errors(
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("verify", [False, True])
 def test_read_fields_gives_the_bytes_read_many_gives(fixed: tuple[Path, str], verify: bool) -> None:
-    """Only the asked fields, of any size (``bin`` varies; a shard lacking ``u8`` in one
-    sample gives None there), in the asked order, repeats included."""
+    """Only the asked fields, of any size (``bin`` varies, one is empty; a shard lacking
+    ``u8`` in one sample gives None there), in the asked order, repeats included."""
     root, io = fixed
     shards = [list(s) for s in SHARDS]
     key, fields = shards[2][3]
     shards[2][3] = (key, {k: v for k, v in fields.items() if k != "u8"})
+    shards[1][0] = (shards[1][0][0], {**shards[1][0][1], "bin": b""})
     root = build_dataset(root.parent / "lacks", shards)
     ds = open_dataset(root, io=io, verify=verify)
-    for order in (np.random.default_rng(1).permutation(N).tolist(), [40, 5, 5, N - 1], []):
+    for order in (np.random.default_rng(1).permutation(N).tolist(), [40, 5, 5, N - 1, 30, -1], []):
         keys, views = ds.read_fields(order, ["bin", "u8"])
         want = ds.read_many(order)
         assert keys == [s["__key__"] for s in want]
@@ -214,3 +215,4 @@ def test_read_fields_names_a_truncated_sample(tmp_path: Path) -> None:
     with pytest.raises(ReadError) as err:
         ds.read_fields([0, 47], ["bin"])
     assert (err.value.shard, err.value.key, err.value.field) == ("shard-00002.tar", "c00010", "bin")
+

@@ -24,6 +24,7 @@ from feedline.decode.resized import (
     decode_resized,
     resizable,
 )
+from feedline.decode.rows import RowsCodec, into_rows, jpeg_rows
 from feedline.errors import ArgumentError, DecodeError, FeedlineError
 
 FieldDecoder = Callable[[Buffer], Any]
@@ -106,6 +107,7 @@ class Decoders:
         self.labels = frozenset(labels)
         self._cache: dict[str, Callable[[Buffer], Any]] = {}
         self._into: dict[str, Any] = {}  # field -> its decode-into codec or None (cached)
+        self._rows: dict[str, RowsCodec | None] = {}  # field -> its rows codec or None (cached)
         self._photo_field: dict[tuple[str, ...], Any] = {}  # a sample's fields -> _only_image
 
     def __getstate__(self) -> dict[str, Any]:
@@ -201,6 +203,22 @@ class Decoders:
             return lambda data, out: decode_resized(data, self.limits, size, out, jpeg=jpeg)
         codec = _INTO[extension(field)]
         return lambda data, out: codec(data, self.limits, out)
+
+    def rows_codec(self, field: str) -> RowsCodec | None:
+        """``fn(column, rows, base)`` decoding a batch's views of ``field`` into slot rows
+        (see :mod:`feedline.decode.rows`); ``None`` when :meth:`decodes_into` is false.
+        Cached per field."""
+        if field in self._rows:
+            return self._rows[field]
+        into = self.into_codec(field)
+        fn: RowsCodec | None = None
+        if into is not None and _INTO.get(extension(field)) is codecs.decode_jpeg \
+                and not self.resizes(field):
+            fn = partial(jpeg_rows, limits=self.limits)
+        elif into is not None:
+            fn = into_rows(into, self.limits)
+        self._rows[field] = fn
+        return fn
 
     def _photo(self, field: str) -> Callable[[Buffer], Any]:
         """The decoder of ``field`` as a sample's only image: the built-in PNG-family codec

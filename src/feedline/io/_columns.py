@@ -204,38 +204,42 @@ def read_members(opened: Any, idx: np.ndarray, fields: Sequence[str], algo: str 
         samples = read_many(idx)  # windows for O_DIRECT / object stores; verifies members
         return ([str(s["__key__"]) for s in samples],
                 {f: [s.get(f) for s in samples] for f in fields})
-    n = len(idx)
-    keys: list[str] = [""] * n
-    views: Views = {f: [None] * n for f in fields}
-    parts = []
-    total = 0
-    pos, local = opened.catalog.locate(idx)
-    for shard_pos in dict.fromkeys(pos.tolist()):
-        where = np.flatnonzero(pos == shard_pos)
-        state = opened.states[shard_pos]
-        index, samples = state.entry.index, local[where]
-        at = where.tolist()
-        names = index.keys
-        for p, s in zip(at, samples.tolist(), strict=True):
-            keys[p] = names[s]
-        for field in fields:
-            rows = index.field_rows(field)[samples]
-            sizes = np.where(rows >= 0, index.members["size"][rows], 0).astype(np.int64)
-            offsets = index.members["offset"][rows].astype(np.int64)
-            parts.append((state, field, at, (rows >= 0).tolist(), offsets.tolist(), sizes.tolist()))
-            total += int(sizes.sum())
-    buf = memoryview(opened.pool.acquire(total))
-    read_into, used = opened.reader.read_into, 0
-    for state, field, at, has, offsets, sizes in parts:
-        column = views[field]
+    catalog, states = opened.catalog, opened.states
+    pos, local = catalog.locate(idx)
+    at, shard_of = pos.tolist(), local.tolist()
+    keys = [states[p].entry.index.keys[s] for p, s in zip(at, shard_of, strict=True)]
+    spans = [(f, *(a[idx].tolist() for a in catalog.member_spans(f))) for f in fields]
+    views: Views = {f: [None] * len(idx) for f in fields}
+    total = sum(size for _, _, sizes in spans for size in sizes if size > 0)
+    buf, used = memoryview(opened.pool.acquire(total)), 0
+    read_into = opened.reader.read_into
+    for shard_pos, run in _shard_runs(idx, at):  # in file order: shard by shard, by offset
+        state = states[shard_pos]
         with state.lease() as handle:
-            for p, ok, off, size in zip(at, has, offsets, sizes, strict=True):
-                if not ok:
-                    continue
-                view = buf[used : used + size]
-                if read_into(handle, off, view) != size:
-                    raise ReadError(f"shard ended inside a member that needs bytes up to {off + size}",
-                                    shard=state.entry.name, key=keys[p], field=field, fix=TRUNC_FIX)
-                column[p] = view
-                used += size
+            for field, offsets, sizes in spans:
+                column = views[field]
+                for p in run:
+                    size = sizes[p]
+                    if size < 0:
+                        continue
+                    view = buf[used : used + size]
+                    if read_into(handle, offsets[p], view) != size:
+                        raise ReadError(f"shard ended inside a member that needs bytes up to "
+                                        f"{offsets[p] + size}", shard=state.entry.name, key=keys[p],
+                                        field=field, fix=TRUNC_FIX)
+                    column[p] = view
+                    used += size
     return keys, views
+
+
+def _shard_runs(idx: np.ndarray, pos: list[int]) -> list[tuple[int, list[int]]]:
+    """The positions of ``idx`` grouped by shard (``pos``: each one's shard), in global index
+    order, which is file order: one handle lease per shard, reads in ascending offsets."""
+    runs: list[tuple[int, list[int]]] = []
+    current = -1
+    for p in np.argsort(idx, kind="stable").tolist():
+        if pos[p] != current:
+            current = pos[p]
+            runs.append((current, []))
+        runs[-1][1].append(p)
+    return runs

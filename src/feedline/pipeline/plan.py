@@ -288,17 +288,10 @@ def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker:
 def _decode_rows(decoders: Any, views: Mapping[str, list[Any]],
                  arrays: Mapping[collate.Path, np.ndarray], base: int) -> bool:
     """Decode ``views[f][i]`` into row ``base + i`` of field ``f``'s slot array; False at the
-    first sample that lacks the field, exceeds ``max_bytes`` or is not of the row's shape."""
-    limit = decoders.limits.max_bytes
-    for name, column in views.items():
-        into, rows = decoders.into_codec(name), arrays[(name,)]
-        for i, data in enumerate(column, base):
-            if data is None or len(data) > limit:
-                return False
-            row = rows[i]
-            if into(data, row) is not row:
-                return False
-    return True
+    first sample that lacks the field, exceeds ``max_bytes`` or is not of the row's shape
+    (see :mod:`feedline.decode.rows`)."""
+    return all(decoders.rows_codec(name)(column, arrays[(name,)], base)
+               for name, column in views.items())
 
 
 def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batch_size: int,
