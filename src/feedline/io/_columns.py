@@ -26,6 +26,7 @@ readers (and ``verify``) go through ``read_many``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from feedline.format._checksum import hasher
 from feedline.io._window import TRUNC_FIX, verify_part
 
 _FIX = "read samples whose fields vary in size with read_many"
+_preadv = os.preadv
 
 
 def _rows(out: Mapping[str, Any], n: int) -> dict[str, tuple[memoryview, int]]:
@@ -212,10 +214,11 @@ def read_members(opened: Any, idx: np.ndarray, fields: Sequence[str], algo: str 
     views: Views = {f: [None] * len(idx) for f in fields}
     total = sum(size for _, _, sizes in spans for size in sizes if size > 0)
     buf, used = memoryview(opened.pool.acquire(total)), 0
-    read_into = opened.reader.read_into
+    reader = opened.reader
     for shard_pos, run in _shard_runs(idx, at):  # in file order: shard by shard, by offset
         state = states[shard_pos]
-        with state.lease() as handle:
+        handle = state.hold()
+        try:
             for field, offsets, sizes in spans:
                 column = views[field]
                 for p in run:
@@ -223,12 +226,19 @@ def read_members(opened: Any, idx: np.ndarray, fields: Sequence[str], algo: str 
                     if size < 0:
                         continue
                     view = buf[used : used + size]
-                    if read_into(handle, offsets[p], view) != size:
+                    try:  # the buffered reader's one call (its read_into finishes a short read)
+                        got = _preadv(handle, [view], offsets[p])
+                    except OSError as e:
+                        raise ReadError(f"read of {size} bytes at {offsets[p]} failed: {e.strerror}",
+                                        shard=state.entry.name, key=keys[p], field=field) from e
+                    if got != size and got + reader.read_into(handle, offsets[p] + got, view[got:]) != size:
                         raise ReadError(f"shard ended inside a member that needs bytes up to "
                                         f"{offsets[p] + size}", shard=state.entry.name, key=keys[p],
                                         field=field, fix=TRUNC_FIX)
                     column[p] = view
                     used += size
+        finally:
+            state.unhold()
     return keys, views
 
 

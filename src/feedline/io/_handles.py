@@ -123,17 +123,27 @@ class ShardReadState:
             ResourceError: the process has no file descriptor left, even after closing
                 every idle handle of this dataset.
         """
+        handle = self.hold()
+        try:
+            yield handle
+        finally:
+            self.unhold()
+
+    def hold(self) -> Any:
+        """:meth:`lease` without the context manager (a hot loop's): the open handle, kept
+        open until the matching :meth:`unhold`. Raises as :meth:`lease` does."""
         with self._lock:
             if self._handle is None:
                 self._handle = self._open()
             self._users += 1
             handle = self._handle
         self.last_use = self.budget.tick()
-        try:
-            yield handle
-        finally:
-            with self._lock:
-                self._users -= 1
+        return handle
+
+    def unhold(self) -> None:
+        """End a :meth:`hold`."""
+        with self._lock:
+            self._users -= 1
 
     def _open(self) -> Any:
         """Open the shard (under ``self._lock``), making room in the budget first."""

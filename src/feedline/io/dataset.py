@@ -302,6 +302,8 @@ class PackedDataset:
         if idx.size and idx.dtype == np.uint64 and int(idx.max()) >= n:
             raise SampleIndexError(f"sample index {int(idx.max())} out of range for a dataset of {n} samples")
         idx = idx.astype(np.int64, copy=False).reshape(-1)
+        if not idx.size or (idx.min() >= 0 and idx.max() < n):
+            return idx  # the common case: no negative index to wrap
         bad = (idx < -n) | (idx >= n)
         if bad.any():
             raise SampleIndexError(f"sample index {int(idx[bad][0])} out of range for a dataset of {n} samples")

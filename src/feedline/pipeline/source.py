@@ -151,7 +151,7 @@ class Source:
         """The samples' keys and, per field, one byte view per sample (``None`` where it is
         missing): only ``fields`` are read (see ``PackedDataset.read_fields``); raises as
         it does."""
-        return self.dataset.read_fields(list(indices), fields)
+        return self.dataset.read_fields(indices, fields)
 
     @property
     def can_gather(self) -> bool:
@@ -183,7 +183,7 @@ class Source:
     def gather(self, indices: Sequence[int], out: dict[str, Any]) -> None:
         """Label ``f`` of sample ``indices[i]`` into ``out[f][i]`` (see
         ``PackedDataset.gather_labels``)."""
-        self.dataset.gather_labels(list(indices), out)
+        self.dataset.gather_labels(indices, out)
 
     def item(self, index: int, key: str) -> Item:
         """An :class:`Item` naming sample ``index`` (for errors raised after its stages)."""
