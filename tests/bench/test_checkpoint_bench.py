@@ -34,6 +34,7 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert rnd["cpu_s"] > 0 and (rnd["runq_wait_s"] is None or rnd["runq_wait_s"] >= 0)
     assert ours["blocked_cpu_s"] > 0 and "waiting for a core" in proc.stdout
     assert doc["write"]["feedline_MBps"] > 0 and doc["write"]["dd_MBps"] > 0
+    assert doc["write"]["feedline_over_MBps"] > 0 and doc["write"]["dd_over_MBps"] > 0  # over a recycled file
     loop = doc["loop"]
     assert loop["segment_plain_s"] > 0 and loop["segment_saving_s"] > 0 and len(loop["pair_ratios"]) == 2
     assert len(loop["blocked_runs"]) == 2 and 0 < loop["floor_s"] < loop["segment_plain_s"]
@@ -45,7 +46,7 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert all(len(s["steps_s"]) == loop["save_every"] for s in loop["segments"])
     assert len(loop["attributed_runs_pct"]) == 2 and "waits for a core" in proc.stdout
     assert all(s["blocked_cpu_s"] > 0 and s["writer_cpu_s"] > 0 for s in loop["saves"])
-    assert len(doc["comparisons"]) == 6 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
+    assert len(doc["comparisons"]) == 7 and all(math.isfinite(c["ratio"]) and c["ratio"] > 0
                                                  for c in doc["comparisons"])
     small = doc["small"]
     assert small["tensors"] == 2000 and small["payload_bytes"] <= small["data_bytes"] < small["page_each_bytes"] / 10
