@@ -12,6 +12,9 @@ recipe                    what fills the field's slot rows
                           sample index (``gather_labels``): no read, no parse
 ``read-rows``             the stored bytes are the rows (raw tensors, ``.npy`` payloads):
                           read straight into the slot (``read_fields_into``)
+``take-rows``             a ``TensorDataset``'s rows, gathered by sample index with one
+                          ``index_select`` per tensor straight into the slot
+                          (:mod:`feedline.pipeline.tensor_rows`)
 ``decode-rows``           a JPEG decoded straight into its row; with ``decode_size``,
                           any image field it applies to, decoded and resized into its
                           row (:mod:`feedline.decode.resized`). Only its bytes are read
@@ -47,12 +50,13 @@ import numpy as np
 
 from feedline.decode.registry import extension
 from feedline.errors import DecodeError, FeedlineError
-from feedline.pipeline import collate, heap
+from feedline.pipeline import collate, heap, tensor_rows
 from feedline.pipeline.jobs import Context, Job, Record, prepare, worker_error
 from feedline.pipeline.stages import Check, DropFields, Stage
 
 GATHER = "gather"
 READ_ROWS = "read-rows"
+TAKE_ROWS = "take-rows"
 DECODE_ROWS = "decode-rows"
 SAMPLE = "sample"
 CUSTOM = "custom"
@@ -173,12 +177,24 @@ def _without(layout: collate.Layout, names: set[str]) -> collate.Layout:
     return collate.Layout(skeleton, leaves, layout.batch_size, layout.max_depth)
 
 
+def _takes_rows(ctx: Context, layout: collate.Layout) -> bool:
+    """Whether every leaf of a map-style dataset's samples is a row of its tensors, as
+    given (a ``TensorDataset``'s ``(x, y)``, no transform): batches take rows."""
+    if ctx.source.packed or ctx.transform is not None or ctx.stages or not layout.flat_tuple:
+        return False
+    found = ctx.source.tensor_columns()
+    return found is not None and tensor_rows.fits(found[0], layout.leaves)
+
+
 def make_plan(ctx: Context, layout: collate.Layout | None, *, custom: bool = False) -> BatchPlan:
     """Choose every field's recipe once (see the module docstring)."""
     stages = ctx.sample_stages()
     if custom or layout is None:
         return BatchPlan(None, (("*", CUSTOM),), stages, stages, None, custom=True)
     full = (*stages, Check(layout))
+    if _takes_rows(ctx, layout):
+        recipes = tuple((_leaf_name(leaf), TAKE_ROWS) for leaf in layout.leaves)
+        return BatchPlan(layout, recipes, full, full, layout, per_sample=False)
     direct = ctx.source.packed and ctx.transform is None and not ctx.stages and layout.flat
     if not direct:
         recipes = tuple((_leaf_name(leaf), SAMPLE) for leaf in layout.leaves)
@@ -232,7 +248,7 @@ def fill_per_sample(ctx: Context, plan: BatchPlan, job: Job, worker: str,
     prep = prepare(ctx, stages, job, worker, record, into)
     assert sample_layout is not None
     t0 = time.perf_counter()
-    ragged = collate.fill(sample_layout, arrays, prep.samples)
+    ragged = collate.fill(sample_layout, arrays, prep.samples, into={(f,) for f in into})
     if gathered:
         n = len(prep.indices)
         ctx.source.gather(prep.indices, {f: arrays[(f,)][:n] for f in gathered})
@@ -256,6 +272,8 @@ def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker:
     n = len(indices)
     t0 = time.perf_counter()
     read, decoded = plan.fields(READ_ROWS), plan.fields(DECODE_ROWS)
+    if plan.fields(TAKE_ROWS):
+        return _take_rows(ctx, plan, job, lo, hi, worker, record, arrays)
     try:
         if read or not decoded:
             keys = ctx.source.read_columns(indices, {f: arrays[(f,)][lo:hi] for f in read})
@@ -282,6 +300,22 @@ def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker:
         return None
     if record is not None:
         record("collate" if decoded else "read", t0, time.perf_counter(), attrs)
+    return Filled(keys)
+
+
+def _take_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker: str,
+               record: Record | None, arrays: Mapping[collate.Path, np.ndarray]) -> Filled | None:
+    """Rows ``lo:hi`` of a ``take-rows`` batch (see :func:`fill_rows`); ``None`` when the
+    take fails (an index outside the dataset): redone per sample, which names it."""
+    assert plan.layout is not None
+    t0, c0 = time.perf_counter(), time.thread_time()
+    out = {i: arrays[leaf.path][lo:hi] for i, leaf in enumerate(plan.layout.leaves)}
+    try:
+        keys = ctx.source.take_rows(job.indices[lo:hi], out)
+    except Exception:  # the per-sample redo raises it, with its index
+        return None
+    if record is not None:
+        record("read", t0, time.perf_counter(), job.span_attrs(worker) | {"cpu": time.thread_time() - c0})
     return Filled(keys)
 
 
@@ -319,7 +353,7 @@ def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batc
                 raise worker_error(exc, item, "collate", worker, ctx.source.shard_of(item),
                                    ctx.source.file_of(item)) from None
             return layout, fill(ctx, make_plan(ctx, layout), job, worker, record, arrays)
-    ragged = collate.fill(layout, arrays, prep.samples)
+    ragged = collate.fill(layout, arrays, prep.samples, into=())  # nothing decoded in place
     if record is not None:
         record("collate", t0, time.perf_counter(), job.span_attrs(worker))
     filled = Filled(prep.keys, ragged, prep.skipped)

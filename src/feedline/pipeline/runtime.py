@@ -41,6 +41,7 @@ from feedline.pipeline.main_script import (
     unguarded_main,
 )
 from feedline.pipeline.plan import (
+    TAKE_ROWS,
     BatchPlan,
     Filled,
     fill,
@@ -271,7 +272,8 @@ class Runtime:
             self.pool.configure(layout)
             self.opts.window = fitted_window(self.opts.window, self.pool.budget, layout.nbytes)
             plan = make_plan(self.ctx, layout)
-            if not plan.per_sample and isinstance(self.pool_workers, ThreadWorkers):
+            if not plan.per_sample and isinstance(self.pool_workers, ThreadWorkers) \
+                    and not plan.fields(TAKE_ROWS):  # one index_select a tensor: not worth parts
                 rows = part_rows(cpu_per_sample, layout.batch_size, self.opts.workers)
                 plan = dataclasses.replace(plan, part_rows=rows)
             if not plan.per_sample:  # rows read or decoded directly from now on: the probe's

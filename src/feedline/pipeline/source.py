@@ -7,7 +7,10 @@ Two kinds of dataset are accepted:
   extension;
 * any map-style dataset (``len`` and ``__getitem__``, e.g. a
   ``torch.utils.data.Dataset``): samples are used as returned; a ``Subset`` of a
-  packed dataset (``random_split``) is read as packed (:func:`packed_subset`).
+  packed dataset (``random_split``) is read as packed (:func:`packed_subset`). A
+  dataset with ``__getitems__`` (torch's batched fetch, which DataLoader calls:
+  HF datasets, ``Subset``, users' own) is asked for a batch's samples in one call;
+  a ``TensorDataset`` is read by rows (:mod:`feedline.pipeline.tensor_rows`).
 
 A source is picklable when its dataset is (process workers reopen it).
 """
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from feedline.errors import ArgumentError
+from feedline.pipeline import tensor_rows
 
 
 @dataclass
@@ -86,6 +90,10 @@ class Source:
             )
         self.dataset = dataset
         self.packed = is_packed(dataset)
+        self._columns: tuple[tuple[Any, ...], Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_columns": None}  # the tensors travel once, in the dataset
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -112,7 +120,7 @@ class Source:
         thread: decode or copy them first.
         """
         if not self.packed:
-            return [self._fetch_one(i) for i in indices]
+            return self._fetch_batched(indices) or [self._fetch_one(i) for i in indices]
         try:
             samples = self.dataset.read_many(list(indices))
         except Exception:
@@ -223,6 +231,43 @@ class Source:
             if isinstance(first, (str, os.PathLike)):
                 return os.fspath(first)
         return None
+
+    def _fetch_batched(self, indices: Sequence[int]) -> list[Item] | None:
+        """A map-style dataset's ``__getitems__(indices)`` (a list of samples, as torch's
+        DataLoader asks for it), or ``None`` when it has none or it fails (the samples are
+        then fetched one at a time, which names the failing index)."""
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if not callable(getitems) or not indices:
+            return None
+        try:
+            samples = getitems(list(indices))
+            if not isinstance(samples, (list, tuple)) or len(samples) != len(indices):
+                return None  # torch hands any other value to collate_fn; one at a time here
+            return [Item(i, str(i), None, s) for i, s in zip(indices, samples, strict=True)]
+        except Exception:  # whatever it raised is raised again, with its index, one at a time
+            return None
+
+    def tensor_columns(self) -> tuple[tuple[Any, ...], Any] | None:
+        """The tensors of a ``TensorDataset`` (through ``Subset`` s of one) that batches can
+        take by rows, found once per process (:func:`.tensor_rows.columns`); else None."""
+        if self.packed:
+            return None
+        if self._columns is None:
+            self._columns = tensor_rows.columns(self.dataset) or ((), None)
+        return self._columns if self._columns[0] else None
+
+    def take_rows(self, indices: Sequence[int], out: Mapping[int, Any]) -> list[str]:
+        """Rows ``indices`` of tensor ``i`` into ``out[i]``; the samples' keys (see
+        :func:`.tensor_rows.take`).
+
+        Raises:
+            LookupError: the dataset is no tensor dataset; IndexError: an index outside it.
+        """
+        found = self.tensor_columns()
+        if found is None:
+            raise LookupError(f"{type(self.dataset).__name__} is no TensorDataset")
+        tensor_rows.take(found, indices, out)
+        return [str(i) for i in indices]
 
     def _fetch_one(self, index: int) -> Item:
         try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -27,10 +27,10 @@ from feedline.pipeline import collate
 from feedline.pipeline.source import Item
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(NamedTuple):
     """Where a sample is: its item (index, key, shard), its row in the batch slot, and the
-    slot arrays a stage may write that row into (``into``: field -> array; may be empty)."""
+    slot arrays a stage may write that row into (``into``: field -> array; may be empty).
+    A tuple: one is made per sample (a frozen dataclass cost 1 us each)."""
 
     item: Item
     row: int
