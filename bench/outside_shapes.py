@@ -618,12 +618,15 @@ def differences(got: Any, want: Any, where: str = "") -> list[str]:
     return [] if got == want else [f"{where}: {got!r} vs {want!r}"]
 
 
-def check(shape: str, folder: Path, workers: int) -> dict[str, Any]:
-    """Every batch of both Loaders against the DataLoader's, in order."""
-    want = [_plain(b) for b in baseline(shape, folder, workers, shuffle=False)()]
+def check(shape: str, folder: Path, workers: int, *, make_loader: Callable[..., Any] | None = None,
+          make_baseline: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Every batch of both Loaders against the DataLoader's, in order (``make_loader`` /
+    ``make_baseline``: another round's :func:`loader` and :func:`baseline`)."""
+    make_loader, make_baseline = make_loader or loader, make_baseline or baseline
+    want = [_plain(b) for b in make_baseline(shape, folder, workers, shuffle=False)()]
     out: dict[str, Any] = {}
     for worker_type in ("thread", "process"):
-        it = loader(shape, folder, workers, worker_type, shuffle=False)()
+        it = make_loader(shape, folder, workers, worker_type, shuffle=False)()
         try:
             got = [_plain(b) for b in it]
         finally:
@@ -637,10 +640,12 @@ def check(shape: str, folder: Path, workers: int) -> dict[str, Any]:
 
 # --- the run ----------------------------------------------------------------------------------
 
-def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, Any]:
-    contenders = {"Loader (threads)": loader(shape, folder, workers, "thread"),
-                  "Loader (processes)": loader(shape, folder, workers, "process"),
-                  "DataLoader": baseline(shape, folder, workers)}
+def measure(shape: str, folder: Path, rounds: int, workers: int, *, make_loader: Callable[..., Any] | None = None,
+            make_baseline: Callable[..., Any] | None = None, batch: int | None = None) -> dict[str, Any]:
+    make_loader, make_baseline = make_loader or loader, make_baseline or baseline
+    contenders = {"Loader (threads)": make_loader(shape, folder, workers, "thread"),
+                  "Loader (processes)": make_loader(shape, folder, workers, "process"),
+                  "DataLoader": make_baseline(shape, folder, workers)}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
     for _ in range(rounds):  # interleaved: A, B, C, A, B, C...
         for name, make in contenders.items():
@@ -654,7 +659,19 @@ def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, An
                      "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
                      "samples_per_cpu_s": statistics.median(r["samples_per_cpu_s"] for r in rs),
                      "ratio": statistics.median(rates) / base})
-    return {"shape": shape, "batch": BATCH[shape], "rows": rows, "load": os.getloadavg()[0]}
+    return {"shape": shape, "batch": batch or BATCH[shape], "rows": rows, "load": os.getloadavg()[0]}
+
+
+def show(res: dict[str, Any]) -> None:
+    """Print one shape's rows and its content check."""
+    shape = res["shape"]
+    for row in res["rows"]:
+        print(f"{shape:8s} {row['name']:20s} {row['samples_per_s']:9.0f} samples/s "
+              f"[{row['min']:.0f}-{row['max']:.0f}]  {row['ratio']:5.2f}x DataLoader  "
+              f"{row['samples_per_cpu_s']:8.0f} samples/CPU-s  "
+              f"first batch {row['first_batch_s']:.2f} s  load {res['load']:.2f}", flush=True)
+    print(f"{shape:8s} batches equal to the DataLoader's: {res['correct']}"
+          + "".join(f"\n  {t}: {d}" for t, ds in res["differences"].items() for d in ds), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -673,13 +690,7 @@ def main(argv: list[str] | None = None) -> int:
             res = {**measure(shape, folder, rounds, args.workers), "differences": wrong,
                    "correct": not any(wrong.values())}
             results.append(res)
-            for row in res["rows"]:
-                print(f"{shape:8s} {row['name']:20s} {row['samples_per_s']:9.0f} samples/s "
-                      f"[{row['min']:.0f}-{row['max']:.0f}]  {row['ratio']:5.2f}x DataLoader  "
-                      f"{row['samples_per_cpu_s']:8.0f} samples/CPU-s  "
-                      f"first batch {row['first_batch_s']:.2f} s  load {res['load']:.2f}", flush=True)
-            print(f"{shape:8s} batches equal to the DataLoader's: {res['correct']}"
-                  + "".join(f"\n  {t}: {d}" for t, ds in wrong.items() for d in ds), flush=True)
+            show(res)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -51,7 +51,7 @@ from feedline.pipeline.plan import (
     probe_batch,
 )
 from feedline.pipeline.scheduler import Scheduler
-from feedline.pipeline.slots import Fence, Slot, SlotPool
+from feedline.pipeline.slots import Fence, Slot, SlotPool, lend_arrays
 from feedline.pipeline.split import Part, Split, cancel_hook, part_rows
 from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import ProcessWorkers, Result
@@ -390,6 +390,12 @@ class Runtime:
         if self.plan is not None and self.plan.custom:
             return self._finish_custom(res.job, res.custom, res.keys, res.skipped, res.worker)
         n = len(res.keys)
+        filled = Filled(res.keys, res.ragged, res.skipped)
+        workers = self.pool_workers
+        if not self.engine.reuse_slots and isinstance(workers, ProcessWorkers) and workers.lend(res.slot):
+            # on CPU the batch is the arena slot itself, lent until its tensors are gone
+            return self._deliver(res.job, lend_arrays(views, workers.give_back, res.slot), filled,
+                                 res.worker)
         slot = self.pool.acquire()  # out of the arena (reused) into a slot (pinned on CUDA)
         try:
             with spans.span("pin", batch=res.job.batch_id, worker=res.worker):
@@ -398,25 +404,33 @@ class Runtime:
         except BaseException:
             self.pool.release(slot)
             raise
-        return self._send(res.job, slot, Filled(res.keys, res.ragged, res.skipped), res.worker)
+        return self._send(res.job, slot, filled, res.worker)
 
     # -- both -------------------------------------------------------------------------------
     def _send(self, job: Job, slot: Slot, filled: Filled, worker: str) -> Ready:
         """Start the transfer of the filled ``slot``, give the slot back."""
+        fence: Fence | None = None
+        try:
+            ready = self._deliver(job, slot.tensors, filled, worker)
+            fence = ready.fence
+        finally:
+            self.pool.release(slot, fence)
+        return ready
+
+    def _deliver(self, job: Job, tensors: Mapping[collate.Path, Any], filled: Filled, worker: str
+                 ) -> Ready:
+        """The batch over the dense ``tensors`` (a slot's) and ``filled``'s lists, its
+        transfer started."""
         plan = self.plan
         assert plan is not None and plan.layout is not None
         layout = plan.layout
-        fence: Fence | None = None
-        try:
-            n = len(filled.keys)
-            values: dict[Any, Any] = {p: t[:n] for p, t in slot.tensors.items()}
-            values.update({p: _ragged(v) for p, v in filled.ragged.items()})
-            tree = collate.unflatten(layout.skeleton, values)
-            if isinstance(tree, dict):
-                tree["__key__"] = list(filled.keys)
-            tree, fence = self._send_tree(job, tree, worker)
-        finally:
-            self.pool.release(slot, fence)
+        n = len(filled.keys)
+        values: dict[Any, Any] = {p: t[:n] for p, t in tensors.items()}
+        values.update({p: _ragged(v) for p, v in filled.ragged.items()})
+        tree = collate.unflatten(layout.skeleton, values)
+        if isinstance(tree, dict):
+            tree["__key__"] = list(filled.keys)
+        tree, fence = self._send_tree(job, tree, worker)
         lists = tuple(("/".join(map(str, leaf.path)), leaf, _lacking(filled, leaf.path))
                       for leaf in layout.dense if leaf.path in filled.ragged)
         return Ready(job.batch_id, tree, fence, filled.keys, filled.skipped, worker, lists)

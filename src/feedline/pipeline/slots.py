@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -273,12 +273,7 @@ class SlotPool:
         """
         if self.reuse:
             return slot
-        anchor = _Anchor()
-        tensors = {}
-        for path, array in slot.arrays.items():
-            view = array.view(_Lent)
-            view.anchor = anchor  # the tensor's storage holds the only reference to the view
-            tensors[path] = torch.from_numpy(view)
+        tensors, anchor = anchored_tensors(slot.arrays)
         # the callback is the queue's C ``put``: it runs wherever the last tensor dies (any
         # thread's garbage collection) without running Python code, so it takes no lock
         # of ours and no signal can be raised inside it
@@ -354,6 +349,29 @@ class SlotPool:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1] if text else ''}"
+
+
+def anchored_tensors(arrays: Mapping[Path, np.ndarray]) -> tuple[dict[Path, torch.Tensor], Any]:
+    """Tensors over ``arrays`` (a slot's memory) that hold one shared anchor, and the
+    anchor: a weak reference to it dies once the storage of every one of them (views
+    included) has been freed."""
+    anchor = _Anchor()
+    tensors = {}
+    for path, array in arrays.items():
+        view = array.view(_Lent)
+        view.anchor = anchor  # the tensor's storage holds the only reference to the view
+        tensors[path] = torch.from_numpy(view)
+    return tensors, anchor
+
+
+def lend_arrays(arrays: Mapping[Path, np.ndarray], come_back: Callable[[Any], None], token: Any
+                ) -> dict[Path, torch.Tensor]:
+    """:func:`anchored_tensors` whose ``come_back(token)`` runs once every one has been freed,
+    wherever that happens (it must not block; a Python callback, so a Ctrl-C landing exactly
+    as it starts is reported as ignored there, unlike the slot pool's C-level return)."""
+    tensors, anchor = anchored_tensors(arrays)
+    weakref.finalize(anchor, come_back, token).atexit = False
+    return tensors
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:

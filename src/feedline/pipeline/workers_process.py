@@ -49,6 +49,7 @@ from feedline.pipeline import (
     result_buffers,
     shm,
 )
+from feedline.pipeline.arena_loans import Loans
 from feedline.pipeline.forkserver import (
     forkserver_died,
     packages_of,
@@ -422,6 +423,8 @@ class ProcessWorkers:
         self._stacks: dict[str, int] = {}  # forked worker -> read end of its stack pipe
         self._stuck: WorkerError | None = None
         self.arena: shm.Arena | None = None
+        self.loans: Loans | None = None
+        """Arena slots lent to batches on CPU (:meth:`lend`); made with the arena."""
         self._slotless = custom_collate is not None  # custom batches travel pickled
         try:
             for i in range(count):
@@ -521,7 +524,31 @@ class ProcessWorkers:
             shm.release(spec)  # every worker has it mapped (or one failed)
         with self._cond:
             self._free = list(range(1 if probe else 0, spec.count))
+            self.loans = Loans(spec.count, len(self._procs))
         self._dispatch()
+
+    def lend(self, slot: int) -> bool:
+        """Keep arena slot ``slot`` out of use after its result is taken: the batch's tensors
+        are views of it, and :meth:`give_back` returns it (see :mod:`.arena_loans`). False
+        when the loans are at their cap (then copy it out)."""
+        with self._cond:
+            return self.loans is not None and not self._closed and self.loans.take(slot)
+
+    def give_back(self, slot: int) -> None:
+        """A lent slot's batch is gone (runs wherever it died: never blocks)."""
+        loans = self.loans
+        if loans is not None:
+            loans.give_back(slot)
+
+    def _reap_loans(self) -> None:
+        """Slots whose batches are gone are free again; send the jobs waiting for one."""
+        with self._cond:
+            if self.loans is None or self._closed:
+                return
+            back = self.loans.returned()
+            self._free.extend(back)
+        if back:
+            self._dispatch()
 
     def _wait_for(self, what: str) -> None:
         """Wait until every worker has sent ``(what, name)``; a death or silence raises."""
@@ -578,6 +605,7 @@ class ProcessWorkers:
                 fut.set_exception(self._dead or WorkerDied("process workers closed"))
                 return fut
             self._queued.append((job, fut))
+        self._reap_loans()
         self._dispatch()
         return fut
 
@@ -610,8 +638,10 @@ class ProcessWorkers:
         sentinels = {p.sentinel: n for n, p in self._procs.items()}
         conns: dict[Any, str] = {c: n for n, c in self._conns.items()}
         while not self._closed:
-            ready = wait([*conns, *sentinels], timeout=0.5)
+            loans = [self.loans.fileno()] if self.loans is not None else []
+            ready = wait([*conns, *sentinels, *loans], timeout=0.5)
             with forking.GATE.working():  # blocked in wait() above, it holds no lock
+                self._reap_loans()
                 if self._handle(ready, conns, sentinels):
                     return
 
@@ -682,7 +712,8 @@ class ProcessWorkers:
             views = {}
             if res.slot >= 0:
                 with self._cond:
-                    self._free.append(res.slot)
+                    if self.loans is None or res.slot not in self.loans.lent:
+                        self._free.append(res.slot)
             self._dispatch()
 
     def _fail_all(self, err: WorkerDied) -> None:
@@ -718,6 +749,8 @@ class ProcessWorkers:
         reader = getattr(self, "_reader", None)
         if reader is not None and reader is not threading.current_thread():
             reader.join(timeout=5)
+        if self.loans is not None:
+            self.loans.close()
         for conn in self._conns.values():
             conn.close()
         for fd in self._stacks.values():
