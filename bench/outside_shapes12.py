@@ -57,6 +57,11 @@ CTX, T, WIN, STRIDE = 256, 8, 200, 20
 CLASSES = ("jump", "run", "walk")
 
 
+def samples(shape: str, n: int) -> int:
+    """The samples of an epoch of ``shape`` built at size ``n``."""
+    return n - CTX if shape == "tokwin" else (n - WIN) // STRIDE + 1 if shape == "imu" else n
+
+
 # --- map-style datasets given as they are to both ---------------------------------------------
 
 class Windows:

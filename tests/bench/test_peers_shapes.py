@@ -1,4 +1,4 @@
-"""Smoke tests of bench/peers_shapes.py and bench/outside_shapes.py at their --quick size:
+"""Smoke tests of bench/peers_shapes.py and bench/outside_shapes.py (and 12) at their --quick size:
 every contender delivers every sample of every shape once, and the JSON carries medians and
 ratios against the baseline of the same run. No timing assertions (the machine is shared)."""
 
@@ -78,3 +78,17 @@ def test_outside_shapes_quick_batches_equal_the_dataloaders(tmp_path: Path) -> N
             assert row["samples"] == mod.QUICK[shape["shape"]], (shape["shape"], row)
             assert math.isfinite(row["samples_per_s"]) and row["samples_per_s"] > 0
     assert not any(p.name.startswith("outside-shapes-") for p in tmp_path.iterdir())  # cleaned up
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_outside_shapes12_quick_batches_equal_the_dataloaders(tmp_path: Path) -> None:
+    """bench/outside_shapes12.py (round 12: token windows, clip folders, COCO, adopted tars, IMU
+    windows): both Loaders deliver every sample, batches equal to the DataLoader's."""
+    mod, doc = _run_quick("outside_shapes12", tmp_path)
+    assert [s["shape"] for s in doc["shapes"]] == list(mod.SHAPES)
+    for shape in doc["shapes"]:
+        assert shape["correct"] is True, (shape["shape"], shape["differences"])
+        for row in shape["rows"]:
+            assert row["samples"] == mod.samples(shape["shape"], mod.QUICK[shape["shape"]]), (shape["shape"], row)
+    assert not any(p.name.startswith("outside-shapes12-") for p in tmp_path.iterdir())  # cleaned up
