@@ -680,26 +680,33 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.round11 and args.shapes == ",".join(SHAPES):
         args.shapes = ",".join(ROUND11)
-    shapes, rounds, scratch = prepare(args, SHAPES, "outside-shapes-")
-    sizes = QUICK if args.quick else FULL
+    return run(args, SHAPES, "outside_shapes", QUICK if args.quick else FULL, build)
+
+
+def run(args: Any, every: tuple[str, ...], name: str, sizes: dict[str, int],
+        build_shape: Callable[[str, int, Path], Path], *, make_loader: Callable[..., Any] | None = None,
+        make_baseline: Callable[..., Any] | None = None, batch: dict[str, int] | None = None) -> int:
+    """Build, check and time each chosen shape of a round (this one's, or round 12's
+    functions), print each, write the JSON: the ``main`` of every round."""
+    shapes, rounds, scratch = prepare(args, every, name.replace("_", "-") + "-")
     results = []
     try:
         for shape in shapes:
-            folder = build(shape, sizes[shape], scratch / shape)
-            wrong = check(shape, folder, args.workers)
-            res = {**measure(shape, folder, rounds, args.workers), "differences": wrong,
-                   "correct": not any(wrong.values())}
+            folder = build_shape(shape, sizes[shape], scratch / shape)
+            wrong = check(shape, folder, args.workers, make_loader=make_loader, make_baseline=make_baseline)
+            res = {**measure(shape, folder, rounds, args.workers, make_loader=make_loader,
+                             make_baseline=make_baseline, batch=(batch or BATCH)[shape]),
+                   "differences": wrong, "correct": not any(wrong.values())}
             results.append(res)
             show(res)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
-        doc = {"benchmark": "outside_shapes", "quick": bool(args.quick), "preliminary": True, "rounds": rounds,
+        doc = {"benchmark": name, "quick": bool(args.quick), "preliminary": True, "rounds": rounds,
                "workers": args.workers, "sizes": {s: sizes[s] for s in shapes}, "shapes": results}
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -34,7 +34,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import sys
 import tarfile
 from collections.abc import Callable, Iterator
@@ -45,8 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from outside_shapes import _feedline, check, decode, measure, show
-from peers_shapes import _jpg, common_parser, prepare
+from outside_shapes import _feedline, decode, run
+from peers_shapes import _jpg, common_parser
 
 SHAPES = ("tokwin", "frames", "coco", "wdsadopt", "imu")
 BATCH = {"tokwin": 64, "frames": 16, "coco": 16, "wdsadopt": 64, "imu": 64}
@@ -309,26 +308,8 @@ def loader(shape: str, folder: Path, workers: int, worker_type: str, shuffle: bo
 
 def main(argv: list[str] | None = None) -> int:
     args = common_parser(__doc__.splitlines()[0], SHAPES).parse_args(argv)
-    shapes, rounds, scratch = prepare(args, SHAPES, "outside-shapes12-")
-    sizes = QUICK if args.quick else FULL
-    results = []
-    try:
-        for shape in shapes:
-            folder = build(shape, sizes[shape], scratch / shape)
-            wrong = check(shape, folder, args.workers, make_loader=loader, make_baseline=baseline)
-            res = {**measure(shape, folder, rounds, args.workers, make_loader=loader, make_baseline=baseline,
-                             batch=BATCH[shape]), "differences": wrong, "correct": not any(wrong.values())}
-            results.append(res)
-            show(res)
-    finally:
-        if not args.keep:
-            shutil.rmtree(scratch, ignore_errors=True)
-    if args.json:
-        doc = {"benchmark": "outside_shapes12", "quick": bool(args.quick), "preliminary": True, "rounds": rounds,
-               "workers": args.workers, "sizes": {s: sizes[s] for s in shapes}, "shapes": results}
-        Path(args.json).write_text(json.dumps(doc, indent=1))
-    return 0
-
+    return run(args, SHAPES, "outside_shapes12", QUICK if args.quick else FULL, build, make_loader=loader,
+               make_baseline=baseline, batch=BATCH)
 
 if __name__ == "__main__":
     raise SystemExit(main())

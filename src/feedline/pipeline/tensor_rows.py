@@ -34,8 +34,9 @@ def columns(dataset: Any) -> tuple[tuple[Any, ...], Any] | None:
     if torch is None:
         return None
     table = None
+    subset = torch.utils.data.Subset
     try:
-        while type(dataset).__name__ == "Subset" and hasattr(dataset, "indices"):
+        while isinstance(dataset, subset) and type(dataset).__getitem__ is subset.__getitem__:
             inner = torch.as_tensor(np.asarray(dataset.indices, dtype=np.int64))
             table = inner if table is None else inner[table]
             dataset = dataset.dataset
