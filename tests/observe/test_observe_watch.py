@@ -197,3 +197,36 @@ def test_a_slow_sampler_binds_in_the_training_process_not_in_the_workers() -> No
     assert "num_workers=" not in rep.recommendation
     idle = next(f for f in rep.findings if f.code == "device-idle-waiting")
     assert idle.fix.startswith("make the sampler cheap")
+
+
+class SlowAugment(torch.nn.Module):
+    """A batch augmentation without weights (kornia-style), 10 ms a batch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.010)
+        return x.flip(-1)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_work_on_the_batch_before_the_forward_is_data_time(where: str) -> None:
+    # x = augment(x) on the training thread before model(x): data work the workers could
+    # do, so the loop is data-bound on it; the same module after the forward is the step's
+    loader = DataLoader(torch.utils.data.TensorDataset(torch.ones(96, 8)), batch_size=4)
+    augment, model = SlowAugment(), torch.nn.Linear(8, 1)
+    w = feedline.watch(loader)
+    for (x,) in w:
+        if where == "before":
+            x = augment(x)
+        model(x).sum().backward()
+        if where == "after":
+            augment(x)
+        time.sleep(0.002)
+    rep = w.report()
+    if where == "before":
+        assert rep.verdict == "data-bound" and rep.binding == "loop_transform"
+        assert rep.stages["loop_transform"].p50 >= 0.009 and rep.stall_fraction > 0.6
+        assert "move that work into the dataset's __getitem__" in rep.recommendation
+    else:
+        assert rep.verdict == "compute-bound" and rep.binding == "gpu"
+        assert rep.stages["loop_transform"].p50 < 0.005

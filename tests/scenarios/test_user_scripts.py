@@ -57,7 +57,13 @@ HF-like trainer with accumulation, clipping and ``evaluate()`` every 5 updates, 
 LightningModule-like model driven by a hand-written ``Trainer.fit``, spawned persistent
 workers for training and validation, a token-budget ``batch_sampler`` (2 to 32 sequences
 a batch), and ``feedline.Loader`` with the user's ``decode=`` in process workers and
-``on_error="skip"``.
+``on_error="skip"``. Round 12 (``p_*.py``) adds kornia-style augmentation of the batch on
+the training thread before ``model(x)`` (the ``loop_transform`` stage), two loaders zipped
+(in-memory images, captions tokenised in Python), a step budget over a small loader
+re-iterated on ``StopIteration``, a length curriculum that changes the dataset between
+epochs, spawned persistent workers that open a slow connection in ``worker_init_fn``,
+gradient checkpointing, ``torch.save`` every 8 steps (the ``checkpoint`` stage), and
+``feedline.Loader`` thread workers whose ``decode=`` waits on a process pool it keeps.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -470,6 +476,30 @@ TRUTH = {
     # feedline.Loader, decode={"bin": fn} of 6 ms CPU in process workers, on_error="skip"
     "q_feedline_skip": Truth("data-bound", "decode", DATA,
                              "epoch 0: 12 batches\nepoch 1: 12 batches\nsteps 24\n"),
+    # -- round 12 (p_*.py)
+    # kornia-style augmentation of the batch tensor on the training thread before model(x)
+    "p_kornia_augment": Truth("data-bound", "loop_transform", DATA,
+                              "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # zip(images, captions): the caption loader tokenises in Python (CPU) in 2 workers
+    "p_zip_image_text": Truth("data-bound", "decode", DATA,
+                              "epoch 0: 10 steps\nepoch 1: 10 steps\n"),
+    # for step in range(max_steps): next(it), iter(loader) again on StopIteration
+    "p_step_budget": Truth("compute-bound", "gpu", COMPUTE, "steps 45 passes 8\n"),
+    # a length curriculum: the dataset's max_len grows between epochs (workers restart)
+    "p_curriculum_length": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: max_len {16 * (e + 1)}, 10 batches\n" for e in range(3))),
+    # spawned persistent workers opening a 400 ms connection in worker_init_fn
+    "p_spawn_connect": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 16 batches\n" for e in range(3))),
+    # gradient checkpointing (checkpoint_sequential): a long backward, real CPU compute
+    "p_grad_checkpoint": Truth("compute-bound", "gpu", COMPUTE,
+                               "epoch 0: 12 steps\nepoch 1: 12 steps\n"),
+    # torch.save of model + Adam state every 8 steps, os.replace, a 40 ms commit
+    "p_torch_save_every": Truth("compute-bound", "gpu", COMPUTE,
+                                "steps 48 checkpoints 6 size_mb 18\n"),
+    # feedline.Loader, thread workers, decode= hands each record to a kept process pool
+    "p_feedline_pool_decode": Truth("data-bound", "decode", DATA,
+                                    "epoch 0: 24 batches\nepoch 1: 24 batches\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
@@ -640,6 +670,32 @@ def test_an_iterator_replaced_mid_pass_is_start_up_not_step_time(fast_runs: dict
     assert "live_iterators" not in data["loader"] and data["analysis"]["workers"] == 2
     assert data["stages"]["step"]["p95"] < 0.08, data["stages"]["step"]  # 37-160 ms before
     assert "persistent_workers=True" in data["recommendation"]
+
+
+def round12_checks(results: dict) -> None:
+    """Round 12's stages and advice, beyond the verdict."""
+    # augmentation on the training thread: its own stage, out of the step's compute, and
+    # the advice moves it into the workers
+    aug = results["p_kornia_augment"][1]
+    per = aug["analysis"]["per_batch"]
+    assert per["loop_transform"] > 2 * per["gpu"], per
+    assert "move that work into the dataset's __getitem__" in aug["recommendation"]
+    assert aug["predicted_gain"] is not None and aug["predicted_gain"] > 1.3
+    # compute-bound loops: what they do before the forward is a sliver of the step
+    for name in ("p_step_budget", "p_grad_checkpoint", "p_spawn_connect"):
+        per = results[name][1]["analysis"]["per_batch"]
+        assert per.get("loop_transform", 0.0) < 0.1 * per["gpu"], (name, per)
+    # plain torch.save in the loop: the checkpoint stage, one span a save
+    assert results["p_torch_save_every"][1]["stages"]["checkpoint"]["count"] == 6
+    # a decode that waits on a kept process pool is CPU: decode, no I/O worker counts
+    pool = results["p_feedline_pool_decode"][1]
+    assert pool["analysis"]["blocked_fraction"] < 0.5, pool["analysis"]
+    rec = pool["recommendation"]
+    assert "workers=" not in rec or int(rec.split("workers=")[1].split(",")[0].rstrip(")")) <= 2, rec
+    # the slow caption loader binds; the image loader is zipped with it
+    zipped = results["p_zip_image_text"][1]
+    (images,) = zipped["loaders"]
+    assert zipped["loader"]["zipped_with"] == [images["label"]] and images["role"] == "lockstep"
 
 
 def round11_checks(results: dict) -> None:
@@ -830,3 +886,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         round9_checks(results)
         round10_checks(results)
         round11_checks(results)
+        round12_checks(results)

@@ -446,6 +446,9 @@ class StepClocks:
         """The training loader when the caller names it (``feedline.watch``)."""
         self.opt_tids: set[int] = set()
         """Threads on which an optimizer stepped (or a backward pass ran after a step)."""
+        self.delivered: Callable[[str, float], None] | None = None
+        """Told ``(label, time)`` on the consumer thread as each ``next()`` returns its batch
+        (:meth:`~feedline.observe._torch_hooks.TorchHooks.delivered`)."""
         self.updates: dict[int, list[float]] = {}
         """When each thread stepped an optimizer or ran a backward pass (after a draw):
         what ends a training step that takes several draws (:func:`group_draws`)."""
@@ -609,6 +612,8 @@ class StepClocks:
             self.on_milestone()
         if c.timer is not None:
             c.token = c.timer.start()
+        if self.delivered is not None:
+            self.delivered(c.label, time.perf_counter())
         return batch
 
     def _taken(self, c: LoaderClock) -> int:

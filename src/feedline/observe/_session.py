@@ -26,11 +26,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import ExitStack
 from typing import Any, NoReturn
 
 from feedline import spans
+from feedline.observe._children import LiveChildren
 from feedline.observe._clock import (
     LoaderClock,
     StepClocks,
@@ -119,7 +120,8 @@ class Session:
             return self
         self._t0 = time.perf_counter()
         stack = self._stack
-        sink = _LoaderSink(self.recorder, self.clocks)
+        sink = _LoaderSink(self.recorder, self.clocks,
+                           lambda: self.hooks.worker_pids if self.hooks is not None else ())
         spans.install(sink)
         stack.callback(spans.uninstall, sink)
         spans.install_step_hook(self.clocks.on_next)
@@ -132,6 +134,8 @@ class Session:
                 self.on_fork, self.clocks.on_optimizer_step, self.clocks.on_backward,
                 self.clocks.owner, self.clocks.on_teardown))
             stack.enter_context(self.hooks.installed())
+            self.clocks.delivered = self.hooks.delivered
+            stack.callback(setattr, self.clocks, "delivered", None)
         self.sampler.start()
         stack.callback(self.sampler.stop)
         return self
@@ -346,20 +350,46 @@ class Session:
         return rep
 
 
+KEPT_CHILDREN_STAGES = ("read", "decode", "transform")
+"""A feedline.Loader thread worker's stages that may wait on a decoder process it keeps."""
+
+
 class _LoaderSink:
     """The span sink of a session: files a span emitted on a thread that is inside a
     loader's ``next()`` (a loader's consumer side) under that loader; spans of threads
     bound to a loader (:func:`feedline.spans.bind`) carry their ``owner`` already."""
 
-    def __init__(self, recorder: Recorder, clocks: StepClocks) -> None:
+    def __init__(self, recorder: Recorder, clocks: StepClocks,
+                 skip: Callable[[], Collection[int]] = frozenset) -> None:
         self.recorder, self.clocks = recorder, clocks
+        self._kids = LiveChildren(skip=skip)
+        self._kids_at: dict[int, float] | None = None
+        self._kids_lock = threading.Lock()
 
     def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
         if "owner" not in attrs and "loader" not in attrs:
             label = self.clocks.current()
             if label is not None:
                 attrs["loader"] = label
+        if (stage in KEPT_CHILDREN_STAGES and "cpu" in attrs
+                and attrs.get("worker") == threading.current_thread().name):
+            kids = self._children_cpu()
+            if kids > 0:
+                attrs["child_cpu"] = kids
         self.recorder.record(stage, start, end, attrs)
+
+    def _children_cpu(self) -> float:
+        """CPU seconds this process's live children (not loader workers) used since the
+        last stage span a thread worker ended: a decoder the dataset or the user's
+        ``decode`` keeps (a process pool, a pipe) is on the CPU while the worker thread
+        waits for it, which its thread CPU calls blocked time. Each second of theirs goes
+        to one span (the next to end), so the spans' sum is their CPU over the run."""
+        with self._kids_lock:
+            now = self._kids.start()
+            before, self._kids_at = self._kids_at, now
+        if before is None:
+            return 0.0
+        return sum(max(0.0, cpu - before.get(pid, cpu)) for pid, cpu in now.items())
 
 
 def _device_timed(s: Span, events: Any, final: bool) -> Span:

@@ -28,6 +28,13 @@ its patches, and one removed out of order turns itself into a pass-through.
   ``_next_index``) runs in the consumer process whatever ``num_workers`` is;
   each draw inside a ``next()`` gives a ``sampler`` span labelled with the
   loader (the draws ``iter()`` makes to fill the workers' queues are start-up).
+* The loop's own data work: from a batch's delivery (:meth:`TorchHooks.delivered`)
+  to the first forward of a module with parameters (the model), a global forward
+  pre-hook registered only for that stretch gives a ``loop_transform`` span (copies
+  to the device left out): augmentation done on the batch in the training loop, which
+  workers do not share.
+* Checkpoints: each ``torch.save`` in the measured process gives a ``checkpoint`` span
+  (time the loop blocked in a save is its own stage, as with feedline's Checkpointer).
 * Updates: ``torch.optim`` optimizer steps and autograd backward passes
   (``torch.autograd.backward``, which ``Tensor.backward`` calls, and
   ``torch.autograd.grad``) are reported to ``optimizer_step`` / ``backward``
@@ -459,6 +466,14 @@ class TorchHooks:
         self._forked_pid: int | None = None
         self._worker_pids: set[int] = set()  # loader workers: not a dataset's own children
         self._children = LiveChildren(skip=lambda: self._worker_pids)
+        self._tls = threading.local()  # ``pending``: (loader, delivered at, copy seconds since)
+        self._armed: set[int] = set()  # threads with a batch not yet given to a model
+        self._fwd: Any = None  # the global forward pre-hook's handle while armed
+
+    @property
+    def worker_pids(self) -> set[int]:
+        """The DataLoader worker processes started so far (their fetches are timed in them)."""
+        return self._worker_pids
 
     @contextmanager
     def installed(self) -> Iterator[TorchHooks]:
@@ -494,6 +509,7 @@ class TorchHooks:
         if hasattr(dl._BaseDataLoaderIter, "_next_index"):
             self._patch(dl._BaseDataLoaderIter, "_next_index",
                         self._make_next_index(dl._BaseDataLoaderIter._next_index))
+        self._patch(torch, "save", self._make_save(torch.save))
         if self.t.optimizer_step is not None:
             from torch.optim import optimizer as optim_mod
 
@@ -510,6 +526,7 @@ class TorchHooks:
     def uninstall(self) -> None:
         """Restore every patched attribute that still holds this object's patch."""
         self._live = False
+        self._disarm()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -532,6 +549,46 @@ class TorchHooks:
     def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.t.optimizer_step is not None and self._here():
             self.t.optimizer_step()
+
+    # -- the loop's work on a batch before the model sees it
+    def delivered(self, label: str, t: float) -> None:
+        """A batch of loader ``label`` reached the loop at ``t`` on this thread: time what
+        the loop does with it before the model's first forward (:meth:`_forward_pre`).
+        The global forward pre-hook is registered only until then: with no global hook a
+        module call takes torch's fast path, so the model's own calls cost nothing."""
+        if not self._here():
+            return
+        tid = threading.get_ident()
+        self._tls.pending = (label, t, 0.0)
+        self._armed.add(tid)
+        if self._fwd is None:
+            from torch.nn.modules import module as module_mod
+
+            register = getattr(module_mod, "register_module_forward_pre_hook", None)
+            if register is not None:
+                self._fwd = register(self._forward_pre)
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        if not self._here():  # a worker forked while armed, or after uninstall: never ours
+            self._disarm()
+            return
+        pending = getattr(self._tls, "pending", None)
+        if pending is None or next(module.parameters(), None) is None:
+            return  # another thread's stretch, or a module without weights (an augmentation)
+        self._tls.pending = None
+        self._armed.discard(threading.get_ident())
+        if not self._armed:
+            self._disarm()
+        label, t, copied = pending
+        self.t.sink.record("loop_transform", t + copied, max(t + copied, time.perf_counter()),
+                           {"loader": label})
+
+    def _disarm(self) -> None:
+        handle, self._fwd = self._fwd, None
+        if handle is not None:
+            handle.remove()
+        if os.getpid() != self._pid:
+            self._armed.clear()
 
     # -- delivery
     def _deliver(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
@@ -659,6 +716,9 @@ class TorchHooks:
         if cache is not None:
             cache[id(tensor)] = (tensor, out)
             return out
+        pending = getattr(self._tls, "pending", None)
+        if pending is not None:  # a copy before the model's forward is h2d, not the loop's work
+            self._tls.pending = (pending[0], pending[1], pending[2] + (t1 - t0))
         rec = CopyRecord(t0, t1, int(tensor.numel() * tensor.element_size()),
                          bool(tensor.is_pinned()), non_blocking, None, events)
         self.t.copies.add(rec)
@@ -676,6 +736,21 @@ class TorchHooks:
             return out
 
         return backward
+
+    def _make_save(self, orig: Any) -> Any:
+        hooks = self
+
+        def save(*args: Any, **kwargs: Any) -> Any:
+            if not hooks._here():
+                return orig(*args, **kwargs)
+            t0 = time.perf_counter()
+            try:
+                return orig(*args, **kwargs)
+            finally:  # the loop blocked in a checkpoint save: its own stage, not compute
+                hooks.t.sink.record("checkpoint", t0, time.perf_counter(), {"via": "torch.save"})
+
+        save._feedline_orig = orig  # type: ignore[attr-defined]
+        return save
 
     def _make_to(self, orig: Any) -> Any:
         hooks = self

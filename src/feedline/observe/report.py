@@ -14,6 +14,11 @@ against the compute step); the binding stage names what the time is:
 * ``sampler``: a DataLoader's sampler (or batch sampler) drawing the next indices,
   which runs in the training process whatever ``num_workers`` is: workers do not
   share it either;
+* ``loop_transform``: what the training loop does with a batch after it arrives and
+  before the model's first forward (augmentation on the batch tensor, ``x =
+  augment(x)`` on the training thread; copies to the device left out): data work
+  that workers could do while the step runs, so it counts in the data stall and not
+  in the step's compute;
 * ``h2d``: host-to-device copies; ``gpu``: the step itself;
 * ``startup``: a DataLoader starting its worker processes again at each new
   iterator (each epoch without ``persistent_workers``, or ``next(iter(loader))``
@@ -55,7 +60,7 @@ DATA_BOUND_STALL = 0.25
 COMPUTE_BOUND_STALL = 0.15
 BALANCED_RATIO = 0.7
 DATA_STAGES = ("read", "decode", "transform", "collate")
-AFTER_STAGES = ("device_decode", "sampler")
+AFTER_STAGES = ("device_decode", "sampler", "loop_transform")
 """Stages a loader runs on each batch as it delivers it (on the consumer's thread)."""
 CUT = {
     "read": "fewer, larger reads (pack small files into shards), a closer or faster store, a cache",
@@ -228,6 +233,9 @@ class PerBatch:
     workers."""
     after_stage: str = "device_decode"
     """Which of :data:`AFTER_STAGES` takes most of :attr:`after`."""
+    loop: float = 0.0
+    """The ``loop_transform`` part of :attr:`after`: the loop's own work on each batch
+    before the model's forward, inside the step body (taken out of :attr:`gpu`)."""
     measured: bool = False
     """Whether any loader stage was seen (else ``read`` is only the wait)."""
     gil_bound: bool = False
@@ -324,13 +332,14 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     # Under the GIL a read that keeps half a core busy is Python work: its time waiting
     # is for the GIL, not for I/O (a blocked read holds no CPU and keeps its time).
     cpu_reads = pb.gil_bound and span_s > 0 and read_cpu / span_s >= 0.5
-    for s in timed_reads:
-        c = s.duration if cpu_reads else min(s.duration, float(s.attrs["cpu"]) * (1.0 + queued))
+    for s in timed_reads:  # a decoder process the worker thread waited on (child_cpu) is CPU
+        c = s.duration if cpu_reads else min(s.duration, (float(s.attrs["cpu"]) + float(
+            s.attrs.get("child_cpu", 0.0))) * (1.0 + queued))
         cpu["decode"] += c
         read -= c
     for k in ("decode", "transform"):  # feedline.Loader stages carry their CPU time
         for s in by.get(k, []):
-            cpu_s = float(s.attrs.get("cpu", s.duration))
+            cpu_s = float(s.attrs.get("cpu", s.duration)) + float(s.attrs.get("child_cpu", 0.0))
             c = min(s.duration, cpu_demand(s.duration, cpu_s, float(s.attrs["runq"]))
                     if "runq" in s.attrs else cpu_s * (1.0 + queued))
             cpu[k] += s.duration if pb.gil_bound else c
@@ -345,15 +354,20 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     per = n / max(m.draws_per_step, 1.0)  # batches of one step: the figures are per step
     pb.measured = bool(fetches or any(by.get(k) for k in DATA_STAGES))
     pb.read, pb.decode = max(0.0, read) / per, cpu["decode"] / per
-    pb.data_cpu = (stage_cpu + read_cpu + sum(float(s.attrs.get("cpu", 0.0))
+    kept = sum(float(s.attrs.get("child_cpu", 0.0)) for k in ("read", "decode", "transform")
+               for s in by.get(k, []))
+    pb.data_cpu = (stage_cpu + read_cpu + kept + sum(float(s.attrs.get("cpu", 0.0))
                                               + float(s.attrs.get("child_cpu", 0.0)) for s in fetches)
                    + cpu["collate"]) / per
     pb.transform, pb.collate = cpu["transform"] / per, cpu["collate"] / per
     # each stage's mean per batch (a batch has one span of each): their sum is the time
     after_by = ({"device_decode": [s.duration for s in after_decode]} if after_decode else
                 {k: [s.duration for s in by[k]] for k in AFTER_STAGES if by.get(k)})
-    mean_by = {k: sum(v) / len(v) * max(m.draws_per_step, 1.0) for k, v in after_by.items()}
+    # a step of several draws has one loop_transform (from its last draw to the forward)
+    mean_by = {k: sum(v) / len(v) * (1.0 if k == "loop_transform" else max(m.draws_per_step, 1.0))
+               for k, v in after_by.items()}
     pb.after = sum(mean_by.values())
+    pb.loop = mean_by.get("loop_transform", 0.0)
     if mean_by:
         pb.after_stage = max(mean_by, key=lambda k: mean_by[k])
     pb.h2d = sum(m.copy_times) / max(steps, 1) if m.copy_times else (
@@ -361,6 +375,8 @@ def _per_batch(m: Measurements, steps: int) -> PerBatch:
     gpu_src = m.gpu[m.warmup:] or m.gpu
     pb.gpu = sum(gpu_src) / len(gpu_src) if gpu_src else 0.0
     pb.gpu_p50 = summarize(gpu_src).p50 if gpu_src else 0.0
+    if pb.loop > 0:  # the loop's work on the batch sits in the body: data time, not compute
+        pb.gpu, pb.gpu_p50 = max(0.0, pb.gpu - pb.loop), max(0.0, pb.gpu_p50 - pb.loop)
     if m.device_type == "cuda" and m.copy_times:
         pb.gpu = max(0.0, pb.gpu - pb.h2d)  # copies on the compute stream sit inside the body
     if not pb.measured:  # an opaque iterable: all we know of the data path is the wait
@@ -553,6 +569,17 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
                 f"{where}, inside the loop, where the {w} workers do not share it: decode in the "
                 f"workers instead, ahead of the loop, Loader(..., decode_on=\"cpu\")"), gain(
             max((pb.data + pb.after) / w, (pb.cpu + pb.after) / max(cores, 1)))
+    if binding == "loop_transform":
+        w = max(workers, 1)
+        where = (f"Loader(..., transform=...), which its {w} worker(s) run" if feedline else
+                 "the dataset's __getitem__ (per sample) or its collate_fn (per batch), which "
+                 + (f"its {w} worker(s) run" if workers else
+                    f"workers run: {loader_call(cfg, min(cores, 8), cuda)}"))
+        return (f"the loop works on each batch for {pb.loop * 1e3:.1f} ms after it arrives, "
+                "before the model's forward (augmentation on the training thread), where the "
+                f"loader's workers do not share it and the step waits for it: move that work "
+                f"into {where}"), gain(
+            max((pb.data + pb.after) / w, (pb.cpu + pb.after) / max(cores, 1)))
     if binding == "sampler":
         sampler = cfg.get("batch_sampler") or cfg.get("sampler") or "the sampler"
         return (f"{sampler} takes {pb.after * 1e3:.1f} ms per batch to draw the indices, in the "
@@ -586,7 +613,16 @@ def _recommend(m: Measurements, pb: PerBatch, verdict: str, binding: str, step: 
         return (f"the workers keep up on average but slow batches (p99 {pb.fetch_p99 * 1e3:.0f} "
                 f"ms to prepare) stall the step: keep more batches ready, {knob}"), gain(
             max(pb.data / workers, pb.gpu))
-    need = max(1, math.ceil(pb.data / max(pb.gpu, 1e-6) - 1e-9))
+    # workers' worth of the data path's own work per typical step: its CPU seconds for a
+    # CPU stage (not the time its threads sat queued for a core on a busy host, nor a
+    # blocked remainder that is that queueing too), else its blocked time and CPU. More
+    # workers than the cores carry cannot help here, so it is more than the cores.
+    cpu_work = min(pb.cpu, pb.data_cpu) if pb.data_cpu > 0 else pb.cpu
+    work = cpu_work if binding in ("decode", "transform", "collate") and cpu_work > 0 else (
+        pb.read + cpu_work)
+    typical = min(pb.gpu, pb.gpu_p50) if pb.gpu_p50 > 0 else pb.gpu
+    at_least = cores + 1 if verdict == "data-bound" else 1
+    need = max(at_least, math.ceil(work / max(typical, 1e-6) - 1e-9))
     tail = "" if feedline else " or use feedline.Loader"
     what = binding if binding in DATA_STAGES else "read+decode"
     return (f"the data path needs {need} workers' worth of {what} on {cores} cores; cut "
@@ -662,10 +698,19 @@ def build_report(m: Measurements) -> Report:
     # waited is host contention, not data. In-process loading (num_workers=0, a plain
     # generator) does the data work on this thread, so its queueing is data time.
     in_workers = int(m.loader.get("num_workers") or 0) > 0
-    runq = sum(m.wait_runq[k:len(m.wait)]) if in_workers else 0.0
-    stall_s = sum(wait) - runq + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
-    total = sum(iters)
-    stall = min(1.0, max(0.0, stall_s) / total) if total > 0 else 0.0
+    # The first pass's first batch from each worker waits for that worker's start (a
+    # spawned worker imports torch and the script, a worker_init_fn opens a connection):
+    # warm-up like the first step's, not a stall of the loop, when enough steps remain.
+    s0 = max(0, math.ceil(int(m.loader.get("num_workers") or 0) / max(m.draws_per_step, 1.0)) - k)
+    s0 = s0 if len(iters) >= 4 * (s0 + 1) else 0
+    runq = sum(m.wait_runq[k + s0:len(m.wait)]) if in_workers else 0.0
+    stall_s = sum(wait[s0:]) - runq + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
+    # the loop's own work on each batch before the model's forward (augmentation on the
+    # training thread) is inside the step body, but it is data work: the step stalls on it
+    t_from = m.step_starts[k + s0] if k + s0 < len(m.step_starts) else float("-inf")
+    stall_s += sum(s.duration for s in m.spans if s.stage == "loop_transform" and s.start >= t_from)
+    total, stall_total = sum(iters), sum(iters[s0:])
+    stall = min(1.0, max(0.0, stall_s) / stall_total) if stall_total > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
     workers = worker_processes(m.loader)
     data_time = pb.data / max(workers, 1) + pb.after
@@ -730,8 +775,10 @@ def build_report(m: Measurements) -> Report:
         "applies": "serial" if serial_loader else "steady", "receive": receive,
         "stages_measured": pb.measured, "blocked_fraction": pb.blocked_fraction,
         "per_batch": {"read": pb.read, "decode": pb.decode, "transform": pb.transform,
-                      "collate": pb.collate, "h2d": pb.h2d, "gpu": pb.gpu},
+                      "collate": pb.collate, "h2d": pb.h2d, "gpu": pb.gpu}
+        | ({"loop_transform": pb.loop} if pb.loop > 0 else {}),
         "gil_bound": pb.gil_bound, "gil_wait": pb.gil_wait, "fetch_p99": pb.fetch_p99,
+        "data_cpu": pb.data_cpu, "step_contention": step_contention,
         "quiet_s": m.quiet, "uneven_worker": uneven_stream(m),
     }
     queued = m.wait_runq[k:len(m.wait)] if in_workers else []
