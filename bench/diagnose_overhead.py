@@ -12,8 +12,9 @@ Baseline: the same loop without watch, measured in the same run, alternating
 drift of the machine cancels); the medians of each variant are printed too.
 Goal < 2 %.
 
-Under diagnose: a generated training script (the same DataLoader and step, 200
-steps) times its own steps after a warm-up and prints ms/step; it runs as
+Under diagnose: a generated training script (the same DataLoader and step, after
+a small model's forward, backward and optimizer step, which the diagnose hooks
+see; 200 steps) times its own steps after a warm-up and prints ms/step; it runs as
 ``python script.py`` (baseline) and as ``feedline diagnose --quiet -- python
 script.py``, alternating, ``--diagnose-repeat`` pairs; the overhead is again
 the median of the paired ratios.
@@ -96,8 +97,14 @@ torch.set_num_threads(1)
 steps, warm, step_s, workers = {steps}, {warm}, {step_s}, {workers}
 data = TensorDataset(torch.randn(steps * 32, 64), torch.arange(steps * 32))
 loader = DataLoader(data, batch_size=32, num_workers=workers)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
 t0, n = None, 0
-for batch in loader:
+for x, _ in loader:
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
     time.sleep(step_s)
     n += 1
     if n == warm:

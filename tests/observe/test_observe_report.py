@@ -508,3 +508,27 @@ def test_one_slow_shard_of_an_iterable_dataset_is_named_not_more_workers() -> No
     assert wid == 1 and slow_s > 3 * median_s  # worker 1 reads shards 1 and 3
     assert "more workers would not split it" in rep.recommendation
     assert "num_workers=" not in rep.recommendation
+
+
+def test_each_workers_first_batch_of_the_first_pass_is_warm_up() -> None:
+    # 3 spawned workers: step 0 waits for the first one (warm-up), steps 1 and 2 for the
+    # others' start (0.5 s each, an import and a connection); then the data keeps up
+    m = meas(wait=0.001, body=0.030, fetch=0.001, cpu=0.001, workers=3, n=24)
+    m.wait[:3] = [0.6, 0.5, 0.5]
+    rep = build_report(m)
+    assert rep.verdict == "compute-bound" and rep.stall_fraction < 0.05
+    # later in the run the same waits are stalls
+    late = meas(wait=0.001, body=0.030, fetch=0.001, cpu=0.001, workers=3, n=24)
+    late.wait[10:12] = [0.5, 0.5]
+    assert build_report(late).stall_fraction > 0.5
+
+
+def test_the_data_paths_cpu_sizes_the_workers_worth_it_needs() -> None:
+    # 40 ms of decode CPU a batch, its fetch 4x longer queued for a core on a busy host:
+    # 10 workers' worth of a 4 ms step, not the 40 its wall time says
+    m = meas(wait=0.080, body=0.004, fetch=0.160, cpu=0.040, workers=2, n=24)
+    m.spans = [Span("fetch", i, i + 0.160, 1, 1, {"cpu": 0.040, "runq": 0.120}) for i in range(24)]
+    m.cores = 2
+    rep = build_report(m)
+    assert rep.verdict == "data-bound" and rep.binding == "decode"
+    assert "needs 10 workers' worth of decode on 2 cores" in rep.recommendation, rep.recommendation

@@ -230,3 +230,18 @@ def test_work_on_the_batch_before_the_forward_is_data_time(where: str) -> None:
     else:
         assert rep.verdict == "compute-bound" and rep.binding == "gpu"
         assert rep.stages["loop_transform"].p50 < 0.005
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_torch_save_in_the_loop_is_the_checkpoint_stage() -> None:
+    import io
+
+    model = torch.nn.Linear(8, 1)
+    w = feedline.watch(DataLoader(torch.utils.data.TensorDataset(torch.ones(64, 8)), batch_size=4))
+    for step, (x,) in enumerate(w):
+        model(x).sum().backward()
+        if step % 4 == 3:
+            torch.save(model.state_dict(), io.BytesIO())
+    rep = w.report()
+    assert rep.stages["checkpoint"].count == 4
+    assert torch.save.__module__ == "torch.serialization"  # restored after the run

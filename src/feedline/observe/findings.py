@@ -327,6 +327,9 @@ def _timing_rules(f: RunFacts) -> list[Finding]:
         if f.binding == "sampler":  # drawn in the training process: workers cannot overlap it
             fix = ("make the sampler cheap: it draws every batch's indices in the training "
                    "process, where more workers and prefetch do not overlap it")
+        elif f.binding == "loop_transform":  # the loop's own work on the batch, no wait at all
+            fix = ("move the work the loop does on each batch before the model's forward "
+                   "(augmentation) into the loader's workers, which overlap it with the step")
         out.append(Finding(
             "device-idle-waiting", "high",
             f"the {what} is busy {util:.0%} of each step and idle while the host waits for "

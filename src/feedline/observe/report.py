@@ -768,7 +768,8 @@ def build_report(m: Measurements) -> Report:
     floor = m.draw_waits[k:] or m.draw_waits or wait  # a step of several draws pays it each
     receive = 0.0 if serial_loader or not wait else min(floor) * (
         m.draws_per_step if m.draw_waits else 1.0)
-    predicted = an.serial if serial_loader else an.steady + receive
+    # the loop's own work on each batch (loop_transform) runs in series with the step
+    predicted = (an.serial if serial_loader else an.steady + receive) + pb.loop
     analysis = an.to_dict() | {
         "predicted": predicted, "measured": step.mean,
         "error": (predicted - step.mean) / step.mean if step.mean > 0 else None,
