@@ -487,10 +487,10 @@ TRUTH = {
     "p_step_budget": Truth("compute-bound", "gpu", COMPUTE, "steps 45 passes 8\n"),
     # a length curriculum: the dataset's max_len grows between epochs (workers restart)
     "p_curriculum_length": Truth("data-bound", "read", DATA, "".join(
-        f"epoch {e}: max_len {16 * (e + 1)}, 10 batches\n" for e in range(3))),
+        f"epoch {e}: max_len {16 * (e + 1)}, 24 batches\n" for e in range(3))),
     # spawned persistent workers opening a 400 ms connection in worker_init_fn
     "p_spawn_connect": Truth("compute-bound", "gpu", COMPUTE, "".join(
-        f"epoch {e}: 16 batches\n" for e in range(3))),
+        f"epoch {e}: 12 batches\n" for e in range(3))),
     # gradient checkpointing (checkpoint_sequential): a long backward, real CPU compute
     "p_grad_checkpoint": Truth("compute-bound", "gpu", COMPUTE,
                                "epoch 0: 12 steps\nepoch 1: 12 steps\n"),

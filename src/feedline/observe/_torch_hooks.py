@@ -32,7 +32,8 @@ its patches, and one removed out of order turns itself into a pass-through.
   to the first forward of a module with parameters (the model), a global forward
   pre-hook registered only for that stretch gives a ``loop_transform`` span (copies
   to the device left out): augmentation done on the batch in the training loop, which
-  workers do not share.
+  workers do not share. A thread whose batches a model on another thread takes (a
+  producer feeding a queue) is not armed again.
 * Checkpoints: each ``torch.save`` in the measured process gives a ``checkpoint`` span
   (time the loop blocked in a save is its own stage, as with feedline's Checkpointer).
 * Updates: ``torch.optim`` optimizer steps and autograd backward passes
@@ -468,6 +469,7 @@ class TorchHooks:
         self._children = LiveChildren(skip=lambda: self._worker_pids)
         self._tls = threading.local()  # ``pending``: (loader, delivered at, copy seconds since)
         self._armed: set[int] = set()  # threads with a batch not yet given to a model
+        self._handing: set[int] = set()  # threads whose batches a model on another thread takes
         self._fwd: Any = None  # the global forward pre-hook's handle while armed
 
     @property
@@ -559,6 +561,8 @@ class TorchHooks:
         if not self._here():
             return
         tid = threading.get_ident()
+        if tid in self._handing:
+            return
         self._tls.pending = (label, t, 0.0)
         self._armed.add(tid)
         if self._fwd is None:
@@ -573,8 +577,16 @@ class TorchHooks:
             self._disarm()
             return
         pending = getattr(self._tls, "pending", None)
-        if pending is None or next(module.parameters(), None) is None:
-            return  # another thread's stretch, or a module without weights (an augmentation)
+        if next(module.parameters(), None) is None:
+            return  # a module without weights (an augmentation): the loop's work goes on
+        if pending is None:
+            # the model runs on a thread that took no batch: the armed threads hand their
+            # batches over (a producer thread feeding a queue); they are not armed again,
+            # so the model's module calls keep torch's fast path
+            self._handing |= self._armed
+            self._armed.clear()
+            self._disarm()
+            return
         self._tls.pending = None
         self._armed.discard(threading.get_ident())
         if not self._armed:

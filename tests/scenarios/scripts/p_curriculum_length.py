@@ -1,11 +1,12 @@
 """A length curriculum that changes the dataset between epochs: ``train_set.max_len`` grows
 from 16 to 48 tokens (``set_stage(epoch)``), and the workers (2, not persistent) see the
 new length when the next epoch's iterator starts them. Each sample is read from slow
-storage in chunks (2 ms a 16-token chunk, a sleep: 2, 4 then 6 ms a sample), batch 8
-(16 to 48 ms a batch for one worker, 8 to 24 ms with two) against a 3 ms step; 3 epochs
-of 10 batches.
+storage in chunks (4 ms a 16-token chunk, a sleep: 4, 8 then 12 ms a sample), batch 8
+(32 to 96 ms a batch for one worker, 16 to 48 ms with two) against a 3 ms step; 3 epochs
+of 24 batches.
 
-Truth: data-bound on read in every stage. The run is 30 steps whatever diagnose does.
+Truth: data-bound on read in every stage (the reads, 0.4 to 1.2 s an epoch, outweigh
+the workers' start at each epoch). The run is 72 steps whatever diagnose does.
 """
 
 import time
@@ -22,11 +23,11 @@ class Sequences(Dataset):
         self.max_len = 16 * (stage + 1)
 
     def __len__(self) -> int:
-        return 80
+        return 192
 
     def __getitem__(self, i):
         for _ in range(self.max_len // 16):
-            time.sleep(0.002)
+            time.sleep(0.004)
         x = torch.zeros(48)
         x[: self.max_len] = (i % 7) / 7
         return x, torch.tensor(float(i % 2))
