@@ -244,4 +244,4 @@ def test_a_plain_torch_save_in_the_loop_is_the_checkpoint_stage() -> None:
             torch.save(model.state_dict(), io.BytesIO())
     rep = w.report()
     assert rep.stages["checkpoint"].count == 4
-    assert torch.save.__module__ == "torch.serialization"  # restored after the run
+    assert 0 < rep.stages["checkpoint"].p50 < 1.0

@@ -705,6 +705,8 @@ def build_report(m: Measurements) -> Report:
     s0 = s0 if len(iters) >= 4 * (s0 + 1) else 0
     runq = sum(m.wait_runq[k + s0:len(m.wait)]) if in_workers else 0.0
     stall_s = sum(wait[s0:]) - runq + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
+    # the share of the stall that later passes' worker restarts take is of every wait
+    restart_base = stall_s + sum(wait[:s0]) - (sum(m.wait_runq[k:k + s0]) if in_workers else 0.0)
     # the loop's own work on each batch before the model's forward (augmentation on the
     # training thread) is inside the step body, but it is data work: the step stalls on it
     t_from = m.step_starts[k + s0] if k + s0 < len(m.step_starts) else float("-inf")
@@ -800,7 +802,8 @@ def build_report(m: Measurements) -> Report:
     after_start = [x for i, x in enumerate(waits_q) if i in started]
     restart_s = sum(after_start) - len(after_start) * data_wait.p50  # beyond ordinary waits
     per_pass = len(iters) / (len(restart) + 1)
-    restarts = ((restart_s / stall_s, restart_s / len(iters), per_pass) if iters and stall_s > 0
+    restarts = ((restart_s / restart_base, restart_s / len(iters), per_pass)
+                if iters and stall_s > 0 and restart_base > 0
                 else (0.0, 0.0, per_pass))
     if (verdict == "data-bound" and restarts[0] > 0.5 and workers > 0 and not pb.gil_bound
             and not m.loader.get("feedline") and (not m.loader.get("persistent_workers")

@@ -1,7 +1,7 @@
 """A step budget over a small loader, the way nanoGPT-style and RL-from-demonstrations
 scripts write it: ``for step in range(max_steps)`` with ``batch = next(it)`` and a fresh
 ``it = iter(loader)`` on ``StopIteration`` (the loader holds 6 batches; 45 steps is 7.5
-passes). Persistent workers (2), samples in memory (cheap); a 30 ms step.
+passes). Persistent workers (2), samples in memory (cheap); a 50 ms step.
 
 Truth: compute-bound (the workers have each next batch ready; a new pass costs no
 worker start). The run is 45 steps whatever diagnose does.
@@ -33,6 +33,6 @@ if __name__ == "__main__":
         opt.zero_grad()
         loss.backward()
         opt.step()
-        time.sleep(max(0.0, 0.030 - (time.perf_counter() - t0)))
+        time.sleep(max(0.0, 0.050 - (time.perf_counter() - t0)))
         done = step + 1
     print(f"steps {done} passes {passes}")
