@@ -532,3 +532,15 @@ def test_the_data_paths_cpu_sizes_the_workers_worth_it_needs() -> None:
     rep = build_report(m)
     assert rep.verdict == "data-bound" and rep.binding == "decode"
     assert "needs 10 workers' worth of decode on 2 cores" in rep.recommendation, rep.recommendation
+
+
+def test_augmentation_in_the_loop_binds_over_worker_restarts() -> None:
+    # 30 ms of the 40 ms body is the loop's own work on the batch before the forward; the
+    # second epoch's worker restart waits 0.6 s: most of the waits, not of the stall
+    m = meas(wait=0.001, body=0.040, fetch=0.001, cpu=0.001, workers=2, n=40)
+    m.pass_first, m.wait[20:22] = [20], [0.3, 0.3]
+    m.spans += [Span("loop_transform", i + 0.5, i + 0.53, 1, 1, {}) for i in range(40)]
+    rep = build_report(m)
+    assert rep.verdict == "data-bound" and rep.binding == "loop_transform"
+    assert rep.analysis["per_batch"]["loop_transform"] == pytest.approx(0.030)
+    assert rep.analysis["per_batch"]["gpu"] == pytest.approx(0.010)

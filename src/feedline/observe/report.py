@@ -705,12 +705,15 @@ def build_report(m: Measurements) -> Report:
     s0 = s0 if len(iters) >= 4 * (s0 + 1) else 0
     runq = sum(m.wait_runq[k + s0:len(m.wait)]) if in_workers else 0.0
     stall_s = sum(wait[s0:]) - runq + m.blocking_copy_s * (len(iters) / max(len(m.wait), 1))
-    # the share of the stall that later passes' worker restarts take is of every wait
-    restart_base = stall_s + sum(wait[:s0]) - (sum(m.wait_runq[k:k + s0]) if in_workers else 0.0)
     # the loop's own work on each batch before the model's forward (augmentation on the
     # training thread) is inside the step body, but it is data work: the step stalls on it
     t_from = m.step_starts[k + s0] if k + s0 < len(m.step_starts) else float("-inf")
-    stall_s += sum(s.duration for s in m.spans if s.stage == "loop_transform" and s.start >= t_from)
+    loop_s = sum(s.duration for s in m.spans if s.stage == "loop_transform" and s.start >= t_from)
+    # the share of the stall that later passes' worker restarts take is of every wait (and
+    # of the loop's own batch work)
+    restart_base = (stall_s + loop_s + sum(wait[:s0])
+                    - (sum(m.wait_runq[k:k + s0]) if in_workers else 0.0))
+    stall_s += loop_s
     total, stall_total = sum(iters), sum(iters[s0:])
     stall = min(1.0, max(0.0, stall_s) / stall_total) if stall_total > 0 else 0.0
     pb = _per_batch(m, len(m.wait))
