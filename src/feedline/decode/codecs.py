@@ -21,7 +21,7 @@ import numpy as np
 
 from feedline.dense import why_not_dense
 from feedline.errors import ArgumentError, ConfigError, DecodeError
-from feedline.format._schema import npy_header
+from feedline.format._schema import parse_npy_header
 
 Buffer = bytes | bytearray | memoryview
 
@@ -74,32 +74,19 @@ def decode_npy(data: Buffer, limits: Limits) -> np.ndarray:
     Java writers) comes back converted to native order (a copy; same values): torch can
     neither wrap nor stack a non-native array, where ``np.load`` would keep ``>f4``."""
     mv = memoryview(data).cast("B")
-    if len(mv) < 10 or bytes(mv[:6]) != b"\x93NUMPY":
-        raise DecodeError("not a .npy payload (bad magic)", fix="store arrays with numpy.save")
-    major = mv[6]
-    if major == 1:
-        hlen, start = int.from_bytes(mv[8:10], "little"), 10
-    elif major in (2, 3):
-        if len(mv) < 12:
-            raise DecodeError(".npy header truncated")
-        hlen, start = int.from_bytes(mv[8:12], "little"), 12
-    else:
-        raise DecodeError(f"unsupported .npy format version {major}")
-    if start + hlen > len(mv):
-        raise DecodeError(".npy header runs past the end of the field")
-    try:  # pack's parser: cached per distinct header, and safe in threads on Python 3.11
-        dtype, shape, fortran = npy_header(bytes(mv[start : start + hlen]), major)
+    try:  # pack's parser: the header cached per distinct text, and safe in threads on Python 3.11
+        offset, dtype, shape, fortran = parse_npy_header(mv)
     except ValueError as exc:
-        raise DecodeError(str(exc)) from exc
+        raise DecodeError(str(exc), fix="store arrays with numpy.save") from None
     if dtype.hasobject:
         raise DecodeError(".npy holds Python objects (needs pickle)", fix="store numeric arrays")
     if any(s < 0 for s in shape):
         raise DecodeError(f".npy shape {shape} is negative")
     count = math.prod(shape)  # Python ints: a hostile shape cannot wrap around
-    body = len(mv) - start - hlen
+    body = len(mv) - offset
     if count * dtype.itemsize != body:
         raise DecodeError(f".npy body is {body} bytes, header says {count * dtype.itemsize}")
-    arr = np.frombuffer(mv, dtype=dtype, count=count, offset=start + hlen)
+    arr = np.frombuffer(mv, dtype=dtype, count=count, offset=offset)
     arr = arr.reshape(shape, order="F" if fortran else "C")
     return arr if _native(dtype) else arr.astype(dtype.newbyteorder("="))
 
