@@ -199,5 +199,83 @@ def decode_resized(data: Buffer, limits: Limits, size: tuple[int, int],
     return _pillow(buf, limits, size, out, None)
 
 
-__all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "check_size", "decode_resized", "resizable",
-           "scale_for"]
+def plain_jpeg(data: Buffer, limits: Limits) -> tuple[int, int] | None:
+    """``(height, width)`` of the JPEG in ``data`` when libjpeg-turbo decodes it to RGB
+    (checked against ``limits``); ``None`` for a CMYK/YCCK one (Pillow's, see the module doc).
+
+    Raises:
+        DecodeError: no JPEG header, or over ``limits``.
+    """
+    import simplejpeg
+
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(_bytes_of(data))
+    except ValueError as exc:
+        raise DecodeError(f"JPEG header unreadable: {exc}") from exc
+    check_pixels(height, width, limits)
+    return None if colorspace in _PILLOW_JPEG else (height, width)
+
+
+def decode_crop(data: Buffer, header: tuple[int, int], box: tuple[int, int, int, int] | None,
+                size: tuple[int, int]) -> np.ndarray:
+    """The window ``box`` = ``(top, left, height, width)`` (stored pixels; ``None``: the
+    whole image) of a plain JPEG (``header`` from :func:`plain_jpeg`) resized to ``size``:
+    ``uint8`` RGB ``(h, w, 3)``, what ``resize(decoded[window], size)`` of
+    :mod:`feedline.vision` gives, made cheaper: libjpeg-turbo decodes at the largest DCT
+    downscale that keeps the window at least ``MARGIN`` times ``size`` (:func:`scale_for`;
+    a 1920x1080 photo's RandomResizedCrop to 224 is decoded at half size about one time in
+    four, its eval resize to 256 always), and Pillow resizes the window of that (its box in
+    sub-pixel units, so the window is the same) in one call, without copying the decoded
+    pixels into a crop and a Pillow image first.
+
+    Raises:
+        DecodeError: the JPEG data is damaged.
+    """
+    import simplejpeg
+    from PIL import Image
+
+    height, width = header
+    top, left, h, w = box if box is not None else (0, 0, height, width)
+    s = scale_for(h, w, size)
+    try:
+        arr = simplejpeg.decode_jpeg(_bytes_of(data), colorspace="RGBX", min_height=-(-height // s),
+                                     min_width=-(-width // s))
+    except ValueError as exc:
+        raise DecodeError(f"JPEG data unreadable: {exc}") from exc
+    rows, cols = arr.shape[:2]
+    img = Image.frombuffer("RGBX", (cols, rows), arr, "raw", "RGBX", 0, 1)
+    sy, sx = rows / height, cols / width
+    out = img.resize((size[1], size[0]), Image.Resampling.BILINEAR,
+                     box=(left * sx, top * sy, (left + w) * sx, (top + h) * sy), reducing_gap=MARGIN)
+    return np.asarray(out)[:, :, :3]
+
+
+class CheckedJpeg(bytes):
+    """The bytes of a plain JPEG whose header the workers read and checked against the
+    loader's limits: ``header`` is its ``(height, width)``."""
+
+    header: tuple[int, int]
+
+
+def kept_jpeg(data: Buffer, limits: Limits) -> Any:
+    """What the workers hand a transform that decodes JPEG fields itself
+    (``encoded_fields``, as :class:`feedline.vision.ImageTransform` has): the bytes of a plain
+    JPEG, its header read and checked against ``limits`` (so a damaged one is a bad sample
+    in the decode stage, named by its field, and the transform need not check it again):
+    a :class:`CheckedJpeg`; a CMYK/YCCK one decoded as the ``jpg`` codec decodes it.
+
+    Raises:
+        DecodeError: no JPEG header, over ``limits``, or an undecodable CMYK/YCCK JPEG.
+    """
+    header = plain_jpeg(data, limits)
+    if header is None:
+        from feedline.decode.codecs import decode_jpeg
+
+        return decode_jpeg(data, limits)
+    kept = CheckedJpeg(data)
+    kept.header = header
+    return kept
+
+
+__all__ = ["IMAGE_EXTENSIONS", "JPEG_EXTENSIONS", "CheckedJpeg", "check_size", "decode_crop", "decode_resized",
+           "kept_jpeg", "plain_jpeg", "resizable", "scale_for"]

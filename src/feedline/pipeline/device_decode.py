@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from feedline import spans
-from feedline.decode import Decoders, Limits
+from feedline.decode import Decoders, Limits, extension
 from feedline.decode.jpeg_batch import (
     DECODE_ON,
     CompressedBatch,
@@ -68,7 +68,7 @@ from feedline.decode.jpeg_batch import (
     choose_jpeg_decoder,
     resize_stack,
 )
-from feedline.decode.resized import check_size, resizable
+from feedline.decode.resized import check_size, kept_jpeg, resizable
 from feedline.errors import ArgumentError, ConfigError, DecodeError
 
 JPEG_EXTENSIONS = ("jpg", "jpeg")
@@ -536,4 +536,23 @@ def worker_decoders(decoders: Decoders, stage: DeviceDecode | None,
     return decoders if size is None else decoders.replace(size=size)
 
 
-__all__ = ["DeviceDecode", "image_fields", "jpeg_fields", "make_device_decode", "worker_decoders"]
+def kept_for_transform(decoders: Decoders, transform: Any, fields: Sequence[str] | None,
+                       stage: DeviceDecode | None) -> Decoders:
+    """The decoders the workers run before a ``transform`` that decodes JPEG fields itself
+    (its ``encoded_fields``, as :class:`feedline.vision.ImageTransform` has, which decodes
+    a crop at a reduced DCT scale): those fields of a packed dataset are handed over as
+    their checked bytes (:func:`~feedline.decode.resized.kept_jpeg`) unless ``decode=``
+    names them, ``decode_size`` resizes them or a device decodes them after delivery."""
+    wanted = getattr(transform, "encoded_fields", ())
+    if stage is not None or decoders.size is not None or not fields or not isinstance(wanted, tuple):
+        return decoders
+    keep = [f for f in wanted if isinstance(f, str) and f in fields and extension(f) in JPEG_EXTENSIONS
+            and f not in decoders.overrides and extension(f) not in decoders.overrides]
+    if not keep:
+        return decoders
+    kept = partial(kept_jpeg, limits=decoders.limits)
+    return decoders.replace(overrides={**dict(decoders.overrides), **dict.fromkeys(keep, kept)})
+
+
+__all__ = ["DeviceDecode", "image_fields", "jpeg_fields", "kept_for_transform", "make_device_decode",
+           "worker_decoders"]

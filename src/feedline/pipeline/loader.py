@@ -27,7 +27,7 @@ from feedline.decode.jpeg_batch import JpegBatchDecoder
 from feedline.errors import ArgumentError, ConfigError
 from feedline.pipeline import options, sampler, state
 from feedline.pipeline._deferred_signals import deferring_signals
-from feedline.pipeline.device_decode import make_device_decode, worker_decoders
+from feedline.pipeline.device_decode import kept_for_transform, make_device_decode, worker_decoders
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
 from feedline.pipeline.runtime import Options, Ready, Runtime
@@ -252,6 +252,8 @@ class Loader:
             decode_on, list(getattr(dataset, "fields", None) or ()), device=str(self.device),
             workers=self.workers, size=decode_size, limits=decoders.limits)
         decoders = worker_decoders(decoders, self._device_decode, decode_size)
+        decoders = kept_for_transform(decoders, transform, getattr(dataset, "fields", None)
+                                      if self._source.packed else None, self._device_decode)
         budget = parse_bytes(pinned_budget, name="pinned_budget")
         # a field the schema found to hold an integer in every sample decodes as one, so
         # its batches are gathered from the index (the same values the per-sample path gives)
