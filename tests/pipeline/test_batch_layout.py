@@ -130,7 +130,9 @@ def test_a_dict_member_some_samples_lack_is_none_in_its_list_not_an_error() -> N
     ragged = collate.fill(layout, arrays, later)
     assert arrays[("npz", "image")][:, 0, 0].tolist() == [4, 5, 6, 7]
     assert [None if b is None else b.shape for b in ragged[("npz", "boxes")]] == [None, None, (7, 4), None]
-    with pytest.raises(feedline.errors.DecodeError, match="structure differs"):
+    # the member is named, with the fix for a variable list of arrays (before: only "structure
+    # differs", and a fix about top-level fields and image formats)
+    with pytest.raises(feedline.errors.DecodeError, match=r"structure differs.*'npz/mask'.*collate="):
         collate.fill(layout, arrays, [{"npz": {"image": np.zeros((2, 2), np.uint8), "mask": np.zeros(2)}}])
 
 
@@ -184,3 +186,25 @@ def test_arrays_of_several_shapes_in_batch_0_are_a_list_with_one_warning_at_the_
         with feedline.Loader(_Clips(), batch_size=8, shuffle=False, device="cpu", workers=1,
                              transform=lambda s: (s[0][:, :100], s[1], s[2])) as loader:
             assert next(iter(loader))[0].shape == (8, 1, 100)
+
+
+def test_a_batch_of_flat_dicts_is_checked_at_once_and_a_misfit_still_one_by_one() -> None:
+    """Map-style records (a dict of numbers per sample): the Check stage accepts the whole
+    batch in one pass and the columns are taken with one C call a sample; a sample lacking a
+    field is None in that field's list; one with an unknown field is still refused by name."""
+    from feedline.pipeline.stages import Check
+
+    rows = [{"user": i, "item": 10 * i, "rating": i / 2} for i in range(6)]
+    layout = collate.infer_layout(rows, 6, 1)
+    check = Check(layout)
+    assert check.accepts(rows) and check.accepts([{"user": 1}])  # a missing field passes
+    assert not check.accepts([*rows[:2], {**rows[2], "extra": 1}])
+    assert not check.accepts([dict(rows[0]), type("M", (dict,), {})(rows[1])])  # a subclass: one by one
+    arrays = {(k,): np.zeros(6, np.int64 if k != "rating" else np.float64) for k in ("user", "item", "rating")}
+    assert collate.fill(layout, arrays, rows) == {}
+    assert arrays[("item",)].tolist() == [0, 10, 20, 30, 40, 50] and arrays[("rating",)][3] == 1.5
+    short = [*rows[:3], {"user": 3, "rating": 1.5}]
+    ragged = collate.fill(layout, arrays, short)
+    assert ragged == {("item",): [0, 10, 20, None]} and arrays[("user",)][:4].tolist() == [0, 1, 2, 3]
+    with pytest.raises(feedline.errors.DecodeError, match="it has 'extra'"):
+        check({**rows[0], "extra": 1}, None)

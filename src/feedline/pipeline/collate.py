@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -273,14 +274,39 @@ def _leaves(layout: Layout, sample: Any) -> list[Any]:
 
 
 def _field_difference(want: Any, got: Any) -> str:
-    """``": it has 'png', ..."`` naming the top-level fields ``got`` has and ``want`` lacks
-    ('' otherwise: a field the sample lacks is no error)."""
-    if not isinstance(want, dict) or not isinstance(got, dict) or want.keys() == got.keys():
-        return ""
-    extra = [k for k in got if k not in want]
+    """``": it has 'png', ..."`` naming the fields (or, in a dict field such as an ``.npz``,
+    the members: ``'npz/obj_5'``) that ``got`` has and ``want`` lacks, with the fix for a
+    dict field whose members vary ('' when none: a field the sample lacks is no error)."""
+    extra = _extra(want, got, ())
     if not extra:
         return ""
-    return f": it has {', '.join(map(repr, extra))}, which batch 0 (and the dataset's fields) lack"
+    names = ", ".join(repr("/".join(map(str, p))) for p in extra[:5])
+    if all(len(p) == 1 for p in extra):
+        return f": it has {names}, which batch 0 (and the dataset's fields) lack"
+    return (f": it has {names}, which no sample of batch 0 has (a field whose members vary "
+            f"from sample to sample, such as an .npz of a variable list of arrays, is laid out by "
+            f"batch 0's members: pass a collate= that keeps it as a list per sample, or store "
+            f"the list as one array and its lengths)")
+
+
+def _extra(want: Any, got: Any, path: Path) -> list[Path]:
+    """The paths of dict keys in ``got`` that ``want`` lacks (nested dicts walked)."""
+    if not isinstance(want, dict) or not isinstance(got, dict):
+        return []
+    out = [(*path, k) for k in got if k not in want]
+    for k, v in got.items():
+        if k in want:
+            out += _extra(want[k], v, (*path, k))
+    return out
+
+
+def all_flat(layout: Layout, samples: Sequence[Any]) -> bool:
+    """Whether every sample is a plain dict holding only the fields of a flat layout: each
+    passes :func:`check` (which a False answer leaves to decide, sample by sample)."""
+    if not layout.flat:
+        return False
+    allowed = layout.allowed
+    return all(type(s) is dict and s.keys() <= allowed for s in samples)
 
 
 def check(layout: Layout, sample: Any) -> None:
@@ -292,6 +318,8 @@ def check(layout: Layout, sample: Any) -> None:
     Raises:
         DecodeError: the sample's structure differs from the layout.
     """
+    if type(sample) is dict and layout.flat and sample.keys() <= layout.allowed:
+        return  # the common case, without building its leaves (a 4-number record: 1.3 us of 4)
     _leaves(layout, sample)
 
 
@@ -344,7 +372,12 @@ def _columns(layout: Layout, samples: Sequence[Any]) -> list[list[Any]]:
     1.5 ms a batch of 256 dicts), else by :func:`_leaves`."""
     if not samples:
         return [[] for _ in layout.leaves]
-    if layout.flat and all(isinstance(s, Mapping) for s in samples):
+    if layout.flat and all(type(s) is dict or isinstance(s, Mapping) for s in samples):
+        if len(layout.names) > 1:
+            try:  # one C call a sample, then a transpose: 4 fields of 1024 samples in 0.2 ms, not 1.2
+                return [list(c) for c in zip(*map(itemgetter(*layout.names), samples), strict=True)]
+            except KeyError:  # a sample lacks a field: None in its place
+                pass
         return [[s.get(name) for s in samples] for name in layout.names]
     if layout.flat_tuple and all(type(s) is tuple for s in samples):
         return [list(c) for c in zip(*samples, strict=True)]

@@ -173,16 +173,24 @@ def _run_stages(stages: tuple[Stage, ...], items: list[Item], record: Record | N
     live = [(place, place.item.value) for place in places]
     for stage in stages:
         t0, c0 = time.perf_counter(), time.thread_time()
-        ok: list[tuple[Place, Any]] = []
-        for place, sample in live:
-            try:
-                ok.append((place, stage(sample, place)))
-            except Exception as exc:
-                failed.append((place.item, stage.name, exc))
-        live = ok
+        accepts = getattr(stage, "accepts", None)  # a batch passing unchanged (stages.Accepting)
+        if accepts is None or not accepts([sample for _, sample in live]):
+            live = _each(stage, live, failed)
         if record is not None:
             record(stage.name, t0, time.perf_counter(), attrs | {"cpu": time.thread_time() - c0})
     return [(place.item, sample) for place, sample in live], failed
+
+
+def _each(stage: Stage, live: list[tuple[Place, Any]], failed: Failed) -> list[tuple[Place, Any]]:
+    """``stage`` applied to each sample; one that raises moves to ``failed``."""
+    ok: list[tuple[Place, Any]] = []
+    keep = ok.append
+    for place, sample in live:
+        try:
+            keep((place, stage(sample, place)))
+        except Exception as exc:
+            failed.append((place.item, stage.name, exc))
+    return ok
 
 
 def _detach(sample: Any) -> Any:
@@ -227,10 +235,9 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
             skip = {"key": item.key, "stage": stage, "error": type(exc).__name__, "message": str(exc)[:200]}
             file = ctx.source.file_of(item)
             out.skipped.append(skip if file is None else {**skip, "file": file})
-        for item, sample in live:
-            out.samples.append(sample)
-            out.keys.append(item.key)
-            out.indices.append(item.index)
+        out.samples += [sample for _, sample in live]  # three list builds, not three appends a sample
+        out.keys += [item.key for item, _ in live]
+        out.indices += [item.index for item, _ in live]
         missing = want - len(out.samples)
         if missing and not refill:
             raise _cannot_refill(out.skipped, job.batch_id, worker)
