@@ -92,3 +92,18 @@ def test_outside_shapes12_quick_batches_equal_the_dataloaders(tmp_path: Path) ->
         for row in shape["rows"]:
             assert row["samples"] == mod.samples(shape["shape"], mod.QUICK[shape["shape"]]), (shape["shape"], row)
     assert not any(p.name.startswith("outside-shapes12-") for p in tmp_path.iterdir())  # cleaned up
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_outside_shapes13_quick_batches_equal_the_dataloaders(tmp_path: Path) -> None:
+    """bench/outside_shapes13.py (round 13: 1080p photos cropped, RGB + label + 16-bit depth,
+    16-byte records, a JSONL corpus tokenised and padded, JSON + a variable .npz): both Loaders
+    deliver every sample, batches equal to the DataLoader's."""
+    mod, doc = _run_quick("outside_shapes13", tmp_path)
+    assert [s["shape"] for s in doc["shapes"]] == list(mod.SHAPES)
+    for shape in doc["shapes"]:
+        assert shape["correct"] is True, (shape["shape"], shape["differences"])
+        for row in shape["rows"]:
+            assert row["samples"] == mod.QUICK[shape["shape"]], (shape["shape"], row)
+    assert not any(p.name.startswith("outside-shapes13-") for p in tmp_path.iterdir())  # cleaned up
