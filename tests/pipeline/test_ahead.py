@@ -10,7 +10,7 @@ import pytest
 from loader_helpers import Numbers, batch_ids
 
 import feedline
-from feedline.pipeline import sampler
+from feedline.pipeline import _dropped, sampler
 
 
 def _order(epoch: int, n: int = 32, batch: int = 4, seed: int = 2) -> list[list[int]]:
@@ -90,6 +90,7 @@ def test_batches_prepared_ahead_are_dropped_when_another_pass_comes() -> None:
 @pytest.mark.timeout(120)
 def test_loaders_dropped_with_batches_prepared_ahead_leave_nothing_behind() -> None:
     def snapshot() -> tuple[int, int]:
+        assert _dropped.settle(60)  # dropped loaders are closed on feedline's closer thread
         return len(os.listdir("/proc/self/fd")), threading.active_count()
 
     def once() -> None:

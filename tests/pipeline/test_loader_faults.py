@@ -27,6 +27,7 @@ from loader_helpers import (
 
 import feedline
 from feedline.errors import LoaderTimeout, ResourceError, WorkerDied, WorkerError
+from feedline.pipeline import _dropped
 from feedline.pipeline.options import SkippedSampleWarning
 
 
@@ -237,6 +238,7 @@ def test_a_broken_photo_of_a_map_style_folder_is_named_by_its_file(tmp_path: Pat
 
 def test_abandoned_loaders_leave_nothing_behind() -> None:
     def snapshot() -> tuple[int, int, set[str]]:  # /dev/shm: ours only (not others' torch_*)
+        assert _dropped.settle(60)  # dropped loaders are closed on feedline's closer thread
         return (len(os.listdir("/proc/self/fd")), threading.active_count(),
                 {f for f in os.listdir("/dev/shm") if f.startswith("feedline-")})
 
@@ -268,9 +270,11 @@ def test_abandoned_process_loaders_leave_nothing_behind(loops: int) -> None:
         return {f for f in os.listdir("/dev/shm") if f.startswith(f"feedline-{os.getpid()}-")}
 
     once()
+    assert _dropped.settle(60)  # dropped loaders are closed on feedline's closer thread
     fds, shm = len(os.listdir("/proc/self/fd")), ours()
     for _ in range(loops):
         once()
+    assert _dropped.settle(60)
     assert len(os.listdir("/proc/self/fd")) <= fds
     assert ours() <= shm
     # workers are children of the forkserver (one per process, shared by every loader: it

@@ -5,7 +5,7 @@ workers the rows are already in a shared-memory arena slot, so instead of copyin
 them into a pool slot (a 24 MiB memcpy per batch of four 6 MiB ``.npy`` arrays, the
 parent's whole CPU cost), the batch's tensors are views of the arena slot, and the
 slot goes back to the workers once the user has dropped every tensor of that batch
-(:func:`feedline.pipeline.slots.lend_arrays`).
+(:meth:`Loans.lend`).
 
 A loop may keep its batches, so lending is bounded: at most ``count - keep_free``
 slots are lent at once (``keep_free``: the workers), and a result that finds them all
@@ -13,16 +13,34 @@ lent is copied out as before. The slots not lent are freed when their result is
 taken, so the workers always have one to fill: no loop can stall them for good.
 
 A slot comes back from wherever the last tensor died, even inside another thread's
-garbage collection while the pool's lock is held: :meth:`Loans.give_back` never
-blocks; it queues the slot and wakes the reader thread through a pipe
-(:meth:`Loans.fileno`, waited on with the workers' connections).
+garbage collection while the pool's lock is held, and without running Python code
+there: the loan's anchor dies into a C-level weakref callback (``SimpleQueue.put`` of
+its weakref, as the slot pool's loans do). Python code run as a batch dies (a
+``weakref.finalize`` callback, before) is where a Ctrl-C that arrived just then is
+raised, printed as "Exception ignored" and lost (2 of 2,000 SIGINTs into a loop over
+process workers). A thread of the loans' own (``feedline-loans``, registered with the
+fork gate; signals are only ever handled in the main thread) takes the weakrefs off that
+queue and wakes the reader thread through a pipe (:meth:`Loans.fileno`, waited on with
+the workers' connections).
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
+import weakref
 from collections import deque
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from feedline.pipeline import forking
+
+if TYPE_CHECKING:  # torch is imported by the parent only (workers import this module too)
+    import numpy as np
+    import torch
+
+    from feedline.pipeline.collate import Path
 
 
 class Loans:
@@ -31,12 +49,18 @@ class Loans:
     def __init__(self, count: int, keep_free: int) -> None:
         self.cap = max(0, count - keep_free)
         self.lent: set[int] = set()
-        self._back: deque[int] = deque()  # deque.append is atomic: safe from a finalizer
+        self._back: deque[int] = deque()
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
         self._lock = threading.Lock()
         self._open = True
+        # the weakref of each lent batch's anchor, put there by its C-level callback
+        self._died: queue.SimpleQueue[weakref.ref[Any] | None] = queue.SimpleQueue()
+        self._refs: dict[int, tuple[weakref.ref[Any], int]] = {}
+        self._thread = threading.Thread(target=self._collect, name="feedline-loans", daemon=True)
+        forking.GATE.register(self._thread)  # it works inside GATE.working(): a fork waits
+        self._thread.start()
 
     def take(self, slot: int) -> bool:
         """Lend ``slot`` if the cap allows (the caller holds the pool's lock)."""
@@ -44,6 +68,27 @@ class Loans:
             return False
         self.lent.add(slot)
         return True
+
+    def lend(self, slot: int, arrays: Mapping[Path, np.ndarray]) -> dict[Path, torch.Tensor]:
+        """Tensors over ``arrays`` (arena slot ``slot``, taken with :meth:`take`); the slot
+        comes back once every one of them (views included) has been freed."""
+        from feedline.pipeline.slots import anchored_tensors
+
+        tensors, anchor = anchored_tensors(arrays)
+        # the callback is the queue's C ``put``: no Python code runs as the batch dies
+        ref = weakref.ref(anchor, self._died.put)
+        self._refs[id(ref)] = (ref, slot)
+        return tensors
+
+    def _collect(self) -> None:
+        while True:
+            ref = self._died.get()
+            if ref is None:
+                return
+            with forking.GATE.working():
+                loan = self._refs.pop(id(ref), None)
+                if loan is not None:
+                    self.give_back(loan[1])
 
     def give_back(self, slot: int) -> None:
         """The batch over ``slot`` is gone: queue it and wake the reader. Never blocks; a
@@ -78,6 +123,12 @@ class Loans:
         return back
 
     def close(self) -> None:
+        """Stop the collecting thread and close the pipe; batches still lent keep their
+        memory (the arena's mapping lives as long as any view of it) and come back to no one."""
+        self._died.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._refs.clear()  # their weakrefs die: no callback queues them any more
         with self._lock:
             if self._open:
                 self._open = False

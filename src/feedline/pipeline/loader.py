@@ -25,8 +25,7 @@ from feedline.cores import usable_cores
 from feedline.decode import Decoders, Limits, as_decoders
 from feedline.decode.jpeg_batch import JpegBatchDecoder
 from feedline.errors import ArgumentError, ConfigError
-from feedline.pipeline import options, sampler, state
-from feedline.pipeline._deferred_signals import deferring_signals
+from feedline.pipeline import _dropped, options, sampler, state
 from feedline.pipeline.device_decode import kept_for_transform, make_device_decode, worker_decoders
 from feedline.pipeline.iteration import Pass
 from feedline.pipeline.jobs import Context, Job
@@ -62,13 +61,6 @@ def default_workers(sysfs: str | os.PathLike[str] = "/sys") -> int:
     """Workers when none are asked for: the cores this process may use (affinity, capped
     by a cgroup quota under ``sysfs``), at most 8."""
     return max(1, min(usable_cores(sysfs), MAX_DEFAULT_WORKERS))
-
-
-def _close_dropped(rt: Runtime) -> None:
-    """Close the runtime of a loader dropped without ``close()`` (its finalizer): a Ctrl-C
-    or SIGTERM that arrives while it waits for the workers is delivered after it returns
-    (raised inside the finalizer, it was printed and lost, and training went on)."""
-    deferring_signals(rt.close)
 
 
 class Loader:
@@ -203,6 +195,7 @@ class Loader:
         **unknown: Any,
     ) -> None:
         options.check_unknown(unknown, Loader.__init__)
+        _dropped.settle(60.0)  # a loader dropped just before has stopped its workers
         shuffle, drop_last, in_order = (options.check_flag(n, v) for n, v in (
             ("shuffle", shuffle), ("drop_last", drop_last), ("in_order", in_order)))
         # a torch Subset (random_split) of a packed dataset reads as a packed dataset (its
@@ -272,7 +265,7 @@ class Loader:
                         allocate=allocate, soft_cap=self.workers + 2)
         self._rt = Runtime(ctx, engine, pool, opts)
         self._rt.owner = id(self)
-        self._finalizer = weakref.finalize(self, _close_dropped, self._rt)
+        self._watch = _dropped.watch(self, self._rt.close)  # closed off this thread if dropped
         self._pos = state.Position()
         self._restored = False
         self._counters = {"batches": 0, "skipped": 0}
@@ -487,7 +480,7 @@ class Loader:
     # -- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
         """Stop workers, free slots and shared memory. Idempotent."""
-        if self._finalizer.detach() is not None:
+        if _dropped.forget(self._watch):
             self._rt.close()  # here a Ctrl-C while it waits for the workers reaches the caller
 
     def __enter__(self) -> Loader:

@@ -51,7 +51,7 @@ from feedline.pipeline.plan import (
     probe_batch,
 )
 from feedline.pipeline.scheduler import Scheduler
-from feedline.pipeline.slots import Fence, Slot, SlotPool, lend_arrays
+from feedline.pipeline.slots import Fence, Slot, SlotPool
 from feedline.pipeline.split import Part, Split, cancel_hook, part_rows
 from feedline.pipeline.transfer import Engine
 from feedline.pipeline.workers_process import ProcessWorkers, Result
@@ -392,10 +392,10 @@ class Runtime:
         n = len(res.keys)
         filled = Filled(res.keys, res.ragged, res.skipped)
         workers = self.pool_workers
-        if not self.engine.reuse_slots and isinstance(workers, ProcessWorkers) and workers.lend(res.slot):
-            # on CPU the batch is the arena slot itself, lent until its tensors are gone
-            return self._deliver(res.job, lend_arrays(views, workers.give_back, res.slot), filled,
-                                 res.worker)
+        lent = (workers.lend(res.slot, views)
+                if not self.engine.reuse_slots and isinstance(workers, ProcessWorkers) else None)
+        if lent is not None:  # on CPU the batch is the arena slot itself, lent until its tensors are gone
+            return self._deliver(res.job, lent, filled, res.worker)
         slot = self.pool.acquire()  # out of the arena (reused) into a slot (pinned on CUDA)
         try:
             with spans.span("pin", batch=res.job.batch_id, worker=res.worker):

@@ -364,16 +364,6 @@ def anchored_tensors(arrays: Mapping[Path, np.ndarray]) -> tuple[dict[Path, torc
     return tensors, anchor
 
 
-def lend_arrays(arrays: Mapping[Path, np.ndarray], come_back: Callable[[Any], None], token: Any
-                ) -> dict[Path, torch.Tensor]:
-    """:func:`anchored_tensors` whose ``come_back(token)`` runs once every one has been freed,
-    wherever that happens (it must not block; a Python callback, so a Ctrl-C landing exactly
-    as it starts is reported as ignored there, unlike the slot pool's C-level return)."""
-    tensors, anchor = anchored_tensors(arrays)
-    weakref.finalize(anchor, come_back, token).atexit = False
-    return tensors
-
-
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, pin: bool) -> torch.Tensor:
     # pinned: exactly the pages asked (torch's pinned allocator would round each slot up to a
     # power of two and keep it locked after the pool drops it; see feedline.pinned)

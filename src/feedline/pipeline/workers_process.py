@@ -527,18 +527,15 @@ class ProcessWorkers:
             self.loans = Loans(spec.count, len(self._procs))
         self._dispatch()
 
-    def lend(self, slot: int) -> bool:
-        """Keep arena slot ``slot`` out of use after its result is taken: the batch's tensors
-        are views of it, and :meth:`give_back` returns it (see :mod:`.arena_loans`). False
-        when the loans are at their cap (then copy it out)."""
+    def lend(self, slot: int, views: Mapping[Any, Any]) -> dict[Any, Any] | None:
+        """Tensors over arena slot ``slot`` (its ``views``), which stays out of use after its
+        result is taken until they are gone (see :mod:`.arena_loans`); ``None`` when the
+        loans are at their cap (then copy it out)."""
         with self._cond:
-            return self.loans is not None and not self._closed and self.loans.take(slot)
-
-    def give_back(self, slot: int) -> None:
-        """A lent slot's batch is gone (runs wherever it died: never blocks)."""
-        loans = self.loans
-        if loans is not None:
-            loans.give_back(slot)
+            if self.loans is None or self._closed or not self.loans.take(slot):
+                return None
+            loans = self.loans
+        return loans.lend(slot, views)
 
     def _reap_loans(self) -> None:
         """Slots whose batches are gone are free again; send the jobs waiting for one."""
