@@ -1416,6 +1416,14 @@ for _g, _n, _fn in sweep_round12.cases(sys.modules[__name__]):
     add(_g, _n, _fn)
 
 
+# ----------------------------------------------------------------------------- round 13
+
+import sweep_round13  # noqa: E402
+
+for _g, _n, _fn in sweep_round13.cases(sys.modules[__name__]):
+    add(_g, _n, _fn)
+
+
 # ----------------------------------------------------------------------------- runner
 
 
@@ -1425,7 +1433,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", action="append", help="only these groups (pack, shards, index, writer, "
                                                       "labels, loader, process, resume, cli, remote, "
                                                       "checkpoint, reshape, limits, leaks, concurrent, "
-                                                      "distributed, signals)")
+                                                      "distributed, signals, adopt, objstore, durable, foreign-state, env)")
     ap.add_argument("--match", help="only cases whose name holds this")
     ap.add_argument("--json", help="write every case's outcome here")
     ap.add_argument("-v", "--verbose", action="store_true")

@@ -31,6 +31,10 @@ from feedline.errors import ConfigError, FormatError, ReadError
 BUCKET = "faults"
 
 
+_STATUS = {"403": ("SignatureDoesNotMatch", []), "404": ("NoSuchKey", []),
+           "429": ("SlowDown", [("Retry-After", "1")]), "416": ("InvalidRange", [])}
+
+
 class FaultProxy:
     """Forwards HTTP to ``upstream``; requests whose path contains ``only`` get ``mode``:
     ``"500"`` or ``"503"`` (S3's SlowDown; both for the first ``times`` requests), ``"cut"``
@@ -39,6 +43,11 @@ class FaultProxy:
     ``"silent"`` (never answers), ``"slow"`` (answers after ``delay`` seconds, for the
     first ``times`` requests), ``"trickle"`` (the body 64 bytes every 0.1 s) or
     ``"underlong"`` (a Content-Length of half the body, then the whole body)."""
+
+    extra_modes = ("403", "404", "429", "416", "ranges-ignored", "flip", "html-200")
+    """Round 13 (``sweep_round13``): a status with S3's error body (403: wrong credentials,
+    404, 429 with Retry-After, 416), ``Range`` dropped on the way (the whole object comes
+    back, status 200), a byte of each body flipped, an HTML page with status 200."""
 
     def __init__(self, upstream: str) -> None:
         parsed = urlparse(upstream)
@@ -62,9 +71,15 @@ class FaultProxy:
                     proxy.release.wait(60)
                     self.close_connection = True
                     return
-                if fault in ("500", "503", "slow"):
+                if fault in ("500", "503", "slow", *_STATUS):
                     proxy.hits += 1
                     fault = fault if proxy.hits <= proxy.times else "pass"
+                if fault in _STATUS:
+                    code, headers = _STATUS[fault]
+                    self.reply(int(fault), b"" if self.command == "HEAD" else
+                               b"<Error><Code>%s</Code><Message>injected</Message></Error>" % code.encode(),
+                               headers)
+                    return
                 if fault == "slow":
                     proxy.release.wait(proxy.delay)
                 if fault == "500":
@@ -76,9 +91,16 @@ class FaultProxy:
                                b"rate.</Message></Error>")
                     return
                 conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
-                conn.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+                sent = {k: v for k, v in self.headers.items() if fault != "ranges-ignored" or k.lower() != "range"}
+                conn.request(self.command, self.path, body=body, headers=sent)
                 res = conn.getresponse()
                 data = res.read()
+                if fault == "flip" and self.command == "GET" and data:
+                    data = data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0x40]) + data[len(data) // 2 + 1:]
+                elif fault == "html-200" and self.command == "GET":
+                    self.reply(200, b"<html><body>Please sign in to the guest network</body></html>",
+                               [("Content-Type", "text/html")])
+                    return
                 headers = [(k, v) for k, v in res.getheaders()
                            if k.lower() not in ("content-length", "transfer-encoding", "connection")]
                 if self.command == "HEAD":

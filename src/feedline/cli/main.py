@@ -140,8 +140,23 @@ def _reader_gone() -> None:
     raise SystemExit(EXIT_PIPE) from None
 
 
+def _tolerant_output() -> None:
+    """Characters stdout cannot encode are written escaped (``\\xe7``), not raised: with
+    ``PYTHONIOENCODING=ascii`` or a POSIX locale, a non-ASCII dataset path in a summary
+    line ended a pack that had succeeded in a ``UnicodeEncodeError`` traceback (exit 1), and
+    a file name that is not UTF-8 (held as surrogates) does so under any locale."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # closed, or not a text stream of ours
+                pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
+    _tolerant_output()
     try:
         rv = command().main(args=argv, standalone_mode=False, prog_name="feedline")
     except SystemExit as e:

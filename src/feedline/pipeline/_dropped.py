@@ -39,13 +39,14 @@ class _Closer:
     def __init__(self) -> None:
         self.dropped: queue.SimpleQueue[weakref.ref[Any]] = queue.SimpleQueue()
         self.live: dict[int, tuple[weakref.ref[Any], Callable[[], None]]] = {}
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()  # `with` on the C lock: see feedline.pipeline._deferred_signals
+        self.cond = threading.Condition(self.lock)
         self.busy = 0  # closes taken off the queue and not finished
         self.thread: threading.Thread | None = None
 
     def watch(self, owner: object, close: Callable[[], None]) -> int:
         ref = weakref.ref(owner, self.dropped.put)  # C-level: no Python code as ``owner`` dies
-        with self.cond:
+        with self.lock:
             self.live[id(ref)] = (ref, close)
             if self.thread is None:
                 atexit.register(self.at_exit)
@@ -55,13 +56,13 @@ class _Closer:
         return id(ref)
 
     def forget(self, token: int) -> bool:
-        with self.cond:
+        with self.lock:
             return self.live.pop(token, None) is not None
 
     def _run(self) -> None:
         while True:
             ref = self.dropped.get()
-            with self.cond:
+            with self.lock:
                 entry = self.live.pop(id(ref), None)
                 self.busy += 1
             try:
@@ -74,13 +75,13 @@ class _Closer:
                 warnings.warn(f"closing a dropped feedline Loader failed: {type(exc).__name__}: {exc}",
                               RuntimeWarning, stacklevel=1)
             finally:
-                with self.cond:
+                with self.lock:
                     self.busy -= 1
                     self.cond.notify_all()
 
     def settle(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.cond:
+        with self.lock:
             while self.busy or not self.dropped.empty():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -89,7 +90,7 @@ class _Closer:
         return True
 
     def at_exit(self) -> None:
-        with self.cond:
+        with self.lock:
             alive, self.live = list(self.live.values()), {}
         from feedline.pipeline._deferred_signals import deferring_signals
 

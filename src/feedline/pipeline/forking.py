@@ -73,7 +73,8 @@ class ForkGate:
     def _reset(self) -> None:
         """A fresh gate (in a forked child: the parent's state, its forking thread
         included, means nothing there, and a loader the child starts uses the gate)."""
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # entered with `with` (C): see feedline.pipeline._deferred_signals
+        self._cond = threading.Condition(self._lock)
         self._working: Counter[int] = Counter()  # thread ident -> depth inside working()
         self._forking: int | None = None  # the ident of the thread forking now
         self._threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
@@ -89,14 +90,14 @@ class ForkGate:
     def working(self) -> Iterator[None]:
         """A section of a registered thread's work (entered only while nobody forks)."""
         me = threading.get_ident()
-        with self._cond:
+        with self._lock:
             while self._forking is not None and self._forking != me:
                 self._cond.wait()
             self._working[me] += 1
         try:
             yield
         finally:
-            with self._cond:
+            with self._lock:
                 self._working[me] -= 1
                 if not self._working[me]:
                     del self._working[me]
@@ -107,7 +108,7 @@ class ForkGate:
         """Hold every registered thread outside its work while the caller forks; yields
         False (nothing held) when one did not stop within ``timeout`` seconds."""
         me = threading.get_ident()
-        with self._cond:
+        with self._lock:
             held = self._cond.wait_for(lambda: self._forking is None, timeout)
             if held:
                 self._forking = me
@@ -121,7 +122,7 @@ class ForkGate:
         try:
             yield True
         finally:
-            with self._cond:
+            with self._lock:
                 self._forking = None
                 self._cond.notify_all()
 

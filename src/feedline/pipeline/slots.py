@@ -143,7 +143,8 @@ class SlotPool:
         self._layout: Layout | None = None
         self._free: deque[Slot] = deque()
         self._pending: deque[tuple[Slot, Fence]] = deque()
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # entered with `with` (C): see feedline.pipeline._deferred_signals
+        self._cond = threading.Condition(self._lock)
         self._count = 0
         self._ids = 0
         self._closed = False
@@ -187,7 +188,7 @@ class SlotPool:
                 f"pinned_budget={format_bytes(self.budget)}",
                 stage="pin", fix="raise pinned_budget or lower batch_size",
             )
-        with self._cond:
+        with self._lock:
             self._layout = layout
 
     def acquire(self) -> Slot:
@@ -200,7 +201,7 @@ class SlotPool:
         reuse_until: float | None = None
         try:
             while True:
-                with self._cond:
+                with self._lock:
                     if self._closed:
                         raise PoolClosed("slot pool closed")
                     self._reap()
@@ -260,7 +261,7 @@ class SlotPool:
 
     def _waited(self, since: float) -> None:
         now = time.perf_counter()
-        with self._cond:
+        with self._lock:
             self.budget_waits += 1
             self.budget_wait_s += now - since
         spans.emit("budget_wait", since, now)
@@ -302,7 +303,7 @@ class SlotPool:
         except (MemoryError, RuntimeError) as exc:
             if not isinstance(exc, MemoryError) and "allocate" not in str(exc):
                 raise
-            with self._cond:
+            with self._lock:
                 self._count -= 1  # never allocated
             raise ResourceError(
                 f"cannot allocate batch slot {slot_id} ({format_bytes(layout.nbytes)}, "
@@ -323,7 +324,7 @@ class SlotPool:
 
     def release(self, slot: Slot, fence: Fence | None = None) -> None:
         """Give ``slot`` back; it is reused only after ``fence`` (if any) completes."""
-        with self._cond:
+        with self._lock:
             if not self.reuse:
                 self._count -= 1  # the user's batch owns the memory now
                 self._returned.put(None)  # room to allocate: wake a producer waiting on returns
@@ -335,7 +336,7 @@ class SlotPool:
 
     def close(self) -> None:
         """Drop every slot and wake waiting producers (they get :class:`PoolClosed`)."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             for _, fence in self._pending:
                 fence.synchronize()

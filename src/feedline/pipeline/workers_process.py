@@ -410,7 +410,8 @@ class ProcessWorkers:
         _hook_fork()
         self._on_result, self._on_layout = on_result, on_layout
         self._probe_errors: dict[int, BaseException] = {}
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()  # entered with `with` (C): see feedline.pipeline._deferred_signals
+        self._cond = threading.Condition(self._lock)
         self._free: list[int] = []
         self._queued: deque[tuple[Job, Future[Any]]] = deque()  # waiting for an arena slot
         self._pending: dict[int, tuple[str, Future[Any]]] = {}  # job id -> (worker, future)
@@ -491,7 +492,7 @@ class ProcessWorkers:
         batch is late."""
         if self._stuck is not None or not self._stacks:
             return self._stuck
-        with self._cond:
+        with self._lock:
             busy = [n for n, load in self._load.items() if load > 0 and n in self._stacks]
         for name in busy:
             pid = self._procs[name].pid
@@ -522,7 +523,7 @@ class ProcessWorkers:
             self._wait_for("mapped")
         finally:
             shm.release(spec)  # every worker has it mapped (or one failed)
-        with self._cond:
+        with self._lock:
             self._free = list(range(1 if probe else 0, spec.count))
             self.loans = Loans(spec.count, len(self._procs))
         self._dispatch()
@@ -531,7 +532,7 @@ class ProcessWorkers:
         """Tensors over arena slot ``slot`` (its ``views``), which stays out of use after its
         result is taken until they are gone (see :mod:`.arena_loans`); ``None`` when the
         loans are at their cap (then copy it out)."""
-        with self._cond:
+        with self._lock:
             if self.loans is None or self._closed or not self.loans.take(slot):
                 return None
             loans = self.loans
@@ -539,7 +540,7 @@ class ProcessWorkers:
 
     def _reap_loans(self) -> None:
         """Slots whose batches are gone are free again; send the jobs waiting for one."""
-        with self._cond:
+        with self._lock:
             if self.loans is None or self._closed:
                 return
             back = self.loans.returned()
@@ -597,7 +598,7 @@ class ProcessWorkers:
         """Queue ``job`` for the least-loaded worker (sent when an arena slot is free; the
         probe and custom-collate jobs need none). Never blocks."""
         fut: Future[Any] = Future()
-        with self._cond:
+        with self._lock:
             if self._dead is not None or self._closed:
                 fut.set_exception(self._dead or WorkerDied("process workers closed"))
                 return fut
@@ -609,7 +610,7 @@ class ProcessWorkers:
     def _dispatch(self) -> None:
         """Send queued jobs while arena slots (or slotless jobs) allow, in order."""
         while True:
-            with self._cond:
+            with self._lock:
                 if not self._queued or self._closed or self._dead is not None:
                     return
                 job, fut = self._queued[0]
@@ -688,7 +689,7 @@ class ProcessWorkers:
                 pass
 
     def _complete(self, res: Result) -> None:
-        with self._cond:
+        with self._lock:
             name, fut = self._pending.pop(res.jid)
             self._load[name] -= 1
         try:
@@ -708,13 +709,13 @@ class ProcessWorkers:
         finally:
             views = {}
             if res.slot >= 0:
-                with self._cond:
+                with self._lock:
                     if self.loans is None or res.slot not in self.loans.lent:
                         self._free.append(res.slot)
             self._dispatch()
 
     def _fail_all(self, err: WorkerDied) -> None:
-        with self._cond:
+        with self._lock:
             self._dead = err
             pending, self._pending = self._pending, {}
             queued, self._queued = self._queued, deque()
@@ -725,7 +726,7 @@ class ProcessWorkers:
 
     def close(self) -> None:
         """Stop every worker (a stuck one gets TERM, then KILL), join the reader, unmap."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
