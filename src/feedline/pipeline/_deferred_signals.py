@@ -1,8 +1,8 @@
 """Run a blocking clean-up from a finalizer without losing the signals that arrive meanwhile.
 
-A loader dropped without ``close()`` (``loader = Loader(...)`` again every
-epoch) is closed by its ``weakref.finalize``, which waits for the workers to
-stop. Python runs signal handlers in the main thread between bytecodes, so a
+A loader still alive at interpreter exit is closed by an ``atexit`` hook
+(:mod:`._dropped`; one dropped before is closed on a thread of its own), which
+waits for the workers to stop. Python runs signal handlers in the main thread between bytecodes, so a
 Ctrl-C (``KeyboardInterrupt``) or a ``SIGTERM`` handler that calls
 ``sys.exit`` (a cluster's pre-emption notice) fires *inside* the finalizer,
 where the exception is printed as "Exception ignored in" and dropped: the
@@ -23,6 +23,12 @@ process (``logging`` releases its lock there) in Python; a Ctrl-C that arrived
 during the fork was raised inside one of them, printed as "Exception ignored in"
 and dropped (the training went on, and ``logging``'s lock could stay held). While
 it is held, a signal is only noted; it is delivered once the block has ended.
+
+The same hazard sits in ``with condition:`` on the training thread:
+``threading.Condition.__enter__`` is Python code, so a Ctrl-C raised in it just after it
+took the lock leaves the lock held (the ``with`` block never started), and the next batch
+waits for ever. The conditions the training thread enters (process workers, slot pool,
+fork gate) are made over a lock of their own, and ``with`` takes that C lock.
 """
 
 from __future__ import annotations

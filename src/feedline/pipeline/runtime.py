@@ -8,8 +8,8 @@ worker like any other (so a crash, an ``os._exit`` or a hang in it is a
 ``WorkerDied`` / ``LoaderTimeout``, never the training process's death), and
 its samples decide the layout; the plan (:mod:`feedline.pipeline.plan`) is made
 from it once and shared with every worker. It holds no reference to the
-:class:`~feedline.pipeline.loader.Loader`, so
-``weakref.finalize(loader, runtime.close)`` can clean up when it is dropped.
+:class:`~feedline.pipeline.loader.Loader`, so a loader dropped without ``close()`` is
+closed on the closer thread (:mod:`feedline.pipeline._dropped`).
 """
 
 from __future__ import annotations
