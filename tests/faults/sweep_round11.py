@@ -103,14 +103,18 @@ def remote_case(h: ModuleType, mode: str, target: str, how: str) -> CaseFn:
                 got_kind, got = h.expect_clear(go, target)
         finally:
             _reset(proxy)
-        took = time.monotonic() - t0
-        if got_kind == "ok":
-            if got != store["truth"]:
-                raise h.Failure(f"{mode}: wrong or missing bytes: {sorted(set(store['truth']) ^ set(got))[:3]}")
-            return f"exact after {took:.1f} s"
-        return f"{took:.1f} s: {got}"
+        return remote_verdict(h, store, mode, got_kind, got, time.monotonic() - t0)
 
     return run
+
+
+def remote_verdict(h: ModuleType, store: dict[str, Any], mode: str, got_kind: str, got: Any, took: float) -> str:
+    """Every object's bytes exactly, or the clear error ``expect_clear`` let through."""
+    if got_kind == "ok":
+        if got != store["truth"]:
+            raise h.Failure(f"{mode}: wrong or missing bytes: {sorted(set(store['truth']) ^ set(got))[:3]}")
+        return f"exact after {took:.1f} s"
+    return f"{took:.1f} s: {got}"
 
 
 def deleted_case(h: ModuleType, how: str) -> CaseFn:

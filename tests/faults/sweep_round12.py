@@ -853,15 +853,20 @@ def sigint_case(h: ModuleType, seed: int, n: int) -> CaseFn:
     none is "Exception ignored"."""
 
     def run(tmp: Path) -> str:
-        res = child(h, SIGINT_RETURN, str(n), str(seed), str(tmp), timeout=400)
-        kind, got = verdict(h, res)
-        if kind == "error":
-            raise h.Failure(f"an error: {got}")
-        if got["lost"] or got["ignored"]:
-            raise h.Failure(f"{got['lost']} of {n} interrupts lost, ignored: {got['ignored'][:3]}")
-        return f"{got['got']} of {n} interrupts reached the loop"
+        return sigint_run(h, SIGINT_RETURN, n, seed, tmp)
 
     return run
+
+
+def sigint_run(h: ModuleType, body: str, n: int, seed: int, tmp: Path) -> str:
+    """Run a ``SIGINT_RETURN``-like ``body``: every one of ``n`` Ctrl-Cs reached the loop."""
+    res = child(h, body, str(n), str(seed), str(tmp), timeout=400)
+    kind, got = verdict(h, res)
+    if kind == "error":
+        raise h.Failure(f"an error: {got}")
+    if got["lost"] or got["ignored"]:
+        raise h.Failure(f"{got['lost']} of {n} interrupts lost, ignored: {got['ignored'][:3]}")
+    return f"{got['got']} of {n} interrupts reached the loop"
 
 
 # ----------------------------------------------------------------------------- cases

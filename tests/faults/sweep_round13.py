@@ -274,9 +274,6 @@ def _extracted(tar: Path) -> dict[tuple[str, str], list[bytes]]:
             key, _, field = name.partition(".")
             prefix = base[0] + "/" if len(base) > 1 else ""
             out.setdefault((prefix + key, field), []).append(f.read())
-    for seed in range(2):
-        out.append(("signals", f"sigint-as-process-batches-die-{seed}", sigint_case(h, 1350 + seed, 400, "process")))
-    out.append(("signals", "sigint-as-loaders-are-dropped", sigint_case(h, 1360, 200, "dropped")))
     return out
 
 
@@ -354,7 +351,7 @@ def objstore_case(h: ModuleType, mode: str, target: str) -> CaseFn:
         proxy = store["proxy"]
         if not hasattr(proxy, "extra_modes"):
             raise h.Skip("FaultProxy without round-13 modes")
-        fault, _, how = mode.partition("-loader")
+        fault = mode.partition("-loader")[0]
         loader = mode.endswith("-loader")
         times = 1 if fault.endswith("-once") else 1 << 30
         fault = fault.replace("-once", "").replace("-shard", "")
@@ -381,11 +378,7 @@ def objstore_case(h: ModuleType, mode: str, target: str) -> CaseFn:
         took = time.monotonic() - t0
         if took > 120:
             raise h.Failure(f"{took:.0f} s: retries not bounded")
-        if got_kind == "ok":
-            if got != store["truth"]:
-                raise h.Failure(f"{mode}: wrong or missing bytes: {sorted(set(store['truth']) ^ set(got))[:3]}")
-            return f"exact after {took:.1f} s"
-        return f"{took:.1f} s: {got}"
+        return sweep_round11.remote_verdict(h, store, mode, got_kind, got, took)
 
     return run
 
@@ -412,8 +405,6 @@ def _env() -> dict[str, str]:
 
 
 def _check_latest(h: ModuleType, d: Path, committed: int) -> str:
-    from feedline.checkpoint import Checkpointer
-
     with h.deadline(60):
         kind, got = h.expect_clear(lambda: _load_latest(d), str(d))
     if kind != "ok":
@@ -427,7 +418,6 @@ def _check_latest(h: ModuleType, d: Path, committed: int) -> str:
     w = state["w"].numpy() if hasattr(state["w"], "numpy") else state["w"]
     if state["step"] != step or not (w == step).all() or state["meta"]["s"] != str(step):
         raise h.Failure(f"checkpoint {step} holds another step's data")
-    del Checkpointer
     return f"step {step} loads exactly"
 
 
@@ -472,7 +462,6 @@ def kill9_case(h: ModuleType, seed: int) -> CaseFn:
         left = [p.name for p in d.iterdir() if ".tmp" in p.name or p.name.startswith(".")]
         verdict = _check_latest(h, d, committed)
         # a new checkpointer on the folder saves over the debris
-        from feedline.checkpoint import Checkpointer
 
         with h.deadline(60):
             kind, msg = h.expect_clear(lambda: _save_again(d, 10**6), str(d))
@@ -626,7 +615,6 @@ def bomb_case(h: ModuleType, kind: str) -> CaseFn:
     a clear error naming the checkpoint, never a crash, a hang or a huge allocation."""
 
     def run(tmp: Path) -> str:
-        import resource
 
         from feedline.checkpoint import Checkpointer, load
 
@@ -652,7 +640,6 @@ def bomb_case(h: ModuleType, kind: str) -> CaseFn:
         else:
             text = json.dumps(_edit_tensors(doc, kind))
         header.write_text(text, errors="surrogateescape")
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         with h.deadline(60):
             kind_, got = h.expect_clear(lambda: load(d), str(d), header.name, "checkpoint", "tensor")
         if kind_ == "ok":
@@ -660,7 +647,6 @@ def bomb_case(h: ModuleType, kind: str) -> CaseFn:
             if w.shape != (4, 4) or not (w.ravel() == np.arange(16)).all():
                 raise h.Failure(f"{kind}: loaded something else: {w.shape}")
             return "loaded as saved (the edit touched nothing read)"
-        del soft, hard
         return got
 
     return run
@@ -703,8 +689,9 @@ def foreign_state_case(h: ModuleType, how: str) -> CaseFn:
     def run(tmp: Path) -> str:
         import copy
 
-        import feedline
         from faults_helpers import Numbers
+
+        import feedline
 
         ds = Numbers(96)
         kw: dict[str, Any] = {"batch_size": 4, "workers": 2, "seed": 3}
@@ -902,13 +889,7 @@ def sigint_case(h: ModuleType, seed: int, n: int, mode: str) -> CaseFn:
         # is lost inside that Cython module's initialisation, not in feedline: import it first
         body = body.replace("    import random, signal\n", "    import random, signal\n    import numpy.random\n")
         assert body != r12.SIGINT_RETURN and "numpy.random" in body
-        res = r12.child(h, body, str(n), str(seed), str(tmp), timeout=400)
-        kind, got = r12.verdict(h, res)
-        if kind == "error":
-            raise h.Failure(f"an error: {got}")
-        if got["lost"] or got["ignored"]:
-            raise h.Failure(f"{got['lost']} of {n} interrupts lost, ignored: {got['ignored'][:3]}")
-        return f"{got['got']} of {n} interrupts reached the loop"
+        return r12.sigint_run(h, body, n, seed, tmp)
 
     return run
 

@@ -69,7 +69,7 @@ class _Closer:
                 if entry is not None:
                     with forking.GATE.working():
                         entry[1]()
-            except Exception as exc:  # noqa: BLE001 - a thread has no caller: say it
+            except Exception as exc:
                 import warnings
 
                 warnings.warn(f"closing a dropped feedline Loader failed: {type(exc).__name__}: {exc}",
