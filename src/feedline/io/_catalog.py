@@ -74,7 +74,7 @@ class Catalog:
             ((s.index.schema, s.index.num_samples) for s in self.shards), self.manifest.fields
         )
         self._labels: dict[str, np.ndarray] = {}
-        self._spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._spans: dict[str, np.ndarray] = {}
 
     def label_column(self, name: str) -> np.ndarray:
         """int64 value of label field ``name`` for every sample in global order (built once)."""
@@ -85,25 +85,27 @@ class Catalog:
             self._labels[name] = column  # a race only builds the same column twice
         return column
 
-    def member_spans(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(offset, size)`` of field ``name``'s member for every sample in global order,
-        int64 (size ``-1`` where a sample lacks the field; built once, 16 bytes a sample):
-        a batch's members are then found with one gather, not a numpy pass per shard."""
+    def member_spans(self, name: str) -> np.ndarray:
+        """``(offset, size)`` of field ``name``'s member for every sample in global order: an
+        int64 ``(num_samples, 2)`` array (size ``-1`` where a sample lacks the field; built
+        once, 16 bytes a sample). A batch's members are then one gather and one ``tolist``,
+        not a numpy pass per shard or per column (each numpy call after a decode runs with
+        cold caches: see :func:`feedline.io._columns.read_members`)."""
         spans = self._spans.get(name)
         if spans is None:
-            offsets, sizes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+            parts = [np.zeros((0, 2), dtype=np.int64)]
             for shard in self.shards:
                 rows, members = shard.index.field_rows(name), shard.index.members
                 has = rows >= 0
-                at = np.where(has, rows, 0)
+                part = np.zeros((len(rows), 2), dtype=np.int64)
+                part[:, 1] = -1
                 if len(members):
-                    offsets.append(np.where(has, members["offset"][at].astype(np.int64), 0))
-                    sizes.append(np.where(has, members["size"][at].astype(np.int64), -1))
-                else:
-                    offsets.append(np.zeros(len(rows), dtype=np.int64))
-                    sizes.append(np.full(len(rows), -1, dtype=np.int64))
-            spans = self._spans[name] = (np.concatenate(offsets), np.concatenate(sizes))
-        return spans  # a race only builds the same arrays twice
+                    at = rows[has]
+                    part[has, 0] = members["offset"][at]
+                    part[has, 1] = members["size"][at]
+                parts.append(part)
+            spans = self._spans[name] = np.concatenate(parts)
+        return spans  # a race only builds the same array twice
 
     @property
     def num_samples(self) -> int:

@@ -289,6 +289,14 @@ class PackedDataset:
     # -- reading -----------------------------------------------------------------
     @staticmethod
     def _indices(indices: Iterable[int], n: int) -> np.ndarray:
+        # a loader's own indices (a list of ints, or int64): only the range is checked here
+        # (np.issubdtype and the conversions cost a read of 16 JPEGs ~4 us a sample, measured)
+        if type(indices) is list and all(type(i) is int for i in indices):
+            if not indices or (min(indices) >= 0 and max(indices) < n):
+                return np.array(indices, dtype=np.int64)
+        elif type(indices) is np.ndarray and indices.dtype == np.int64 and indices.ndim == 1:
+            if not indices.size or (indices.min() >= 0 and indices.max() < n):
+                return indices
         if isinstance(indices, (str, bytes, bytearray)) or not hasattr(indices, "__iter__"):
             raise ArgumentError(f"indices must be a sequence of ints, got {type(indices).__name__}",
                                 field="indices")
