@@ -294,9 +294,9 @@ class PackedDataset:
         if type(indices) is list and all(type(i) is int for i in indices):
             if not indices or (min(indices) >= 0 and max(indices) < n):
                 return np.array(indices, dtype=np.int64)
-        elif type(indices) is np.ndarray and indices.dtype == np.int64 and indices.ndim == 1:
-            if not indices.size or (indices.min() >= 0 and indices.max() < n):
-                return indices
+        elif (type(indices) is np.ndarray and indices.dtype == np.int64 and indices.ndim == 1
+              and (not indices.size or (indices.min() >= 0 and indices.max() < n))):
+            return indices
         if isinstance(indices, (str, bytes, bytearray)) or not hasattr(indices, "__iter__"):
             raise ArgumentError(f"indices must be a sequence of ints, got {type(indices).__name__}",
                                 field="indices")
