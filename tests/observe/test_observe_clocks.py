@@ -219,6 +219,35 @@ def test_a_loader_rebuilt_at_one_place_each_epoch_is_one_data_path() -> None:
     assert sc.clock(other) is not first and sc.training() is first
 
 
+def slow_pass(sc: StepClocks, loader: object, n: int, latency: float) -> None:
+    """One pass of ``n`` batches of ``loader``, each taking ``latency`` to arrive."""
+    now = time.perf_counter()
+    sc.on_iter(loader, now, now)
+    for i in range(n):
+        sc.on_next(loader, lambda i=i: time.sleep(latency) or i)  # the storage's latency
+    with pytest.raises(StopIteration):
+        sc.on_next(loader, _stop)
+
+
+@pytest.mark.timeout(30)
+def test_training_sets_taken_in_turn_by_epoch_the_one_the_run_waits_in_trains() -> None:
+    # even epochs on a slow remote set (8 batches), odd ones on a quick in-memory set of
+    # hard examples (12 batches): most of the run is spent in the slow one's passes
+    sc, remote, hard = clocks(), object(), object()
+    for epoch in range(4):
+        if epoch % 2 == 0:
+            slow_pass(sc, remote, 8, 0.003)
+        else:
+            slow_pass(sc, hard, 12, 0.0)
+    assert sc.clock(hard).steps > sc.clock(remote).steps
+    assert sc.training() is sc.clock(remote) and sc.chosen_for_time(sc.clock(remote))
+    # passes of comparable length: the one with the most steps, as before
+    sc, a, b = clocks(), object(), object()
+    for epoch in range(4):
+        slow_pass(sc, a if epoch % 2 == 0 else b, 8 if epoch % 2 == 0 else 12, 0.001)
+    assert sc.training() is sc.clock(b) and not sc.chosen_for_time(sc.clock(b))
+
+
 def test_a_pass_left_before_its_end_ends_at_its_last_batch() -> None:
     # an engine's evaluator takes epoch_length=len(val) batches and never sees
     # StopIteration: each validation pass ends at its last batch, not at the loader's

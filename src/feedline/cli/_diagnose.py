@@ -18,7 +18,7 @@ HELP = (
     "(fork, spawn and forkserver workers) and host-to-device copies are timed in the child "
     "process; GPU time comes from CUDA events. Each loader is reported separately; the "
     "verdict (data-bound, compute-bound, balanced, or unknown with the reason) is about the "
-    "training loader (not run inside another loader's pass, with the most steps); --steps counts its steps only. The run is the user's run: nothing is "
+    "training loader (not run inside another loader's pass, with the most steps or far the longest passes); --steps counts its steps only. The run is the user's run: nothing is "
     "replayed unless --ab is given with --steps. Exits with the training command's exit "
     "status (128+N when it was killed by signal N); SIGTERM and SIGINT are passed on to it."
 )

@@ -228,6 +228,15 @@ class LoaderClock:
         """Steps taken in the current pass while it is open (0 when no pass is open)."""
         return self.steps - self.pass_step0 if len(self.pass_starts) > len(self.pass_ends) else 0
 
+    def passes(self, end: float) -> list[tuple[float, float]]:
+        """Its passes as (start, end): one left before its StopIteration (``next(iter(
+        loader))`` to peek, a ``break``) ends at its last batch, so that it cannot swallow
+        the steps of another loader; ``end``: when the run stopped."""
+        last = self.starts[-1] + self.waits[-1] if self.starts else 0.0
+        ends = list(self.pass_ends) + [min(end, max(p0, last)) for p0 in
+                                       self.pass_starts[len(self.pass_ends):]]
+        return list(zip(self.pass_starts, ends, strict=False))
+
     @property
     def counts(self) -> bool:
         """Whether this loader may be the training one (not run inside another's pass)."""
@@ -279,13 +288,7 @@ class LoaderClock:
         gpu: list[float] = []
         if self.timer is not None:
             gpu = self.timer.finish() if final else self.timer.snapshot()
-        # A pass left before its StopIteration (``next(iter(loader))`` to peek, a ``break``)
-        # ends at its last batch, so it cannot swallow the steps of another loader.
-        last = self.starts[-1] + self.waits[-1] if self.starts else 0.0
-        ends = list(self.pass_ends) + [min(end, max(p0, last)) for p0 in
-                                       self.pass_starts[len(self.pass_ends):]]
-        return StepsView(list(self.starts), waits, bodies, list(self.runq), gpu,
-                         list(zip(self.pass_starts, ends, strict=False)))
+        return StepsView(list(self.starts), waits, bodies, list(self.runq), gpu, self.passes(end))
 
 
 class NestedPass:
@@ -301,6 +304,11 @@ class NestedPass:
             raise AttributeError(name)
         return getattr(self.loader, name)
 
+
+LONGER_PASSES = 2.0
+"""A loader that may be training and whose passes took more than this many times as long as
+those of the one with most steps is the training loader (:meth:`StepClocks.training`):
+their time with other loaders' passes inside them and the first wait (warm-up) left out."""
 
 IN_TURN = 8
 """A loader taken in turn with another steps at least once every this many of its steps
@@ -409,6 +417,17 @@ class _Intervals:
     def first_start_after(self, a: float, default: float) -> float:
         i = bisect.bisect_left(self.starts, a)
         return self.starts[i] if i < len(self.starts) else default
+
+
+def _merged(items: list[tuple[float, float]]) -> _Intervals:
+    """``items`` as disjoint intervals (a pass nested in another counts once)."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(items):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return _Intervals(out)
 
 
 class StepClocks:
@@ -722,13 +741,42 @@ class StepClocks:
         """The training loader: the one named by the caller, else the one with most steps
         among those not run inside another loader's pass (ties: the one stepped first),
         leaving out those the optimizer tells are not training (:meth:`evaluation`), then
-        preferring those with a pass begun with autograd enabled (:attr:`LoaderClock.grad`).
+        preferring those with a pass begun with autograd enabled (:attr:`LoaderClock.grad`);
+        but one of those whose passes took more than :data:`LONGER_PASSES` times as long
+        as its passes is where the run trains (two training sets taken in turn by epoch:
+        16 quick in-memory batches against 12 slow ones, most of the run spent on these).
         None before any step."""
         if self.primary is not None and self.find(self.primary) is not None:
             return self.find(self.primary)
+        most, longest = self._most_and_longest()
+        return longest if longest is not None else most
+
+    def chosen_for_time(self, c: LoaderClock) -> bool:
+        """Whether :meth:`training` chose ``c`` for its passes' time, not its steps."""
+        return self.primary is None and self._most_and_longest()[1] is c
+
+    def _most_and_longest(self) -> tuple[LoaderClock | None, LoaderClock | None]:
+        """Of the loaders that may be training: the one with most steps, and one whose
+        passes took more than :data:`LONGER_PASSES` times as long as its (or None)."""
         stepped = [c for c in self.clocks.values() if c.steps]
         stepped = [c for c in stepped if not c.inner] or stepped
         # not evaluation by the optimizer's account, then not by autograd's (no_grad only)
         stepped = [c for c in stepped if not self.evaluation(c)] or stepped
         stepped = [c for c in stepped if c.grad] or stepped
-        return min(stepped, key=lambda c: (-c.steps, c.starts[0])) if stepped else None
+        if not stepped:
+            return None, None
+        most = min(stepped, key=lambda c: (-c.steps, c.starts[0]))
+        if len(stepped) == 1:
+            return most, None
+        end = time.perf_counter()
+        spent = {id(c): self._own_time(c, end) for c in stepped}
+        longest = max(stepped, key=lambda c: spent[id(c)])
+        return most, (longest if spent[id(longest)] > LONGER_PASSES * spent[id(most)] else None)
+
+    def _own_time(self, c: LoaderClock, end: float) -> float:
+        """Seconds of ``c``'s passes, the passes of other loaders on its threads (validation
+        run inside them) taken out, and its first wait (its workers' start, warm-up)."""
+        inside = _merged([p for o in list(self.clocks.values()) if o is not c and o.tids & c.tids
+                          for p in o.passes(end)])
+        total = sum(b - a - inside.overlap(a, b) for a, b in c.passes(end))
+        return max(0.0, total - (c.waits[0] if c.waits else 0.0))

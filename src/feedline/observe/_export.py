@@ -110,7 +110,8 @@ def render_text(rep: Report, width: int = 100) -> str:
         how = (f"stepped in lockstep with {', '.join(zipped)}, whose waits each step also "
                "pays; the one that waits most" if zipped else
                "not run inside another loader's pass nor only under no_grad, with the most "
-               "steps")
+               + ("time in its passes (more than twice the loader with the most steps)"
+                  if rep.loader.get("chosen_for") == "time" else "steps"))
         built = int(rep.loader.get("instances") or 1)
         if built > 1:
             how += f"; built {built} times at the same place in the code, one data path"

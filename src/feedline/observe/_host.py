@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from feedline.observe._children import child_pids
+from feedline.children import child_pids
 
 
 def cuda_ordinal(device: Any) -> int:

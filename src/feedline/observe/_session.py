@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from typing import Any, NoReturn
 
 from feedline import spans
-from feedline.observe._children import LiveChildren
+from feedline.children import KEPT_STAGES, SinceLast
 from feedline.observe._clock import (
     LoaderClock,
     StepClocks,
@@ -226,6 +226,7 @@ class Session:
             end = min(end, self._limit_at)
         clocks = sorted(self.clocks.clocks.values(), key=lambda c: c.order)
         train = self.clocks.training()
+        by_time = train is not None and self.clocks.chosen_for_time(train)
         # Loaders zipped with the training loader (or taken in turn with it) are one data
         # path: the step is the one that waits most, and it waits for all of them (their
         # waits fold into its own). One iterated under no_grad only, beside a training
@@ -236,6 +237,7 @@ class Session:
             group = [train, *zipped]
             train = _waits_most(train, group)
             zipped = [c for c in group if c is not train]
+            by_time = False
         group_ids = {id(c) for c in zipped} | {id(train)} if zipped else set()
         all_spans = self._spans(final)
         passes = {c.label: c.steps_view(end, [], final).passes for c in clocks}
@@ -287,6 +289,7 @@ class Session:
             loader=dict(train.config) | {"label": train.label, "consumer": (
                 "main" if threading.main_thread().ident in train.tids else "thread")}
             | ({"zipped_with": [c.label for c in zipped]} if zipped else {})
+            | ({"chosen_for": "time"} if by_time else {})
             | ({"draws_per_step": round(draws, 2)} if draws > 1 else {})
             | dropped(_of(all_spans, train.label), self.clocks.owners_of(train),
                       self.batch_size or train.batch_samples),
@@ -350,10 +353,6 @@ class Session:
         return rep
 
 
-KEPT_CHILDREN_STAGES = ("read", "decode", "transform")
-"""A feedline.Loader thread worker's stages that may wait on a decoder process it keeps."""
-
-
 class _LoaderSink:
     """The span sink of a session: files a span emitted on a thread that is inside a
     loader's ``next()`` (a loader's consumer side) under that loader; spans of threads
@@ -362,34 +361,20 @@ class _LoaderSink:
     def __init__(self, recorder: Recorder, clocks: StepClocks,
                  skip: Callable[[], Collection[int]] = frozenset) -> None:
         self.recorder, self.clocks = recorder, clocks
-        self._kids = LiveChildren(skip=skip)
-        self._kids_at: dict[int, float] | None = None
-        self._kids_lock = threading.Lock()
+        self._kids = SinceLast(skip=skip)
 
     def record(self, stage: str, start: float, end: float, attrs: dict[str, Any]) -> None:
         if "owner" not in attrs and "loader" not in attrs:
             label = self.clocks.current()
             if label is not None:
                 attrs["loader"] = label
-        if (stage in KEPT_CHILDREN_STAGES and "cpu" in attrs
+        if (stage in KEPT_STAGES and "cpu" in attrs and "child_cpu" not in attrs
                 and attrs.get("worker") == threading.current_thread().name):
-            kids = self._children_cpu()
+            # a thread worker's span: a decoder process it keeps ran while it waited
+            kids = self._kids()
             if kids > 0:
                 attrs["child_cpu"] = kids
         self.recorder.record(stage, start, end, attrs)
-
-    def _children_cpu(self) -> float:
-        """CPU seconds this process's live children (not loader workers) used since the
-        last stage span a thread worker ended: a decoder the dataset or the user's
-        ``decode`` keeps (a process pool, a pipe) is on the CPU while the worker thread
-        waits for it, which its thread CPU calls blocked time. Each second of theirs goes
-        to one span (the next to end), so the spans' sum is their CPU over the run."""
-        with self._kids_lock:
-            now = self._kids.start()
-            before, self._kids_at = self._kids_at, now
-        if before is None:
-            return 0.0
-        return sum(max(0.0, cpu - before.get(pid, cpu)) for pid, cpu in now.items())
 
 
 def _device_timed(s: Span, events: Any, final: bool) -> Span:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from feedline.observe._children import LiveChildren
+from feedline.children import LiveChildren
 from feedline.observe._scratch import open_text
 from feedline.observe._stats import Span
 

@@ -39,6 +39,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from feedline import spans
+from feedline.children import KEPT_STAGES, SinceLast
 from feedline.errors import ConfigError, ResourceError, WorkerDied, WorkerError
 from feedline.pipeline import (
     _by_reference,
@@ -120,8 +121,15 @@ def rebuild_error(payload: dict[str, Any]) -> WorkerError:
     return err
 
 
-def _recorder(timings: list[tuple[str, float, float, dict[str, Any]]]) -> Record:
+def _recorder(timings: list[tuple[str, float, float, dict[str, Any]]], kids: SinceLast) -> Record:
+    """Records a job's stage spans; a read, decode or transform span carries the CPU the
+    worker's own live children used since the last one (``child_cpu``: a decoder process
+    the user's ``decode`` keeps, whose work the worker's thread CPU calls blocked time)."""
     def record(stage: str, t0: float, t1: float, attrs: dict[str, Any]) -> None:
+        if stage in KEPT_STAGES and "cpu" in attrs:
+            cpu = kids()
+            if cpu > 0:
+                attrs = attrs | {"child_cpu": cpu}
         timings.append((stage, t0, t1, attrs))
 
     return record
@@ -137,6 +145,7 @@ class _Worker:
         self.arena: shm.Arena | None = None
         self.plan: BatchPlan | None = None
         self.segments = result_buffers.Segments.usable()
+        self.kids: SinceLast | None = None
 
     def serve(self) -> None:
         self.conn.send(("ready", self.name))
@@ -192,7 +201,9 @@ class _Worker:
         ctx, name = self.ctx, self.name
         res = Result(job, name, slot, jid)
         try:
-            record = _recorder(res.timings) if timed else None
+            if timed and self.kids is None:
+                self.kids = SinceLast()
+            record = _recorder(res.timings, self.kids) if self.kids is not None and timed else None
             if self.custom_collate is not None:
                 prep = prepare(ctx, ctx.sample_stages(), job, name, record)
                 res.custom = run_collate(self.custom_collate, prep, name)

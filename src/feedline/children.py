@@ -1,4 +1,4 @@
-"""CPU time of the live child processes a fetch waits on.
+"""CPU time of the live child processes a fetch waits on (a leaf module: stdlib only).
 
 A dataset may decode in processes it keeps: a ``ProcessPoolExecutor`` made once
 and mapped over each batch, a ``subprocess.Popen`` decoder streaming through
@@ -7,12 +7,16 @@ blocked on a pipe while its child burns CPU, so the fetch's thread CPU calls it
 I/O. A child that ended and was waited for is in ``os.times()`` (see
 ``_torch_hooks.children_cpu``); a live one only in ``/proc``. :class:`LiveChildren`
 reads the CPU of this process's live children (and of their waited-for children)
-around a fetch. Linux only; elsewhere every delta is 0.
+around a fetch, and :class:`SinceLast` hands their CPU to one stage span after another.
+A leaf module so that a feedline.Loader process worker, whose ``decode`` may keep its
+own decoder processes, reads its children where they are (observe cannot run there).
+Linux only; elsewhere every delta is 0.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Collection
 
@@ -96,3 +100,28 @@ class LiveChildren:
                 total += cpu - cpu0
                 ran += 1
         return total, ran
+
+
+KEPT_STAGES = ("read", "decode", "transform")
+"""A feedline.Loader worker's stages that may wait on a decoder process it keeps."""
+
+
+class SinceLast:
+    """CPU seconds this process's live children (those ``skip`` does not name) used since
+    the previous call: a decoder a worker keeps (a process pool, a pipe) is on the CPU
+    while the worker waits for it, which the worker's thread CPU calls blocked time. Each
+    second of theirs goes to one call (the next stage span to end), so the spans' sum is
+    their CPU over the run; the first call only takes the baseline (0). Thread-safe."""
+
+    def __init__(self, skip: Callable[[], Collection[int]] = frozenset) -> None:
+        self._kids = LiveChildren(skip=skip)
+        self._at: dict[int, float] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            now = self._kids.start()
+            before, self._at = self._at, now
+        if before is None:
+            return 0.0
+        return sum(max(0.0, cpu - before.get(pid, cpu)) for pid, cpu in now.items())
