@@ -64,6 +64,14 @@ re-iterated on ``StopIteration``, a length curriculum that changes the dataset b
 epochs, spawned persistent workers that open a slow connection in ``worker_init_fn``,
 gradient checkpointing, ``torch.save`` every 8 steps (the ``checkpoint`` stage), and
 ``feedline.Loader`` thread workers whose ``decode=`` waits on a process pool it keeps.
+Round 13 (``o_*.py``) adds ``feedline.Loader`` process workers whose ``decode=`` keeps a
+``Popen`` decoder of its own, an HF-like trainer resumed mid-epoch (a lazily built loader
+over a ``SkipBatchSampler``), Lightning's ``val_check_interval`` and
+``limit_train_batches`` in a hand-written fit, torchrun ranks with forkserver persistent
+workers and ``set_epoch``, an ``IterableDataset`` streaming JSON lines over HTTP from
+127.0.0.1, ``torch.compile`` recompiling for a ragged last batch, two training sets taken
+in turn by epoch (the quick one with more steps), and the docs' custom ``pin_memory()``
+batch with ``pin_memory=True`` on a CPU host.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -500,6 +508,34 @@ TRUTH = {
     # feedline.Loader, thread workers, decode= hands each record to a kept process pool
     "p_feedline_pool_decode": Truth("data-bound", "decode", DATA,
                                     "epoch 0: 24 batches\nepoch 1: 24 batches\n"),
+    # -- round 13 (o_*.py)
+    # feedline.Loader, process workers, decode= pipes each record to a Popen decoder it keeps
+    "o_feedline_process_decoder": Truth("data-bound", "decode", DATA,
+                                        "epoch 0: 16 batches\nepoch 1: 16 batches\n"),
+    # an HF-like Trainer resumed mid-epoch: a lazily built loader, SkipBatchSampler, callbacks
+    "o_hf_resume_skip": Truth("data-bound", "read", DATA,
+                              "resumed at update 3, global_step 20, evaluations 5\n"),
+    # a LightningModule-like fit: validation every 8 batches mid-epoch, limit_train_batches=16
+    "o_lightning_val_interval": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 16 steps, global_step {16 * (e + 1)}\n" for e in range(3))
+        + "validations 6\n"),
+    # torchrun, 2 gloo ranks, DDP, DistributedSampler.set_epoch, forkserver persistent workers
+    "o_torchrun_forkserver_decode": Truth("data-bound", "decode", DATA, "rank 0/2 steps 16\n",
+                                          launcher=("-m", "torch.distributed.run", "--standalone",
+                                                    "--nproc-per-node", "2")),
+    # an IterableDataset streaming JSON lines from 127.0.0.1 over HTTP, shards per worker
+    "o_http_chunked_stream": Truth("data-bound", "read", DATA,
+                                   "epoch 0: 40 batches\nepoch 1: 40 batches\n"),
+    # torch.compile (aot_eager): compiled at the first step, again for the ragged last batch
+    "o_compile_ragged_last": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 13 steps, last batch 8\n" for e in range(2))),
+    # two training sets taken in turn by epoch: a slow remote one, a quick in-memory one
+    "o_alternating_sources": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: {'full 40' if e % 2 == 0 else 'hard 48'} batches\n" for e in range(4))
+        + "steps 176\n"),
+    # the docs' SimpleCustomBatch with its own pin_memory(), pin_memory=True on a CPU host
+    "o_custom_pin_batch": Truth("data-bound", "collate", DATA,
+                                "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
@@ -670,6 +706,31 @@ def test_an_iterator_replaced_mid_pass_is_start_up_not_step_time(fast_runs: dict
     assert "live_iterators" not in data["loader"] and data["analysis"]["workers"] == 2
     assert data["stages"]["step"]["p95"] < 0.08, data["stages"]["step"]  # 37-160 ms before
     assert "persistent_workers=True" in data["recommendation"]
+
+
+def round13_checks(results: dict) -> None:
+    """Round 13's loaders and advice, beyond the verdict."""
+    # a decoder process a Loader process worker keeps is CPU: no I/O worker counts
+    proc = results["o_feedline_process_decoder"][1]
+    assert proc["analysis"]["blocked_fraction"] < 0.5, proc["analysis"]
+    rec = proc["recommendation"]
+    assert "workers=" not in rec or int(rec.split("workers=")[1].split(",")[0]) <= 2, rec
+    # training sets taken in turn by epoch: the one the run waits in is judged, the quick
+    # one (more steps) is its own line
+    alt = results["o_alternating_sources"][1]
+    assert alt["loader"].get("chosen_for") == "time", alt["loader"]
+    (hard,) = alt["loaders"]
+    assert hard["steps"] == 96 and hard["stall_fraction"] < 0.3, hard
+    # validation mid-epoch and a resumed epoch's loader: validation is its own line
+    (val,) = results["o_lightning_val_interval"][1]["loaders"]
+    assert val["role"] == "other" and val["steps"] == 24, val
+    assert "other" in {o["role"] for o in results["o_hf_resume_skip"][1]["loaders"]}
+    # no pinning advice without a GPU, even with pin_memory=True and a custom pin_memory()
+    pin = results["o_custom_pin_batch"][1]
+    assert "pin_memory" not in json.dumps(pin["findings"])
+    # torchrun's ranks: one of them is reported, and the note says so
+    ranks = results["o_torchrun_forkserver_decode"][1]
+    assert any("process(es) it started that trained" in n for n in ranks["host"]["notes"])
 
 
 def round12_checks(results: dict) -> None:
@@ -887,3 +948,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         round10_checks(results)
         round11_checks(results)
         round12_checks(results)
+        round13_checks(results)

@@ -5,7 +5,7 @@ sampler in a ``SkipBatchSampler`` so the batches already trained on are never fe
 (accelerate's ``skip_first_batches``); gradient accumulation 2, a clip, a linear schedule,
 callbacks (``on_step_end`` sets ``control.should_evaluate`` every 4 updates and logs) and
 a no_grad ``evaluate()`` over an in-memory eval loader. The train dataset reads each
-example from slow storage (3 ms, a sleep); batch 8 in 2 workers (about 12 ms a
+example from slow storage (6 ms, a sleep); batch 8 in 2 workers (about 24 ms a
 micro-batch) against a 2 ms micro-step; 2 epochs of 20 micro-batches, the first resumed
 after 6 of them.
 
@@ -69,7 +69,7 @@ class Rows(Dataset):
 
     def __getitem__(self, i):
         if self.slow:
-            time.sleep(0.003)  # a row fetched from the dataset's remote store
+            time.sleep(0.006)  # a row fetched from the dataset's remote store
         return {"input_ids": torch.tensor([(i * 3 + k) % 50 for k in range(12)]),
                 "labels": torch.tensor(i % 2)}
 

@@ -3,9 +3,10 @@
 its model in DDP, and reads a ``DistributedSampler`` part of the data with one DataLoader
 worker started by ``forkserver`` (``multiprocessing_context="forkserver"``,
 ``persistent_workers=True``), calling ``sampler.set_epoch(epoch)`` each epoch. Each
-sample is decoded in Python (about 3 ms of CPU, a measured spin); batch 8 (24 ms of CPU a
+sample is decoded in Python (about 6 ms of CPU, a measured spin); batch 8 (48 ms of CPU a
 batch, each rank's worker on one of the 2 cores) against a 4 ms step; 2 epochs of 8
-batches per rank.
+batches per rank. (A rank whose peer waits longer for its batch waits for it in the
+gradient all-reduce, inside its step: the margin keeps each rank's own wait the larger.)
 
 Truth: data-bound on decode in each rank (the launcher only waits for them). Rank 0
 prints 16 steps whatever diagnose does.
@@ -26,7 +27,7 @@ class Packed(Dataset):
         return 128
 
     def __getitem__(self, i):
-        end = time.thread_time() + 0.003  # unpacking a compressed record
+        end = time.thread_time() + 0.006  # unpacking a compressed record
         acc = i
         while time.thread_time() < end:
             acc = (acc * 31 + 7) % 1000003
