@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_inproc import run_cli
 
 BAD = [
     ["model", "--workers", "x", "--read", "1ms", "--decode", "1ms", "--h2d", "1ms", "--gpu", "1ms"],
@@ -13,15 +14,22 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a[:2]))
-def test_bad_arguments_one_line_exit_2(argv):
-    out = subprocess.run(
-        [sys.executable, "-m", "feedline", *argv], capture_output=True, text=True, timeout=60
-    )
+def _bad_arguments_one_line_exit_2(out):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("feedline: error:"), out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a[:2]))
+def test_bad_arguments_one_line_exit_2(argv):
+    _bad_arguments_one_line_exit_2(run_cli(*argv))
+
+
+def test_bad_arguments_one_line_exit_2_from_a_real_process():
+    """The same front as the in-process cases above, through ``python -m feedline``."""
+    _bad_arguments_one_line_exit_2(subprocess.run(
+        [sys.executable, "-m", "feedline", *BAD[2]], capture_output=True, text=True, timeout=60))
 
 
 def _cli(*argv: str, cwd: str | None = None, env: dict[str, str] | None = None):
@@ -43,14 +51,6 @@ def test_version():
 
     out = _cli("--version")
     assert out.returncode == 0 and out.stdout.strip() == f"feedline {feedline.__version__}"
-
-
-def _side_by_side(argvs, cwd: str | None = None) -> list:
-    """``_cli`` of each argv, three at a time (each a fresh interpreter), in argv order."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        return list(pool.map(lambda argv: _cli(*argv, cwd=cwd), argvs))
 
 
 COMMANDS = ("demo", "pack", "index", "inspect", "verify", "model", "doctor", "diagnose")
@@ -91,7 +91,7 @@ def test_every_command_takes_json_path(helps, cmd):
 
 
 def test_model_duration_without_unit_is_an_argument_error():
-    out = _cli("model", "--read", "12", "--decode", "8ms", "--h2d", "5ms", "--gpu", "20ms")
+    out = run_cli("model", "--read", "12", "--decode", "8ms", "--h2d", "5ms", "--gpu", "20ms")
     assert out.returncode == 2
     assert "--read" in out.stderr and "no unit" in out.stderr and "12ms" in out.stderr
 
@@ -104,9 +104,8 @@ def test_json_takes_a_path_or_dash(cmd, tmp_path):
     import json
 
     dest = tmp_path / "out.json"
-    to_file, to_stdout, missing = _side_by_side(
-        [(*cmd, "--json", str(dest)), (*cmd, "--json", "-"),
-         (*cmd, "--json", str(tmp_path / "no" / "out.json"))])
+    to_file, to_stdout, missing = (run_cli(*cmd, "--json", str(dest)), run_cli(*cmd, "--json", "-"),
+                                   run_cli(*cmd, "--json", str(tmp_path / "no" / "out.json")))
     assert to_file.returncode in (0, 1), to_file.stderr  # doctor exits 1 when a check fails
     assert to_file.stdout.strip(), "text output still printed when JSON goes to a file"
     data = json.loads(dest.read_text())
@@ -117,7 +116,7 @@ def test_json_takes_a_path_or_dash(cmd, tmp_path):
 def test_demo_argument_errors_come_before_any_output(tmp_path):
     argvs = (["--json", str(tmp_path / "no" / "x.json")], ["--html", str(tmp_path)],
              ["--device", "tpu"], ["--frames", "4", "--batch-size", "8"])
-    outs = _side_by_side([("demo", "--out", str(tmp_path / "work"), *argv) for argv in argvs])
+    outs = [run_cli("demo", "--out", str(tmp_path / "work"), *argv) for argv in argvs]
     for argv, out in zip(argvs, outs, strict=True):
         assert out.returncode == 2, (argv, out.stderr)
         assert out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, argv
@@ -133,14 +132,15 @@ def test_os_errors_are_one_line_naming_the_path_exit_1(tmp_path):
         (["model", "--read", "1ms", "--decode", "1ms", "--h2d", "1ms", "--gpu", "1ms",
           "--json", "/dev/full"], "/dev/full", "space"),
     ]
-    outs = _side_by_side([argv for argv, _, _ in cases], cwd=str(tmp_path))
+    outs = [run_cli(*argv, cwd=str(tmp_path)) for argv, _, _ in cases]
     for (argv, path, hint), out in zip(cases, outs, strict=True):
         assert out.returncode == 1, (argv, out.stderr)
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and path in lines[0] and hint in lines[0], out.stderr
         assert "Traceback" not in out.stderr
-    debug = _cli(*cases[0][0], cwd=str(tmp_path), env={"FEEDLINE_DEBUG": "1"})
-    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    # FEEDLINE_DEBUG=1 lets the error through (a real process prints its traceback)
+    with pytest.raises(OSError):
+        run_cli(*cases[0][0], cwd=str(tmp_path), env={"FEEDLINE_DEBUG": "1"})
 
 
 @pytest.mark.parametrize("code", ["EACCES", "EROFS", "ENOSPC", "ENOTDIR", "ELOOP", "EDQUOT"])

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inproc import run_cli
 
 from feedline.cli.main import main
 from feedline.format import load_index, read_manifest
@@ -98,12 +99,11 @@ def test_errors_are_one_line_with_exit_codes(tmp_path: Path) -> None:
 
 def test_pack_without_out_names_the_option_and_the_command_a_newcomer_meant(tmp_path: Path) -> None:
     src = _source(tmp_path / "my photos", n=2)
-    exe = [sys.executable, "-m", "feedline", "pack"]
-    meant = subprocess.run([*exe, str(src), str(tmp_path / "data")], capture_output=True, text=True, timeout=60)
+    meant = run_cli("pack", str(src), str(tmp_path / "data"))
     assert meant.returncode == 2 and "--out" in meant.stderr, meant.stderr
     assert f"feedline pack '{src}' --out {tmp_path / 'data'}" in " ".join(meant.stderr.split()), meant.stderr
     assert not (tmp_path / "data").exists()
-    alone = subprocess.run([*exe, str(src)], capture_output=True, text=True, timeout=60)
+    alone = run_cli("pack", str(src))
     assert alone.returncode == 2 and "--out DIR" in alone.stderr and "feedline pack '" not in alone.stderr
 
 

@@ -1,6 +1,7 @@
 """pack / index / inspect / verify on OS errors and bad arguments: one line, the right exit status.
 
-Real faults, in a real ``feedline`` process: a full file system (a 256 KiB
+Real faults, in a real ``feedline`` process where the child must be set up (else in the test's
+interpreter, through the same front: ``cli_inproc``): a full file system (a 256 KiB
 tmpfs mounted for the test when the runner may mount; otherwise a file-size
 limit, RLIMIT_FSIZE, which fails the same writes with EFBIG), folders without
 read or write permission (when the tests run as root, the CLI child drops the
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cli_inproc import run_cli
 
 from feedline.format import MANIFEST_NAME, read_manifest, verify
 
@@ -40,6 +42,11 @@ def _drop_dac() -> None:
 
 
 def _cli(*argv: str, preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
+    """``feedline ARGV``: in a real process when the child must be set up (``preexec``: dropped
+    permissions, a file-size limit), else in this interpreter (the same front, the same faults
+    of the file system; no interpreter start-up each time)."""
+    if preexec is None:
+        return run_cli(*argv)
     env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"}
     env.pop("FEEDLINE_DEBUG", None)
     return subprocess.run([sys.executable, "-m", "feedline", *argv], capture_output=True, text=True,
