@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import feedline
+from cli_inproc import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +73,7 @@ def test_full_disk_during_a_rerun_never_leaves_a_mix(source: Path, tmp_path: Pat
     else:
         assert _cli("verify", str(out)).returncode != 0
     assert _cli("pack", str(source), "--out", str(out)).returncode == 0
-    assert len(feedline.open_dataset(out)) == 31 and _cli("verify", str(out)).returncode == 0
+    assert len(feedline.open_dataset(out)) == 31 and run_cli("verify", str(out)).returncode == 0
 
 
 @pytest.mark.parametrize(("args", "code", "words"), [
@@ -85,7 +86,7 @@ def test_full_disk_during_a_rerun_never_leaves_a_mix(source: Path, tmp_path: Pat
 def test_cli_argument_faults_exit_2_with_one_line(source: Path, tmp_path: Path,
                                                   args: tuple[str, ...], code: int,
                                                   words: str) -> None:
-    res = _cli(*(a.format(tmp=tmp_path, src=source) for a in args))
+    res = run_cli(*(a.format(tmp=tmp_path, src=source) for a in args))  # the front, in this interpreter
     assert res.returncode == code, (res.returncode, res.stderr[-1500:])
     assert words in res.stderr and "Traceback" not in res.stderr
 
