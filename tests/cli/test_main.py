@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+
 from cli_inproc import run_cli
 
 BAD = [

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_inproc import run_cli
 
+from cli_inproc import run_cli
 from feedline.cli.main import main
 from feedline.format import load_index, read_manifest
 

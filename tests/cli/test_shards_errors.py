@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cli_inproc import run_cli
 
+from cli_inproc import run_cli
 from feedline.format import MANIFEST_NAME, read_manifest, verify
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
