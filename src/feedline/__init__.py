@@ -6,7 +6,9 @@ this module's namespace, so later lookups return the same object and never go
 through the import system again (no submodule can shadow it).
 
 ``feedline.vision`` (uint8 image helpers for ``transform=``),
-``feedline.audio`` (WAV decode and fixed-size clips) and
+``feedline.audio`` (WAV decode and fixed-size clips),
+``feedline.text`` (documents to token blocks for language-model pretraining),
+``feedline.padding`` (a collate that pads varying-length fields per batch),
 ``feedline.episodes`` (recorded robot/driving episodes as training windows) and
 ``feedline.checkpoint`` are submodules, loaded on first use as well
 (``feedline.vision.ImageTransform`` works after ``import feedline``).
@@ -29,7 +31,7 @@ _LAZY = {
     "pack_samples": "feedline.format",
 }
 
-_SUBMODULES = ("vision", "audio", "checkpoint", "episodes")
+_SUBMODULES = ("vision", "audio", "checkpoint", "episodes", "text", "padding")
 
 __all__ = ["DatasetWriter", "FeedlineError", "Loader", "__version__", "open_dataset", "pack_samples", "watch", "wrap"]
 

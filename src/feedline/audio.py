@@ -9,6 +9,14 @@ clips of varying length, channel count and sample rate::
     # batch["wav"]: float32[32, 1, 16000]; batch["wav_frames"]: int64[32], the frames
     # that are audio (the rest of a short clip is zeros)
 
+Speech that must not be cut (ASR), padded per batch to its longest clip::
+
+    loader = feedline.Loader(ds, batch_size=32, decode={"wav": audio.decode_wav},
+                             transform=audio.ClipTransform("wav", seconds=None),
+                             collate=feedline.padding.PadCollate({"wav": None}, axis=-1))
+    # batch["wav"]: float32[32, 1, longest]; batch["wav_lengths"]: int64[32];
+    # batch["json"]: the rows of a --labels metadata.csv, a list of dicts
+
 - :func:`decode_wav` (its own RIFF reader, no extra dependency): integer PCM
   of 8, 16, 24 or 32 bits and 32/64-bit IEEE float, plain or
   WAVE_FORMAT_EXTENSIBLE, to ``{"samples": int16/int32/float32 [frames,
@@ -178,12 +186,17 @@ class ClipTransform:
     when ``False``) or zero padding at the end. ``f"{field}_frames"`` gets the
     number of real frames, for masking the padding.
 
+    ``seconds=None`` keeps whole clips (speech that must not be cut, ASR): every clip
+    comes out at ``rate`` and ``channels`` but keeps its length, so pad each batch to
+    its longest clip with ``collate=feedline.padding.PadCollate({field: None}, axis=-1)``
+    (``f"{field}_lengths"`` per clip) instead of padding every clip to the longest one.
+
     Raises:
         ConfigError: a bad argument; at call time, a sample without ``field``
             (the loader adds the sample key).
     """
 
-    def __init__(self, field: str = "wav", *, seconds: float = 1.0, rate: int = 16000, channels: int = 1,
+    def __init__(self, field: str = "wav", *, seconds: float | None = 1.0, rate: int = 16000, channels: int = 1,
                  train: bool = True) -> None:
         if not isinstance(field, str) or not field:
             raise ConfigError(f"ClipTransform: field must be a field name, got {field!r}")
@@ -191,10 +204,11 @@ class ClipTransform:
             raise ConfigError(f"ClipTransform: rate must be a positive integer (Hz), got {rate!r}")
         if channels not in (1, 2):
             raise ConfigError(f"ClipTransform: channels must be 1 or 2, got {channels!r}")
-        if not isinstance(seconds, (int, float)) or not 0 < seconds * rate < 2**31:
-            raise ConfigError(f"ClipTransform: seconds must be positive, got {seconds!r}")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                    or not 0 < seconds * rate < 2**31):
+            raise ConfigError(f"ClipTransform: seconds must be positive (or None: whole clips), got {seconds!r}")
         self.field, self.rate, self.channels, self.train = field, rate, channels, bool(train)
-        self.frames = max(1, round(seconds * rate))
+        self.frames = None if seconds is None else max(1, round(seconds * rate))
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         value = sample.get(self.field) if isinstance(sample, dict) else None
@@ -208,17 +222,21 @@ class ClipTransform:
         if x.shape[1] != self.channels:
             x = x.mean(axis=1, keepdims=True) if self.channels == 1 else np.repeat(x[:, :1], 2, axis=1)
         x = resample(x, int(rate), self.rate)
-        start = 0
-        if self.train and len(x) > self.frames:
-            start = int(_rng().integers(0, len(x) - self.frames + 1))
-        clip, real = crop_or_pad(x, self.frames, start)
+        if self.frames is None:
+            clip, real = x, len(x)
+        else:
+            start = 0
+            if self.train and len(x) > self.frames:
+                start = int(_rng().integers(0, len(x) - self.frames + 1))
+            clip, real = crop_or_pad(x, self.frames, start)
         result = dict(sample)
         result[self.field] = np.ascontiguousarray(clip.T)
         result[f"{self.field}_frames"] = real
         return result
 
     def __repr__(self) -> str:
-        return (f"ClipTransform({self.field!r}, seconds={self.frames / self.rate}, rate={self.rate}, "
+        seconds = None if self.frames is None else self.frames / self.rate
+        return (f"ClipTransform({self.field!r}, seconds={seconds}, rate={self.rate}, "
                 f"channels={self.channels}, train={self.train})")
 
 

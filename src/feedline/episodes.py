@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from feedline.errors import ConfigError
+from feedline.padding import PadCollate, pad_stack
 
 __all__ = ["Collate", "Rows", "Windows", "episode_of", "pack", "pad_stack"]
 
@@ -296,63 +297,15 @@ def _stack(values: list[Any]) -> Any:
     return arrays
 
 
-def pad_stack(arrays: Sequence[Any], length: int | None = None, value: float = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Arrays of shapes ``[N_i, ...]`` (point clouds of N_i points) -> ``(padded[B, L, ...],
-    mask[B, L])``: each padded with ``value`` (or cut) to ``L`` = ``length`` or the longest
-    N_i, ``mask`` True where a row is real. Nested lists (a window of sweeps per sample)
-    give ``[B, T, L, ...]`` and ``[B, T, L]``."""
-    if any(isinstance(a, (list, tuple)) for a in arrays):  # windows: lists, or stacked when alike
-        flat = [a for seq in arrays for a in seq]
-        if len({len(seq) for seq in arrays}) != 1:
-            raise ValueError("pad_stack: the windows hold different numbers of arrays")
-        padded, mask = pad_stack(flat, length, value)
-        b, t = len(arrays), len(arrays[0])
-        return padded.reshape(b, t, *padded.shape[1:]), mask.reshape(b, t, -1)
-    arrs = [np.asarray(a) for a in arrays]
-    if not arrs:
-        raise ValueError("pad_stack: no arrays")
-    size = max(a.shape[0] for a in arrs) if length is None else int(length)
-    tail = arrs[0].shape[1:]
-    if any(a.shape[1:] != tail for a in arrs):
-        raise ValueError(f"pad_stack: arrays differ beyond their first dimension: "
-                         f"{sorted({a.shape for a in arrs})[:4]}")
-    padded = np.full((len(arrs), size, *tail), value, dtype=arrs[0].dtype)
-    mask = np.zeros((len(arrs), size), dtype=bool)
-    for k, a in enumerate(arrs):
-        m = min(size, a.shape[0])
-        padded[k, :m] = a[:m]
-        mask[k, :m] = True
-    return padded, mask
-
-
-class Collate:
+class Collate(PadCollate):
     """A ``Loader(collate=...)`` for windows: stacks every field into a tensor, and pads the
     fields of varying length (point clouds) given in ``pad`` (field -> length to pad or cut
     to, None for the batch's longest) into ``<field>`` plus a ``<name>_mask`` (True where a
-    point is real). ``__key__`` stays a list. Runs in the workers; picklable."""
+    point is real). ``__key__`` and fields of text or dicts stay lists. Runs in the workers;
+    picklable. :class:`feedline.padding.PadCollate` with ``mask=True, lengths=False``."""
 
     def __init__(self, pad: Mapping[str, int | None] | None = None) -> None:
-        self.pad = dict(pad or {})
-
-    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
-        import torch
-
-        out: dict[str, Any] = {}
-        for name in samples[0]:
-            values = [s[name] for s in samples]
-            if name.startswith("__"):
-                out[name] = values
-            elif name in self.pad:
-                padded, mask = pad_stack(values, self.pad[name])
-                out[name] = torch.from_numpy(padded)
-                out[_pad_name(name).replace("_is_pad", "_mask")] = torch.from_numpy(mask)
-            else:
-                try:
-                    out[name] = torch.as_tensor(np.stack([np.asarray(v) for v in values]))
-                except ValueError as exc:
-                    raise ValueError(f"field {name!r}: its windows differ in shape ({exc}); pad it: "
-                                     f"episodes.Collate(pad={{{name!r}: None}})") from None
-        return out
+        super().__init__(pad, mask=True, lengths=False)
 
 
 def _frame_order(stem: str) -> tuple[int, int | str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,17 @@ def test_list_file_errors_name_the_problem(tmp_path: Path) -> None:
     table.with_suffix(".parquet").write_bytes(b"PAR1\x00\x15\x04")
     with pytest.raises(ConfigError, match="is a table"):
         collect([table.with_suffix(".parquet")])
+    # a JSONL corpus given as SRC (round 13): a table, with the text recipe named; before, the
+    # whole first document was printed as a "path" with "fix the path in the list file"
+    corpus = tmp_path / "part-000.jsonl"
+    corpus.write_text(json.dumps({"id": "d0", "text": "word " * 2000}) + "\n")
+    with pytest.raises(ConfigError, match=r"part-000\.jsonl' is a table") as info:
+        collect([corpus])
+    assert "feedline.text" in info.value.fix and len(str(info.value)) < 1000
+    listing.write_text("x" * 3000 + "\n")  # any list file: a long line is cut in the message
+    with pytest.raises(ConfigError, match=r"\(3000 characters\)") as info:
+        collect([listing])
+    assert len(str(info.value)) < 300
 
 
 def test_plan_never_splits_a_sample_and_fills_in_order(tmp_path: Path) -> None:

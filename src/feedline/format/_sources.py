@@ -595,7 +595,8 @@ class _Walker:
                 self.skipped.append(Skipped(name, "not a regular file"))
 
 
-_TABLES = (".csv", ".tsv", ".parquet", ".feather", ".arrow", ".h5", ".hdf5", ".npy", ".npz", ".xlsx")
+_TABLES = (".csv", ".tsv", ".parquet", ".feather", ".arrow", ".h5", ".hdf5", ".npy", ".npz", ".xlsx",
+           ".jsonl", ".ndjson", ".json")
 
 
 def _table_error(list_file: Path, what: str) -> ConfigError | None:
@@ -609,7 +610,13 @@ def _table_error(list_file: Path, what: str) -> ConfigError | None:
         f"per line ({what})", path=str(list_file),
         fix=f"labels for files: feedline pack FOLDER --out DIR --labels {list_file.name}; rows of values "
             "(features, tokens): write them with feedline.DatasetWriter (docs/packing.md, 'Writing from "
-            "Python'), or give feedline.Loader a map-style dataset over the table (a TensorDataset)")
+            "Python'), or give feedline.Loader a map-style dataset over the table (a TensorDataset); "
+            "documents to pretrain on: feedline.text.documents + write_token_blocks (docs/loading.md, 'Text')")
+
+
+def _short(line: str) -> str:
+    """A listed path for a message: a line of some other file (a 3 KB document) cut to 80 characters."""
+    return repr(line) if len(line) <= 80 else f"{line[:77]!r}... ({len(line)} characters)"
 
 
 def _listed(list_file: Path, skipped: list[Skipped]) -> Iterable[tuple[str, str, os.stat_result]]:
@@ -636,7 +643,7 @@ def _listed(list_file: Path, skipped: list[Skipped]) -> Iterable[tuple[str, str,
             st = os.stat(path)
         except OSError as e:
             raise _table_error(list_file, f"line {number} names no file: {line[:60]!r}") or ConfigError(
-                f"{list_file}: cannot read listed file {line!r}: {e.strerror}",
+                f"{list_file}: cannot read listed file {_short(line)}: {e.strerror}",
                 fix="fix the path in the list file",
             ) from None
         if not stat.S_ISREG(st.st_mode):  # a FIFO would block pack's read, /dev/zero never end it

@@ -18,9 +18,23 @@ from typing import Any
 
 import numpy as np
 
-from feedline.errors import ArgumentError, SampleIndexError
+from feedline.errors import ArgumentError, ConfigError, SampleIndexError
 
-__all__ = ["PackedSubset", "as_packed_subset"]
+__all__ = ["PackedSubset", "all_labels", "as_packed_subset"]
+
+
+def all_labels(dataset: Any, field: str) -> np.ndarray:
+    """``int64[len(dataset)]``: every sample's label ``field``, one gather from the index."""
+    schema = dataset.schema
+    if getattr(schema.get(field), "kind", None) != "label":
+        have = sorted(name for name, f in schema.items() if f.kind == "label")
+        raise ConfigError(f"labels: field {field!r} is not an integer label in every sample here "
+                          f"(label fields: {have or 'none'})", field=field,
+                          fix="pack the column as the label (feedline pack --labels TABLE --label-column "
+                              "COLUMN), or read other fields per sample with read_many")
+    out = {field: np.empty(len(dataset), np.int64)}
+    dataset.gather_labels(np.arange(len(dataset)), out)
+    return out[field]
 
 
 class PackedSubset:
@@ -84,6 +98,10 @@ class PackedSubset:
     def gather_labels(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> None:
         """``base.gather_labels`` of the mapped indices."""
         self._base.gather_labels(self._map(indices), out)
+
+    def labels(self, field: str = "cls") -> np.ndarray:
+        """Each sample's value of label field ``field`` (see ``PackedDataset.labels``)."""
+        return all_labels(self, field)
 
     def keys(self) -> list[str]:
         """The subset's sample keys, in its order."""

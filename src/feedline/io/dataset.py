@@ -25,7 +25,7 @@ from feedline.io._catalog import Catalog, file_stamp, load_catalog
 from feedline.io._columns import Views, gather_labels, read_columns, read_members
 from feedline.io._handles import HandleBudget, ShardReadState
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
-from feedline.io._subset import PackedSubset
+from feedline.io._subset import PackedSubset, all_labels
 from feedline.io._window import ShardJob, read_jobs
 from feedline.io.backends import BackendChoice, Reader, choose_backend, make_reader
 from feedline.io.planner import DEFAULT_MAX_GAP, DEFAULT_MAX_WINDOW, Window, coalesce
@@ -429,6 +429,22 @@ class PackedDataset:
         """
         catalog = self._state().catalog
         gather_labels(catalog, self._indices(indices, catalog.num_samples), out)
+
+    def labels(self, field: str = "cls") -> np.ndarray:
+        """Every sample's value of label field ``field``: ``int64[len(self)]``, sample order.
+
+        What torchvision's ``ImageFolder.targets`` is, taken from the index (no read): the
+        way to split by class, or by speaker when the table's speaker column is the label
+        (``feedline pack clips/ --labels metadata.csv --label-column speaker``)::
+
+            held_out = np.isin(ds.labels(), [4, 5])
+            train, val = ds.subset(np.flatnonzero(~held_out)), ds.subset(np.flatnonzero(held_out))
+
+        Raises:
+            ConfigError: ``field`` is not an integer label in every sample (its schema kind
+                is not ``label``).
+        """
+        return all_labels(self, field)
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> PackedSubset:
         """Samples ``indices`` of this dataset as a packed dataset of their own (a train or

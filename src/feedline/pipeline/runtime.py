@@ -473,9 +473,11 @@ class Runtime:
                 f"{', '.join(map(str, shapes))}{', ...' if len(shapes) == 3 else ''}), so every batch "
                 "gives it as a list of tensors, not one tensor. For one tensor per batch make it one "
                 "size in transform= (audio: feedline.audio.ClipTransform pads or crops clips; images: "
-                "feedline.vision.ImageTransform, or Loader(decode_size=(h, w))), or pad the batch in "
-                "collate= as a DataLoader's collate_fn does (point clouds and other N x C arrays: "
-                f"collate=feedline.episodes.Collate(pad={{{name!r}: None}}) pads them and adds a mask)",
+                "feedline.vision.ImageTransform, or Loader(decode_size=(h, w)); token lists for a language "
+                "model: fixed blocks from feedline.text.write_token_blocks), or pad each batch to its longest "
+                "in collate= as a DataLoader's collate_fn does: "
+                f"collate=feedline.padding.PadCollate({{{name!r}: None}}) adds '{name.rsplit('.', 1)[0]}_lengths' "
+                "(axis=-1 for [channels, frames] audio)",
                 RuntimeWarning, stacklevel=5)  # warn, note_varied, _delivered, _next, __next__
 
     def _send_tree(self, job: Job, tree: Any, worker: str) -> tuple[Any, Fence | None]:
