@@ -104,3 +104,29 @@ def test_a_dataset_of_every_window_of_a_token_file_plans_in_constant_memory() ->
     assert rank_plan(n, seed=0, epoch=0, shuffle=False, batch_size=4, drop_last=False, rank=1,
                      world=3).batch(1) == [13, 16, 19, 22]
     assert plans[1].refill(plans[1].num_batches - 1, 2) == plans[1].batch(0)[:2]  # wraps
+
+
+def test_length_buckets_give_every_rank_batches_of_similar_lengths_once_each() -> None:
+    """``lengths=`` (round 13, speech padded per batch): random batches of clips of 0.5-4 s
+    padded to their longest were 58 % audio; length-bucketed ones 98 %."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(8_000, 64_000, 2000)
+    plans = [rank_plan(2000, seed=1, epoch=0, shuffle=True, batch_size=16, drop_last=True, rank=r, world=2,
+                       lengths=lengths) for r in (0, 1)]
+    seen = np.concatenate([p.indices for p in plans])
+    assert len(seen) == len(set(seen.tolist())) == 2000 // 32 * 32  # disjoint, whole batches
+    spread = [np.ptp(lengths[p.batch(b)]) for p in plans for b in range(p.num_batches)]
+    plain = rank_plan(2000, seed=1, epoch=0, shuffle=True, batch_size=16, drop_last=True, rank=0, world=2)
+    random_spread = np.median([np.ptp(lengths[plain.batch(b)]) for b in range(plain.num_batches)])
+    assert np.median(spread) * 20 < random_spread
+    # both ranks' batch b come from one sorted span of the order: alike across ranks too (DDP waits less)
+    assert max(np.ptp(lengths[plans[0].batch(b) + plans[1].batch(b)]) for b in range(plans[0].num_batches)) * 5 \
+        < random_spread
+    again = rank_plan(2000, seed=1, epoch=0, shuffle=True, batch_size=16, drop_last=True, rank=0, world=2,
+                      lengths=lengths)
+    later = rank_plan(2000, seed=1, epoch=1, shuffle=True, batch_size=16, drop_last=True, rank=0, world=2,
+                      lengths=lengths)
+    assert np.array_equal(again.indices, plans[0].indices) and not np.array_equal(later.indices, plans[0].indices)
+    ordered = rank_plan(2000, seed=1, epoch=0, shuffle=False, batch_size=16, drop_last=False, rank=0, world=1,
+                        lengths=lengths)
+    assert np.all(np.diff(lengths[ordered.indices]) >= 0)  # evaluation: sorted by length

@@ -103,6 +103,10 @@ class PackedSubset:
         """Each sample's value of label field ``field`` (see ``PackedDataset.labels``)."""
         return all_labels(self, field)
 
+    def sizes(self, field: str) -> np.ndarray:
+        """Each sample's stored bytes of ``field`` (see ``PackedDataset.sizes``)."""
+        return self._base.sizes(field)[self._idx]
+
     def keys(self) -> list[str]:
         """The subset's sample keys, in its order."""
         keys = self._base.keys()

@@ -446,6 +446,21 @@ class PackedDataset:
         """
         return all_labels(self, field)
 
+    def sizes(self, field: str) -> np.ndarray:
+        """Each sample's stored bytes of ``field``: ``int64[len(self)]``, -1 where a sample
+        lacks it; from the index (no read).
+
+        A length for ``Loader(lengths=...)`` (batches of similar lengths): a PCM WAV's
+        bytes grow with its frames, a token ``.npy``'s with its tokens, a JPEG's roughly
+        with its pixels.
+
+        Raises:
+            ConfigError: no sample has ``field`` (the fields are named).
+        """
+        if field not in self.fields:
+            raise ConfigError(f"sizes: no field {field!r} in this dataset (fields: {self.fields})", field=field)
+        return self._state().catalog.member_spans(field)[1].copy()
+
     def subset(self, indices: Sequence[int] | np.ndarray) -> PackedSubset:
         """Samples ``indices`` of this dataset as a packed dataset of their own (a train or
         validation split), read as fast as the whole; sample ``i`` of it is sample

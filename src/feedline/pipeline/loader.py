@@ -15,6 +15,7 @@ docstrings of ``sampler`` (order, sharding, drop_last), ``state`` (resume),
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -161,6 +162,14 @@ class Loader:
             ordinary bad sample (``on_error`` decides). With a device decoder, JPEG fields
             are resized on the device after delivery (bilinear, antialiased; the in-worker
             path agrees with it to within a few grey levels, under one on average).
+        lengths: one length per sample (clip frames, tokens; ``ds.sizes("wav")`` gives member
+            bytes from the index without reading): *length-bucketed* batches, as Hugging
+            Face's ``group_by_length``: pools of 50 global batches of the shuffled order are
+            sorted by length and the batches shuffled, so each batch holds samples of similar
+            length and a per-batch padding collate (:class:`feedline.padding.PadCollate`)
+            pads little; every rank's batch ``b`` comes from the same pool. Still a function
+            of ``(seed, epoch)``, resumable (the state records the lengths' digest). With
+            ``shuffle=False`` the order is sorted by length.
         stages: extra per-sample stages run in the workers after decode and transform,
             each a value with a ``name`` and ``__call__(sample, place) -> sample`` (see
             :mod:`feedline.pipeline.stages`); a stage that raises makes a bad sample
@@ -191,7 +200,7 @@ class Loader:
         shm_dir: str = "/dev/shm", start_method: str = "fork", limits: Limits | None = None,
         placement: str | Placement = "auto",
         decode_on: str | JpegBatchDecoder = "cpu", decode_size: tuple[int, int] | None = None,
-        stages: Sequence[Stage] = (),
+        stages: Sequence[Stage] = (), lengths: Any = None,
         **unknown: Any,
     ) -> None:
         options.check_unknown(unknown, Loader.__init__)
@@ -235,8 +244,9 @@ class Loader:
         options.check_decode_fields(decoders.overrides,
                                     dataset.fields if self._source.packed else None)
         self._n = len(self._source)
+        self._lengths = options.check_lengths(lengths, self._n)
         sampler.rank_plan(self._n, seed=seed, epoch=0, shuffle=shuffle, batch_size=self.batch_size,
-                          drop_last=drop_last, rank=self.rank, world=self.world_size)
+                          drop_last=drop_last, rank=self.rank, world=self.world_size, lengths=self._lengths)
         engine = make_engine(device)
         self.device = engine.device
         self.placement = (placement if isinstance(placement, Placement)
@@ -284,7 +294,7 @@ class Loader:
             plan = sampler.rank_plan(
                 self._n, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
                 batch_size=self.batch_size, drop_last=self.drop_last, rank=self.rank,
-                world=self.world_size)
+                world=self.world_size, lengths=self._lengths)
             self._plans = {e: p for e, p in self._plans.items() if e in (epoch - 1, epoch + 1)}
             self._plans[epoch] = plan
         return plan
@@ -312,7 +322,15 @@ class Loader:
     def _identity(self) -> dict[str, Any]:
         return {"fingerprint": self._source.fingerprint, "seed": self.seed,
                 "batch_size": self.batch_size, "world_size": self.world_size,
-                "rank": self.rank, "shuffle": self.shuffle, "drop_last": self.drop_last}
+                "rank": self.rank, "shuffle": self._order_name(), "drop_last": self.drop_last}
+
+    def _order_name(self) -> bool | str:
+        """``shuffle`` as saved in a state: the flag, or with ``lengths=`` a name that holds
+        their digest, so a state resumes only under the same length-bucketed order."""
+        if self._lengths is None:
+            return self.shuffle
+        digest = hashlib.blake2b(self._lengths.tobytes(), digest_size=8).hexdigest()
+        return f"{'shuffled' if self.shuffle else 'sorted'} by lengths {digest}"
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch handed out (JSON-serialisable, small)."""

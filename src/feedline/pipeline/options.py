@@ -103,6 +103,33 @@ def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def check_lengths(lengths: Any, n: int) -> np.ndarray | None:
+    """``lengths`` as a read-only int64 array of one value per sample, or None.
+
+    Raises:
+        ArgumentError: not a flat sequence of integers (a tensor is taken as its values).
+        ConfigError: another count than the dataset's samples, or a negative length
+            (``ds.sizes(field)`` gives -1 where a sample lacks the field).
+    """
+    if lengths is None:
+        return None
+    if hasattr(lengths, "numpy") and hasattr(lengths, "dtype"):
+        lengths = lengths.detach().cpu().numpy()
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ArgumentError(f"lengths must be one integer per sample, got {arr.dtype} of shape {arr.shape}",
+                            field="lengths", fix="pass e.g. ds.sizes('wav'), or [len(x) for x in ...]")
+    if len(arr) != n:
+        raise ConfigError(f"lengths has {len(arr)} values for a dataset of {n} samples", field="lengths",
+                          fix="one length per sample of the dataset given (a subset's own sizes())")
+    if arr.size and int(arr.min()) < 0:
+        raise ConfigError(f"lengths holds a negative value at sample {int(np.argmin(arr))} (a sample "
+                          "without the field?)", field="lengths")
+    out = np.array(arr, dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
 def check_callable(name: str, fn: Any) -> None:
     """``fn`` is None or callable.
 
