@@ -41,7 +41,7 @@ from peers_shapes import common_parser
 
 SHAPES = ("gpt", "asr")
 BATCH = {"gpt": 64, "asr": 16}
-FULL = {"gpt": 6000, "asr": 800}
+FULL = {"gpt": 30000, "asr": 1600}
 QUICK = {"gpt": 200, "asr": 40}
 """Documents (``gpt``) or clips (``asr``)."""
 CTX, RATE = 256, 16000

@@ -15,7 +15,11 @@ from feedline.errors import ConfigError
 
 def test_examples_write_the_readme_inputs_and_refuse_to_overwrite(tmp_path: Path) -> None:
     made = write_examples(tmp_path / "try")
-    assert [p.name for p in made] == ["train", "photos", "old-shards", "episodes"]
+    assert [p.name for p in made] == ["train", "photos", "old-shards", "episodes", "corpus", "speech"]
+    assert len((tmp_path / "try" / "speech" / "metadata.csv").read_text().splitlines()) == 1 + 24
+    assert len(list((tmp_path / "try" / "speech" / "wavs").glob("*.wav"))) == 24
+    assert sorted(p.name for p in (tmp_path / "try" / "corpus").rglob("*.*")) == [
+        "book0.txt", "book1.txt", "part-000.jsonl", "part-001.jsonl"]
     assert len(list((tmp_path / "try" / "episodes").glob("episode_*/cam_wrist/*.jpg"))) == 12 + 5 + 9
     assert sorted(p.name for p in (tmp_path / "try" / "train").iterdir()) == ["__MACOSX", "cats", "dogs", "owls"]
     assert len(list((tmp_path / "try" / "photos").glob("*.cls"))) == 40

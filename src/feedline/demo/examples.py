@@ -11,7 +11,11 @@
 * ``episodes/``: 3 recorded robot episodes as a recorder writes them,
   ``episode_0000/{cam_front,cam_wrist}/000000.jpg ...`` (one frame per file, 12, 7 and 9
   frames), ``lidar/000000.bin`` (float32 N x 4 sweeps, N varying), ``joints.npy`` and
-  ``actions.npy`` (T x 7 float32) and ``meta.json``; episode 1 lost its wrist camera for 2 frames.
+  ``actions.npy`` (T x 7 float32) and ``meta.json``; episode 1 lost its wrist camera for 2 frames;
+* ``corpus/``: documents to pretrain a language model on, two ``.jsonl`` files of
+  ``{"id", "text"}`` records (60 documents) and a ``books/`` folder of ``.txt`` files;
+* ``speech/``: an LJSpeech-style folder, ``wavs/LJ001-0000.wav ...`` (24 clips of 0.25-1 s,
+  16 kHz mono) and a ``metadata.csv`` of ``file,transcript,speaker`` (4 speakers).
 
 The README's examples run on these as written; ``tests/test_readme.py`` uses the same files.
 """
@@ -30,7 +34,7 @@ from PIL import Image
 
 from feedline.errors import ConfigError
 
-WRITES = ("train", "photos", "old-shards", "episodes")
+WRITES = ("train", "photos", "old-shards", "episodes", "corpus", "speech")
 
 
 def _encode(img: np.ndarray, fmt: str = "JPEG") -> bytes:
@@ -46,7 +50,8 @@ def _photo(rng: np.random.Generator, h: int, w: int, tint: int) -> np.ndarray:
 
 
 def write_examples(root: str | Path) -> list[Path]:
-    """Write ``train/``, ``photos/``, ``old-shards/`` and ``episodes/`` under ``root``; returns them.
+    """Write ``train/``, ``photos/``, ``old-shards/``, ``episodes/``, ``corpus/`` and ``speech/``
+    under ``root``; returns them.
 
     Refuses (``ConfigError``) when any of them exists, so nothing of the user's is
     overwritten."""
@@ -85,7 +90,43 @@ def write_examples(root: str | Path) -> list[Path]:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
     _episodes(root / "episodes", rng)
+    _corpus(root / "corpus", rng)
+    _speech(root / "speech", rng)
     return made
+
+
+WORDS = ("the", "a", "of", "to", "and", "in", "is", "it", "was", "for", "on", "that", "with", "as", "by",
+         "at", "from", "his", "her", "they", "we", "you", "said", "train", "model", "data", "loader",
+         "batch", "token", "word", "speech", "audio", "image", "shard", "disk")
+
+
+def _corpus(root: Path, rng: np.random.Generator) -> None:
+    (root / "books").mkdir(parents=True)
+    for part in range(2):
+        with open(root / f"part-{part:03d}.jsonl", "w") as f:
+            for d in range(30):
+                words = rng.choice(WORDS, int(rng.integers(10, 200)))
+                f.write(json.dumps({"id": f"doc{30 * part + d}", "text": " ".join(words) + "."}) + "\n")
+    for b in range(2):
+        (root / "books" / f"book{b}.txt").write_text(" ".join(rng.choice(WORDS, 1500)) + ".")
+
+
+def _speech(root: Path, rng: np.random.Generator) -> None:
+    import wave
+
+    (root / "wavs").mkdir(parents=True)
+    rows = ["file,transcript,speaker"]
+    for i in range(24):
+        frames = int(rng.integers(4000, 16000))
+        pitch = 150 + 40 * (i % 4)
+        pcm = 8000 * np.sin(2 * np.pi * pitch * np.arange(frames) / 16000) + rng.normal(0, 300, frames)
+        with wave.open(str(root / "wavs" / f"LJ001-{i:04d}.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(pcm.astype("<i2").tobytes())
+        rows.append(f"wavs/LJ001-{i:04d}.wav,{' '.join(rng.choice(WORDS, int(rng.integers(2, 8))))},spk{i % 4:02d}")
+    (root / "metadata.csv").write_text("\n".join(rows) + "\n")
 
 
 def _episodes(root: Path, rng: np.random.Generator) -> None:
@@ -106,7 +147,8 @@ def _episodes(root: Path, rng: np.random.Generator) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m feedline.demo.examples",
-                                     description="write the README's example inputs (train/, photos/, old-shards/, episodes/)")
+                                     description="write the README's example inputs (train/, photos/, old-shards/, episodes/, "
+                                                 "corpus/, speech/)")
     parser.add_argument("dir", nargs="?", default=".", help="where to write them (default: here)")
     args = parser.parse_args(argv)
     try:
