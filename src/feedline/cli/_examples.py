@@ -15,7 +15,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "feedline pack clips/ --out data/speech --labels metadata.csv --label-column speaker   # the files a "
         "CSV names: cls from one column, the other columns in a json field",
         "feedline pack corpus/ --out data/text --key file --exclude '*.md'   # one sample per file, dots in "
-        "names kept (doc.v2.txt)",
+        "names kept (doc.v2.txt); the documents inside .jsonl files, tokenised for a language model: "
+        "feedline.text.write_token_blocks (docs/loading.md, 'Text')",
         "feedline pack episodes/ --out data/robot --key episode --raw lidar:f4:4   # recorded episodes: one "
         "sample per frame, every sensor folder a field (feedline.episodes.Windows reads windows)",
     ),
