@@ -117,3 +117,5 @@ def test_length_buckets_from_the_index_sizes_pad_less_and_resume(tmp_path: Path)
         _speech_loader(ds, lengths=[1, 2, 3])
     with pytest.raises(ArgumentError, match="lengths must be one integer per sample"):
         _speech_loader(ds, lengths=np.ones(32) * 0.5)
+    with pytest.raises(ArgumentError, match=r"batch_sampler=.*similar lengths.*lengths="):
+        feedline.Loader(ds, batch_sampler=object())  # a DataLoader user's bucketing: the argument to use

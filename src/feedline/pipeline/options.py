@@ -37,7 +37,8 @@ DATALOADER_NAMES: dict[str, str] = {
                                'default, where safe), "forkserver" or "spawn"',
     "sampler": "remove it: the order comes from shuffle= and seed=; sharding from "
                "process_group= or rank=/world_size=",
-    "batch_sampler": "remove it: use batch_size=, shuffle=, seed= and drop_last=",
+    "batch_sampler": "remove it: use batch_size=, shuffle=, seed= and drop_last=; batches of "
+                     "similar lengths (a bucketing batch_sampler): lengths=, one per sample",
     "generator": "use seed= (the order is a function of seed and epoch)",
 }
 
