@@ -459,7 +459,7 @@ class PackedDataset:
         """
         if field not in self.fields:
             raise ConfigError(f"sizes: no field {field!r} in this dataset (fields: {self.fields})", field=field)
-        return self._state().catalog.member_spans(field)[1].copy()
+        return self._state().catalog.member_spans(field)[:, 1].copy()
 
     def subset(self, indices: Sequence[int] | np.ndarray) -> PackedSubset:
         """Samples ``indices`` of this dataset as a packed dataset of their own (a train or
