@@ -557,3 +557,21 @@ def test_an_iterator_dropped_mid_pass_shuts_its_workers_down_in_the_wait_not_the
     assert rep.steps == 6 and min(swaps) > 0.05  # each swap waited for a worker to exit
     assert rep.stages["step"].total < 0.2 * sum(swaps)
     assert "live_iterators" not in rep.loader
+
+
+@pytest.mark.timeout(30)
+def test_an_iterator_made_before_the_loop_and_stepped_inside_it_is_not_chosen_for_time() -> None:
+    # it = iter(inner); (5 ms of set-up); for batch in outer: next(it) ... — both step 7 times:
+    # the outer loader's pass lies inside the inner one's open pass, so its own time is ~0 and
+    # any gap before the loop would make the inner one "take more than twice as long"
+    sc, outer, inner = clocks(), object(), object()
+    now = time.perf_counter()
+    sc.on_iter(inner, now, now)
+    time.sleep(0.005)  # the script's set-up between iter(inner) and the loop: a span, not a sync
+    now = time.perf_counter()
+    sc.on_iter(outer, now, now)
+    for i in range(7):
+        sc.on_next(outer, lambda i=i: i)
+        sc.on_next(inner, lambda i=i: i)
+    assert sc.clock(outer).steps == sc.clock(inner).steps == 7
+    assert sc.training() is sc.clock(outer) and not sc.chosen_for_time(sc.clock(inner))

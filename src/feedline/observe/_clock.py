@@ -770,13 +770,19 @@ class StepClocks:
             return most, None
         end = time.perf_counter()
         spent = {id(c): self._own_time(c, end) for c in stepped}
+        if not 0.0 < spent[id(most)] >= 0.5 * self._own_time(most, end, alone=True):
+            # its passes run mostly inside another loader's open pass (an iterator made before
+            # the loop and stepped by hand inside it, a peek left open): the two are not taken
+            # in turn, so their time cannot tell which one trains
+            return most, None
         longest = max(stepped, key=lambda c: spent[id(c)])
         return most, (longest if spent[id(longest)] > LONGER_PASSES * spent[id(most)] else None)
 
-    def _own_time(self, c: LoaderClock, end: float) -> float:
+    def _own_time(self, c: LoaderClock, end: float, alone: bool = False) -> float:
         """Seconds of ``c``'s passes, the passes of other loaders on its threads (validation
-        run inside them) taken out, and its first wait (its workers' start, warm-up)."""
-        inside = _merged([p for o in list(self.clocks.values()) if o is not c and o.tids & c.tids
-                          for p in o.passes(end)])
+        run inside them) taken out (``alone``: left in), and its first wait (its workers'
+        start, warm-up)."""
+        inside = _merged([] if alone else [p for o in list(self.clocks.values())
+                                           if o is not c and o.tids & c.tids for p in o.passes(end)])
         total = sum(b - a - inside.overlap(a, b) for a, b in c.passes(end))
         return max(0.0, total - (c.waits[0] if c.waits else 0.0))
