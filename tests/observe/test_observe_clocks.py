@@ -236,7 +236,7 @@ def test_training_sets_taken_in_turn_by_epoch_the_one_the_run_waits_in_trains() 
     sc, remote, hard = clocks(), object(), object()
     for epoch in range(4):
         if epoch % 2 == 0:
-            slow_pass(sc, remote, 8, 0.003)
+            slow_pass(sc, remote, 8, 0.01)  # 0.16 s in all: past LONGER_BY_S
         else:
             slow_pass(sc, hard, 12, 0.0)
     assert sc.clock(hard).steps > sc.clock(remote).steps

@@ -310,6 +310,10 @@ LONGER_PASSES = 2.0
 those of the one with most steps is the training loader (:meth:`StepClocks.training`):
 their time with other loaders' passes inside them and the first wait (warm-up) left out."""
 
+LONGER_BY_S = 0.1
+"""... and at least this many seconds longer: a peek's microseconds before the loop, stretched
+by a preemption, are not where a run trains."""
+
 IN_TURN = 8
 """A loader taken in turn with another steps at least once every this many of its steps
 (a GAN's generator loader beside ``n_critic`` discriminator draws, 5 in WGAN)."""
@@ -776,7 +780,9 @@ class StepClocks:
             # in turn, so their time cannot tell which one trains
             return most, None
         longest = max(stepped, key=lambda c: spent[id(c)])
-        return most, (longest if spent[id(longest)] > LONGER_PASSES * spent[id(most)] else None)
+        longer = (spent[id(longest)] > LONGER_PASSES * spent[id(most)]
+                  and spent[id(longest)] - spent[id(most)] > LONGER_BY_S)
+        return most, (longest if longer else None)
 
     def _own_time(self, c: LoaderClock, end: float, alone: bool = False) -> float:
         """Seconds of ``c``'s passes, the passes of other loaders on its threads (validation
