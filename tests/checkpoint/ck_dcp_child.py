@@ -1,4 +1,4 @@
-"""One rank of the DCP interop test (run as a script): ``ck_dcp_child.py DIR RANK WORLD PORT``.
+"""One rank of the DCP interop test (run as a script): ``ck_dcp_child.py DIR RANK WORLD``.
 
 Saves with ``dcp.async_save(..., async_stager=CheckpointStager())`` twice (the
 second save must reuse the staging buffer; it also writes through feedline's
@@ -101,8 +101,11 @@ def fsdp2(directory: str, world: int, stager: CheckpointStager) -> bool:
         torch.equal(got[k], expect[k]) for k in expect)
 
 
-def main(directory: str, rank: int, world: int, port: int) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+def main(directory: str, rank: int, world: int) -> None:
+    # the ranks meet through a file in DIR: no TCP port picked by the test that another process
+    # could take before rank 0 listens on it (gloo's own sockets are bound by the kernel)
+    dist.init_process_group("gloo", init_method=f"file://{directory}/rendezvous", rank=rank,
+                            world_size=world)
     stager = CheckpointStager()
     out: dict[str, object] = {"rank": rank}
     for step in (1, 2):
@@ -126,14 +129,15 @@ def main(directory: str, rank: int, world: int, port: int) -> None:
     out["one_to_many"] = reshard(directory, world, stager)
     out["fsdp2"] = fsdp2(directory, world, stager)
     stager.close()
-    dist.destroy_process_group()
+    dist.barrier()  # both ranks are done with every collective
     print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
-    # the result is printed and flushed: end without the interpreter's teardown, where torch's
-    # distributed C++ threads once aborted a rank ("terminate called without an active
-    # exception", SIGABRT, CI 2026-12-02) after everything this test checks had run
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    # the result is printed and flushed: end without destroy_process_group and the
+    # interpreter's teardown, where torch's distributed C++ threads once aborted a rank
+    # ("terminate called without an active exception", SIGABRT, CI 2026-12-02) after
+    # everything this test checks had run; nothing the test checks is left to them
     sys.stderr.flush()
     os._exit(0)

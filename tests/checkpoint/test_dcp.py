@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,12 +20,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_two_ranks_async_save_with_the_feedline_stager_and_resharding(tmp_path: Path) -> None:
@@ -40,8 +33,7 @@ def test_two_ranks_async_save_with_the_feedline_stager_and_resharding(tmp_path: 
         sys.path.remove(str(HERE))
     dcp.save({"model": full(1), "step": 9}, storage_writer=DCPWriter(tmp_path / "one"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(HERE / "ck_dcp_child.py"), str(tmp_path), str(r), "2", str(port)],
+    procs = [subprocess.Popen([sys.executable, str(HERE / "ck_dcp_child.py"), str(tmp_path), str(r), "2"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for r in range(2)]
     outs = []
     for p in procs:

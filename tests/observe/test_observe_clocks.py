@@ -12,11 +12,13 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from feedline import spans
+from feedline.observe import _clock
 from feedline.observe._clock import StepClocks
 from feedline.observe._stats import Recorder
 
@@ -34,7 +36,7 @@ def clocks(steps: int | None = None) -> StepClocks:
 
 def run(sc: StepClocks, loader: object, n: int) -> Iterator[int]:
     """One pass of ``n`` batches of ``loader``, yielding after each step."""
-    now = time.perf_counter()
+    now = _clock.time.perf_counter()  # the clock StepClocks reads (a test may set it)
     sc.on_iter(loader, now, now)
     for i in range(n):
         yield sc.on_next(loader, lambda i=i: i)
@@ -69,9 +71,14 @@ def test_steps_counts_the_training_loader_only() -> None:
     assert sc.clock(val).steps == 20
 
 
-def test_a_peek_at_one_batch_does_not_hide_the_training_loader() -> None:
+def test_a_peek_at_one_batch_does_not_hide_the_training_loader(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # one clock read = 1 ms: a preemption between the peek's iter() and next() cannot make
+    # the peek look longer than the loop (it did once in CI, on real time: microseconds each)
+    ticks = itertools.count()
+    monkeypatch.setattr(_clock, "time", SimpleNamespace(perf_counter=lambda: next(ticks) / 1000))
     sc, train, val = clocks(steps=5), object(), object()
-    now = time.perf_counter()
+    now = _clock.time.perf_counter()
     sc.on_iter(val, now, now)
     sc.on_next(val, lambda: 0)  # next(iter(val)): one batch to look at, pass left open
     with pytest.raises(Limit) as e:
