@@ -160,10 +160,11 @@ def with_lock(sample: dict[str, Any]) -> dict[str, Any]:
 
 class Photos:
     """Map-style: sample i is a uint8 image, landscape (240, 320, 3) or, for 5% of the
-    indices (a fixed pseudo-random choice), portrait (320, 240, 3); plus its label."""
+    indices (a fixed pseudo-random choice), portrait (320, 240, 3); plus its label.
+    ``scale`` divides both sides (10: 24x32 landscape, 32x24 portrait)."""
 
-    def __init__(self, n: int = 200) -> None:
-        self.n = n
+    def __init__(self, n: int = 200, scale: int = 1) -> None:
+        self.n, self.scale = n, scale
         rng = np.random.default_rng(1234)
         self.portrait = set(rng.choice(n, size=max(1, n // 20), replace=False).tolist())
 
@@ -171,7 +172,8 @@ class Photos:
         return self.n
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        shape = (320, 240, 3) if i in self.portrait else (240, 320, 3)
+        h, w = 240 // self.scale, 320 // self.scale
+        shape = (w, h, 3) if i in self.portrait else (h, w, 3)
         return {"image": np.full(shape, i % 251, np.uint8), "label": i}
 
 
