@@ -102,7 +102,8 @@ def run_case(name: str, report: Report, *, step: float, sample_cost: float, batc
     for label, value in (("step alone", base), ("step + loader", measured)):
         report.add({"name": f"{name}: {label}", "median_s": value, "runs_s": [value],
                     "samples": batch_size, "samples_per_s": batch_size / value})
-    out = {"case": name, "step_s": gpu, "data_s_per_batch": decode, "workers": workers,
+    out = {"case": name, "step_set_s": step, "step_s": gpu, "data_s_per_batch": decode,
+           "workers": workers,
            "measured_step_s": measured, "alone_step_s": base, "predicted_step_s": predicted,
            "stall_fraction": max(0.0, 1 - base / measured),
            "error_vs_model": abs(measured - predicted) / predicted}
@@ -138,7 +139,8 @@ def run_epochs(name: str, report: Report, *, step: float, sample_cost: float, ba
     for label, value in (("step alone", base), ("step + loader", measured)):
         report.add({"name": f"{name}: {label}", "median_s": value, "runs_s": [value],
                     "samples": batch_size, "samples_per_s": batch_size / value})
-    out = {"case": name, "epochs": epochs, "batches_per_epoch": batches, "measured_step_s": measured,
+    out = {"case": name, "step_set_s": step, "epochs": epochs, "batches_per_epoch": batches,
+           "measured_step_s": measured,
            "alone_step_s": base, "stall_fraction": max(0.0, 1 - base / measured)}
     print(f"{name}: {measured * 1e3:.2f} ms/step with the loader, {base * 1e3:.2f} ms alone "
           f"({epochs} epochs of {batches} batches, epoch starts included)")

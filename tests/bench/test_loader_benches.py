@@ -45,7 +45,13 @@ def _check(doc: dict[str, Any]) -> None:
         assert row["median_s"] > 0 and math.isfinite(row["samples_per_s"]) and row["samples"] > 0
     assert doc["comparisons"]
     for comp in doc["comparisons"]:
-        assert comp["ratio"] > 0 and isinstance(comp["meets_goal"], bool) and comp["baseline"]
+        # against a model the ratio is 1 - error: any number up to 1 (on a loaded host the
+        # measured step can be more than twice the model's: -1.1 once); ours / baseline: > 0
+        if comp.get("key") == "error_vs_model":
+            assert math.isfinite(comp["ratio"]) and comp["ratio"] <= 1
+        else:
+            assert comp["ratio"] > 0
+        assert isinstance(comp["meets_goal"], bool) and comp["baseline"]
 
 
 @pytest.mark.timeout(300)
@@ -84,7 +90,9 @@ def test_loader_overlap(tmp_path: Path) -> None:
     assert {c["case"] for c in doc["cases"]} == {"data faster than step", "data slower than step",
                                                  "short epochs"}
     assert all(c["predicted_step_s"] > 0 for c in doc["cases"] if c["case"] != "short epochs")
-    assert all(c["measured_step_s"] >= c["alone_step_s"] * 0.5 for c in doc["cases"])
+    # every interval between two batches holds one sleep of the step: never shorter, whatever
+    # the load (against the step timed alone, a preemption there failed a 0.5x margin)
+    assert all(c["measured_step_s"] >= c["step_set_s"] for c in doc["cases"])
 
 
 @pytest.mark.timeout(300)
