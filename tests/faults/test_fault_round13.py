@@ -34,7 +34,7 @@ def test_a_lent_arena_slot_comes_back_through_a_c_level_callback() -> None:
     try:
         assert loans.take(1)
         tensors = loans.lend(1, {("x",): np.arange(8, dtype=np.float32)})
-        (ref, slot), = loans._refs.values()
+        (ref, slot), = loans._deaths._refs.values()
         assert slot == 1 and isinstance(ref.__callback__, types.BuiltinMethodType)  # SimpleQueue.put
         view = tensors[("x",)][2:]  # a view keeps the slot lent
         del tensors
@@ -44,7 +44,7 @@ def test_a_lent_arena_slot_comes_back_through_a_c_level_callback() -> None:
         assert loans.returned() == [1] and loans.lent == set()
     finally:
         loans.close()
-    assert not loans._thread.is_alive()
+    assert loans._deaths._thread is not None and not loans._deaths._thread.is_alive()
 
 
 @pytest.mark.timeout(60)

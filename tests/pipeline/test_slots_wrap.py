@@ -204,7 +204,7 @@ def test_a_ctrl_c_as_a_lent_slot_comes_back_reaches_the_loop() -> None:
     pool = SlotPool(4 * layout.nbytes, pin=False, reuse=False)
     pool.configure(layout)
     batch, first_id = _lend(pool)
-    (ref, _), = pool._loans.values()
+    (ref, _), = pool._deaths._refs.values()
     anchor = ref()
 
     class PendingSigint:  # ctypes converts the callback's argument (the weakref) to SIGINT

@@ -14,27 +14,25 @@ taken, so the workers always have one to fill: no loop can stall them for good.
 
 A slot comes back from wherever the last tensor died, even inside another thread's
 garbage collection while the pool's lock is held, and without running Python code
-there: the loan's anchor dies into a C-level weakref callback (``SimpleQueue.put`` of
-its weakref, as the slot pool's loans do). Python code run as a batch dies (a
-``weakref.finalize`` callback, before) is where a Ctrl-C that arrived just then is
-raised, printed as "Exception ignored" and lost (2 of 2,000 SIGINTs into a loop over
-process workers). A thread of the loans' own (``feedline-loans``, registered with the
-fork gate; signals are only ever handled in the main thread) takes the weakrefs off that
-queue and wakes the reader thread through a pipe (:meth:`Loans.fileno`, waited on with
-the workers' connections).
+there: the loan's anchor is registered with a
+:class:`~feedline.pipeline._death_queue.DeathQueue` (a C-level weakref callback, as the
+slot pool's loans are). Python code run as a batch dies (a ``weakref.finalize`` callback,
+before) is where a Ctrl-C that arrived just then is raised, printed as "Exception
+ignored" and lost (2 of 2,000 SIGINTs into a loop over process workers). The queue's
+thread (``feedline-loans``, registered with the fork gate; signals are only ever handled
+in the main thread) gives each slot back and wakes the reader thread through a pipe
+(:meth:`Loans.fileno`, waited on with the workers' connections).
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import threading
-import weakref
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from feedline.pipeline import forking
+from feedline.pipeline._death_queue import DeathQueue
 
 if TYPE_CHECKING:  # torch is imported by the parent only (workers import this module too)
     import numpy as np
@@ -55,12 +53,8 @@ class Loans:
         os.set_blocking(self._w, False)
         self._lock = threading.Lock()
         self._open = True
-        # the weakref of each lent batch's anchor, put there by its C-level callback
-        self._died: queue.SimpleQueue[weakref.ref[Any] | None] = queue.SimpleQueue()
-        self._refs: dict[int, tuple[weakref.ref[Any], int]] = {}
-        self._thread = threading.Thread(target=self._collect, name="feedline-loans", daemon=True)
-        forking.GATE.register(self._thread)  # it works inside GATE.working(): a fork waits
-        self._thread.start()
+        self._deaths: DeathQueue[int] = DeathQueue(self.give_back, name="feedline-loans",
+                                                   failed="giving back a lent arena slot")
 
     def take(self, slot: int) -> bool:
         """Lend ``slot`` if the cap allows (the caller holds the pool's lock)."""
@@ -75,20 +69,8 @@ class Loans:
         from feedline.pipeline.slots import anchored_tensors
 
         tensors, anchor = anchored_tensors(arrays)
-        # the callback is the queue's C ``put``: no Python code runs as the batch dies
-        ref = weakref.ref(anchor, self._died.put)
-        self._refs[id(ref)] = (ref, slot)
+        self._deaths.register(anchor, slot)  # no Python code runs as the batch dies
         return tensors
-
-    def _collect(self) -> None:
-        while True:
-            ref = self._died.get()
-            if ref is None:
-                return
-            with forking.GATE.working():
-                loan = self._refs.pop(id(ref), None)
-                if loan is not None:
-                    self.give_back(loan[1])
 
     def give_back(self, slot: int) -> None:
         """The batch over ``slot`` is gone: queue it and wake the reader. Never blocks; a
@@ -125,10 +107,7 @@ class Loans:
     def close(self) -> None:
         """Stop the collecting thread and close the pipe; batches still lent keep their
         memory (the arena's mapping lives as long as any view of it) and come back to no one."""
-        self._died.put(None)
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-        self._refs.clear()  # their weakrefs die: no callback queues them any more
+        self._deaths.close()
         with self._lock:
             if self._open:
                 self._open = False

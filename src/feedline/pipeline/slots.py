@@ -26,20 +26,19 @@ loop), so the pool settles at what the loop really holds after a few waits, and 
 late return (a worker that finished a later batch first waits for the one the loop waits
 for; a busy host) costs one slot, not as many more as exist.
 
-A lent slot comes back through a C-level weakref callback (``SimpleQueue.put`` of the
-anchor's weakref), never Python code: Python checks for signals when a function starts, so
-a Ctrl-C that arrived as a Python callback (``weakref.finalize``) started was raised inside
-it, printed as "Exception ignored in: <finalize object>" and lost, and the training went
-on (3 to 4 of 1000 SIGINTs to a loop dropping batches; 1 of 480 random-point cases of the
-signals test). Producers that wait for a lent slot wait on that queue.
+A lent slot comes back through a C-level weakref callback (its anchor is registered with
+a :class:`~feedline.pipeline._death_queue.DeathQueue`), never Python code: Python checks
+for signals when a function starts, so a Ctrl-C that arrived as a Python callback
+(``weakref.finalize``) started was raised inside it, printed as "Exception ignored in:
+<finalize object>" and lost, and the training went on (3 to 4 of 1000 SIGINTs to a loop
+dropping batches; 1 of 480 random-point cases of the signals test). Producers that wait
+for a lent slot wait on that queue (no thread of its own).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ import torch
 from feedline import spans
 from feedline.errors import ConfigError, DecodeError, ResourceError
 from feedline.pinned import pinned_empty
+from feedline.pipeline._death_queue import DeathQueue
 from feedline.pipeline.collate import Layout, Path
 from feedline.pipeline.jobs import out_of_memory_fix
 from feedline.placement import Placement
@@ -148,10 +148,8 @@ class SlotPool:
         self._count = 0
         self._ids = 0
         self._closed = False
-        # lent slots the user dropped: the weakref of each loan's anchor, put there by the
-        # weakref's C-level callback (no Python code runs as a batch dies; see the module)
-        self._returned: queue.SimpleQueue[weakref.ref[_Anchor] | None] = queue.SimpleQueue()
-        self._loans: dict[int, tuple[weakref.ref[_Anchor], Slot]] = {}
+        # lent slots the user dropped, queued from C as their batch dies (see the module)
+        self._deaths: DeathQueue[Slot] = DeathQueue()
         self.peak_bytes = 0
         self.budget_waits = 0
         """Times a producer found the budget used up and waited for a slot to come back."""
@@ -249,15 +247,13 @@ class SlotPool:
         got = None
         self._cond.release()
         try:
-            got = self._returned.get(timeout=RETURN_POLL_S if timeout is None else max(timeout, 0.0))
-        except queue.Empty:
-            pass
+            got = self._deaths.get(RETURN_POLL_S if timeout is None else max(timeout, 0.0))
         finally:
             self._cond.acquire()
         if got is not None:
             self._take_back(got)
         elif self._closed:
-            self._returned.put(None)  # wake the next waiter too
+            self._deaths.wake()  # wake the next waiter too
 
     def _waited(self, since: float) -> None:
         now = time.perf_counter()
@@ -275,19 +271,16 @@ class SlotPool:
         if self.reuse:
             return slot
         tensors, anchor = anchored_tensors(slot.arrays)
-        # the callback is the queue's C ``put``: it runs wherever the last tensor dies (any
-        # thread's garbage collection) without running Python code, so it takes no lock
-        # of ours and no signal can be raised inside it
-        ref = weakref.ref(anchor, self._returned.put)
-        self._loans[id(ref)] = (ref, slot)
+        # the slot comes back wherever the last tensor dies (any thread's garbage
+        # collection) without running Python code: no lock of ours, no signal raised there
+        self._deaths.register(anchor, slot)
         return Slot(slot.id, tensors, dict(slot.arrays))
 
-    def _take_back(self, ref: weakref.ref[_Anchor]) -> None:
+    def _take_back(self, slot: Slot) -> None:
         """A lent slot's memory is free again (the condition held)."""
-        loan = self._loans.pop(id(ref), None)
-        if loan is not None and (self._count + 1) * self.slot_bytes <= self.budget:
+        if not self._closed and (self._count + 1) * self.slot_bytes <= self.budget:
             self._count += 1
-            self._free.append(loan[1])
+            self._free.append(slot)
 
     def _new_slot(self, slot_id: int) -> Slot:
         assert self._layout is not None
@@ -314,20 +307,16 @@ class SlotPool:
     def _reap(self) -> None:
         while self._pending and self._pending[0][1].query():
             self._free.append(self._pending.popleft()[0])
-        while not self.reuse:  # lent memory the user let go of
-            try:
-                ref = self._returned.get_nowait()
-            except queue.Empty:
-                break
-            if ref is not None:
-                self._take_back(ref)
+        if not self.reuse:  # lent memory the user let go of
+            for slot in self._deaths.take():
+                self._take_back(slot)
 
     def release(self, slot: Slot, fence: Fence | None = None) -> None:
         """Give ``slot`` back; it is reused only after ``fence`` (if any) completes."""
         with self._lock:
             if not self.reuse:
                 self._count -= 1  # the user's batch owns the memory now
-                self._returned.put(None)  # room to allocate: wake a producer waiting on returns
+                self._deaths.wake()  # room to allocate: wake a producer waiting on returns
             elif fence is None:
                 self._free.append(slot)
             else:
@@ -342,8 +331,8 @@ class SlotPool:
                 fence.synchronize()
             self._free.clear()
             self._pending.clear()
-            self._loans.clear()  # their weakrefs die: no callback puts them back
-            self._returned.put(None)  # a producer waiting for a returned slot wakes (and wakes the next)
+            self._deaths.close()  # their weakrefs die: no callback puts them back
+            self._deaths.wake()  # a producer waiting for a returned slot wakes (and wakes the next)
             self._cond.notify_all()
 
 
