@@ -40,6 +40,7 @@ from feedline.checkpoint._store import (
     lock_directory,
     new_data_name,
     remove_recycled,
+    remove_stale,
     rotate,
     take_recycled,
 )
@@ -356,6 +357,7 @@ class Checkpointer:
         """
         if not self._lock:
             self._lock.append(lock_directory(self.directory))
+            remove_stale(self.directory)  # a killed save's files: no live writer's (we hold the lock)
         if self._arena is not None:
             return
         on_gpu = "cuda" in layout.devices()

@@ -7,7 +7,8 @@ header does: the data file is written and fsynced first, then the header is
 written to a temporary name, fsynced, renamed over the final name and the
 directory fsynced (:func:`feedline.format._atomic.write_atomic`). A crash at
 any point leaves every earlier checkpoint as it was; leftovers (data files no
-header names, temporary headers) are removed by the next commit.
+header names, temporary headers) are removed by the next Checkpointer to take the
+folder's writer lock (:func:`remove_stale`) and by every commit.
 
 Recycling: the data file of a checkpoint that ``keep=K`` rotates out is not
 deleted but renamed to :data:`RECYCLE_NAME`, and the next save writes over it
@@ -208,6 +209,31 @@ def rotate(directory: Path, keep: int | None, *, protect: str, step: int | None 
         remove_quietly(header_path(directory, old))
     if drop:
         fsync_dir(directory)
+    _remove_leftovers(directory, protect, recycle)
+    return drop
+
+
+def remove_stale(directory: Path) -> list[str]:
+    """Remove what a save killed before its commit left (``kill -9``, an OOM kill, a power
+    loss): data files no header names and temporary headers; the largest such data file
+    becomes :data:`RECYCLE_NAME` (when there is none) for the next save to write over.
+    Returns the data files found.
+
+    Called by a Checkpointer once it holds the directory's writer lock: every Checkpointer
+    takes it before it writes anything and holds it until it closes (a killed one's goes
+    with its descriptor), so none of these files can belong to a live writer. Before, they
+    stayed until the next save's commit: a killed save of a 1 GiB state kept that gigabyte
+    through the next save, on top of it.
+    """
+    try:
+        return _remove_leftovers(directory, None, recycle=True)
+    except OSError:  # the folder cannot be listed: the save's own commit reports why
+        return []
+
+
+def _remove_leftovers(directory: Path, protect: str | None, recycle: bool) -> list[str]:
+    """Remove data files no header names (but ``protect``) and temporary headers; with
+    ``recycle`` the largest data file becomes :data:`RECYCLE_NAME`. The dead data files."""
     live = {protect}
     unsure: set[str] = set()  # steps whose header cannot be read: every data file of theirs stays
     for kept in committed_steps(directory):
@@ -222,7 +248,7 @@ def rotate(directory: Path, keep: int | None, *, protect: str, step: int | None 
         elif _PARTIAL.match(name):
             remove_quietly(directory / name)
     _recycle_or_remove(directory, sorted(dead), recycle)
-    return drop
+    return sorted(dead)
 
 
 def lock_directory(directory: Path) -> int:
