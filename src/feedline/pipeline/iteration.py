@@ -24,12 +24,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from typing import Any
 
 from feedline import spans
 from feedline.errors import ConfigError, LoaderTimeout, WorkerError
 from feedline.pipeline._user_frames import short
+from feedline.pipeline.handoff import first_done
 from feedline.pipeline.jobs import Job
 from feedline.pipeline.runtime import Ready, Runtime
 
@@ -167,7 +168,7 @@ class Pass:
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             step = STUCK_CHECK_S if left is None else min(left, STUCK_CHECK_S)
-            done, _ = wait(futures, step, FIRST_COMPLETED)
+            done = first_done(futures, step)  # no Python-level lock: see feedline.pipeline.handoff
             if done:
                 return done
             stuck = self._rt.stuck()

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from feedline.pipeline.handoff import all_done
 from feedline.pipeline.jobs import Job
 
 Submit = Callable[[Job], "Future[Any]"]
@@ -105,8 +106,7 @@ class Scheduler:
         ahead = self._ahead
         if ahead is None:
             return True
-        _, pending = wait([future for _, future in ahead.jobs], timeout)
-        return not pending
+        return all_done([future for _, future in ahead.jobs], timeout)
 
     def close(self) -> None:
         """No run is wanted any more."""

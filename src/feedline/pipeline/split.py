@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from feedline.errors import WorkerDied
+from feedline.pipeline.handoff import Handoff
 from feedline.pipeline.jobs import Job
 
 PART_S = 0.01
@@ -98,7 +99,7 @@ class Split:
     fill: Callable[[Part, Any, str], Any]
     finish: Callable[[Job, Any, list[str], bool, str], Any]
     release: Callable[[Any], None]
-    future: Future[Any] = field(default_factory=Future)
+    future: Future[Any] = field(default_factory=Handoff)
     """The batch's: the consumer waits on it as on an unsplit batch's."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _slot: Any = None

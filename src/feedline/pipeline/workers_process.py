@@ -57,6 +57,7 @@ from feedline.pipeline.forkserver import (
     preload_forkserver,
     server_gone,
 )
+from feedline.pipeline.handoff import Handoff
 from feedline.pipeline.jobs import Context, Job, Record, prepare, run_collate
 from feedline.pipeline.main_script import GUARD_FIX, main_from_stream, refuse_while_bootstrapping
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
@@ -608,7 +609,7 @@ class ProcessWorkers:
     def submit(self, job: Job) -> Future[Any]:
         """Queue ``job`` for the least-loaded worker (sent when an arena slot is free; the
         probe and custom-collate jobs need none). Never blocks."""
-        fut: Future[Any] = Future()
+        fut: Future[Any] = Handoff()  # the consumer waits on it without a Python-level lock
         with self._lock:
             if self._dead is not None or self._closed:
                 fut.set_exception(self._dead or WorkerDied("process workers closed"))

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from feedline.errors import ResourceError
+from feedline.pipeline.handoff import Handoff
 from feedline.pipeline.jobs import Job
 from feedline.pipeline.split import Part
 
@@ -76,7 +77,7 @@ class ThreadWorkers:
 
     def submit(self, job: Task) -> Future[Any]:
         """Queue ``job``; the future holds the batch or the worker's exception."""
-        future: Future[Any] = Future()
+        future: Future[Any] = Handoff()  # the consumer waits on it without a Python-level lock
         self._jobs.put((future, job))
         return future
 
