@@ -533,6 +533,59 @@ def test_no_grad_passes_of_the_training_loader_inside_its_own_pass_are_their_own
     assert ev["config"]["type"] == "DataLoader"
 
 
+@pytest.mark.timeout(60)
+def test_a_resumed_loader_over_the_same_dataset_continues_and_update_bn_is_not_training() -> None:
+    """Real DataLoaders, real optimizer: a run resumed mid-epoch through a loader whose
+    batch sampler skips the batches already trained on, then the ordinary loader over the
+    SAME dataset object, is one training loader (the later one's settings); a k-fold-like
+    loader over another object stays its own; a no_grad pass over the training loader
+    after training (``swa_utils.update_bn``) is its own line, not training steps."""
+    import torch
+    from obsdata import Slow
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+    from feedline.observe._session import Session
+
+    class Skip(torch.utils.data.Sampler):
+        def __init__(self, batches: BatchSampler, skip: int) -> None:
+            self.batches, self.skip = batches, skip
+
+        def __iter__(self) -> Iterator[list[int]]:
+            return itertools.islice(iter(self.batches), self.skip, None)
+
+    def train(loader: DataLoader) -> None:
+        for x in loader:
+            loss = model(x).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = Slow(n=40)
+    session = Session("resumed", "cpu").start()
+    try:
+        fresh = DataLoader(data, batch_size=4, shuffle=True)
+        train(DataLoader(data, batch_sampler=Skip(BatchSampler(SequentialSampler(data), 4,
+                                                               False), 6)))  # 4 batches
+        train(fresh)  # 10 batches
+        with torch.no_grad():
+            for x in fresh:  # update_bn's forward-only pass
+                model(x)
+        with torch.no_grad():  # a loader over another object: its own line
+            for x in DataLoader(Slow(n=8), batch_size=4):
+                model(x)
+    finally:
+        session.stop()
+    rep = session.report()
+    assert rep.steps == 13 and rep.loader["continues"] == 1  # 14 less the warm-up
+    assert rep.loader.get("shuffle") is True  # the loader the run goes on with
+    after, other = sorted(rep.loaders, key=lambda o: o["steps"], reverse=True)
+    assert after["steps"] == 10 and after["role"] == "other"
+    assert after["config"]["nested_in"] == rep.loader["label"] and after["config"]["after_training"]
+    assert other["steps"] == 2 and "nested_in" not in other["config"]
+
+
 def test_an_iterator_dropped_mid_pass_shuts_its_workers_down_in_the_wait_not_the_step() -> None:
     """``it = iter(loader)`` again every few steps: the new iterator is made before the old
     one is dropped, and the old one's worker shutdown (it joins a worker busy on a

@@ -40,8 +40,8 @@ def test_the_rank_waiting_for_data_paces_the_job(tmp_path: Path) -> None:
     assert "waiting for data" in note and "rank 0" in note and "its pace" in note
 
 
-def test_rank_0_is_kept_when_it_is_data_bound_or_no_rank_is(tmp_path: Path) -> None:
-    write(tmp_path, rank_report(0, 0.020, 0.006), rank_report(1, 0.028, 0.006))
+def test_rank_0_is_kept_when_it_waits_most_or_no_rank_is_data_bound(tmp_path: Path) -> None:
+    write(tmp_path, rank_report(0, 0.028, 0.006), rank_report(1, 0.020, 0.006))
     rep = _read_report(tmp_path, tmp_path / "result.json", tmp_path / "partial.json")
     assert rep is not None and rep.host["process"]["rank"] == 0
     for p in tmp_path.glob("proc-*.json"):
@@ -49,3 +49,17 @@ def test_rank_0_is_kept_when_it_is_data_bound_or_no_rank_is(tmp_path: Path) -> N
     write(tmp_path, rank_report(0, 0.001, 0.040), rank_report(1, 0.001, 0.040))
     rep = _read_report(tmp_path, tmp_path / "result.json", tmp_path / "partial.json")
     assert rep is not None and rep.host["process"]["rank"] == 0 and rep.verdict != "data-bound"
+
+
+def test_the_rank_waiting_most_paces_the_job_and_the_others_collective_wait_is_said(
+        tmp_path: Path) -> None:
+    # both data-bound: rank 0 waits 14 ms for its own batch (a slow worker), rank 1 28 ms;
+    # rank 0 then waits for rank 1 in the all-reduce (a 20 ms step body against rank 1's
+    # 6 ms): the job runs at rank 1's pace
+    rank0, rank1 = rank_report(0, 0.014, 0.020), rank_report(1, 0.028, 0.006)
+    assert rank0.verdict == rank1.verdict == "data-bound"
+    write(tmp_path, rank0, rank1)
+    rep = _read_report(tmp_path, tmp_path / "result.json", tmp_path / "partial.json")
+    assert rep is not None and rep.host["process"]["rank"] == 1
+    (note,) = rep.host["notes"]
+    assert "its pace" in note and "14 ms of its 20 ms mean step is waiting for" in note, note

@@ -45,7 +45,8 @@ def loader_config(obj: Any) -> dict[str, Any]:
     a :class:`NestedPass` has its loader's, and ``nested_in``: the label of the loader whose
     pass it runs in."""
     if isinstance(obj, NestedPass):
-        return loader_config(obj.loader) | {"nested_in": obj.parent}
+        return loader_config(obj.loader) | {"nested_in": obj.parent} | (
+            {} if obj.inside else {"after_training": True})
     out: dict[str, Any] = {"type": type(obj).__name__}
     for name in LOADER_ATTRS:
         value = getattr(obj, name, None)
@@ -77,8 +78,17 @@ def _same_settings(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two loaders' settings are the same (how many instances, and the kind of
     workers ``worker_type="auto"`` has moved to by now, aside)."""
     def settings(c: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in c.items() if k not in ("instances", "worker_kind")}
+        return {k: v for k, v in c.items() if k not in ("instances", "worker_kind", "continues")}
     return settings(a) == settings(b)
+
+
+def _batch_size(loader: Any) -> int | None:
+    """The samples in each of a DataLoader's batches, where it says (its ``batch_size``,
+    else its batch sampler's)."""
+    size = getattr(loader, "batch_size", None)
+    if size is None:
+        size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) else None
 
 
 def _grad_enabled() -> bool:
@@ -296,11 +306,11 @@ class NestedPass:
     :meth:`StepClocks.owner`): timed on a clock of their own. Reads the loader's settings
     through to it."""
 
-    def __init__(self, loader: Any, parent: str) -> None:
-        self.loader, self.parent = loader, parent
+    def __init__(self, loader: Any, parent: str, inside: bool = True) -> None:
+        self.loader, self.parent, self.inside = loader, parent, inside
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("loader", "parent"):  # not set yet (copy, pickle): no recursion
+        if name in ("loader", "parent", "inside"):  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self.loader, name)
 
@@ -461,7 +471,7 @@ class StepClocks:
         self.aliases: dict[int, int] = {}
         """``id`` of a rebuilt loader -> the key of the clock it continues."""
         self._owners: list[Any] = []  # keeps owners alive so their ids stay theirs
-        self._nested: dict[int, NestedPass] = {}
+        self._nested: dict[tuple[int, bool], NestedPass] = {}
         """Each loader's evaluation passes nested in its training pass (:meth:`owner`)."""
         self._lock = threading.Lock()
         self._tls = threading.local()
@@ -479,17 +489,25 @@ class StepClocks:
     # -- naming
     def owner(self, loader: Any) -> Any:
         """What a new iterator of ``loader`` made now on this thread is timed as:
-        ``loader``, or its :class:`NestedPass` when autograd is off and ``loader``'s
-        own pass, begun with autograd on, is open on this thread with a step in it (an
-        evaluation on the training loader's batches inside the training loop)."""
+        ``loader``, or its :class:`NestedPass` when autograd is off and either
+        ``loader``'s own pass, begun with autograd on, is open on this thread with a step
+        in it (an evaluation on the training loader's batches inside the training loop),
+        or its passes, the last begun with autograd on, fed an optimizer and have all
+        ended (a forward-only pass over the training data after training, as
+        ``torch.optim.swa_utils.update_bn`` makes: not training steps)."""
         c = self.find(loader)
-        if (c is None or isinstance(loader, NestedPass) or _grad_enabled() or not c.pass_grad
-                or not c.in_pass or threading.get_ident() not in c.tids):
+        if c is None or isinstance(loader, NestedPass) or _grad_enabled() or not c.pass_grad:
+            return loader
+        inside = bool(c.in_pass) and threading.get_ident() in c.tids
+        after = (not inside and c.trained and bool(c.pass_starts)
+                 and len(c.pass_starts) == len(c.pass_ends))
+        if not inside and not after:
             return loader
         with self._lock:
-            nested = self._nested.get(id(loader))
+            key = (id(loader), inside)
+            nested = self._nested.get(key)
             if nested is None:
-                nested = self._nested[id(loader)] = NestedPass(loader, c.label)
+                nested = self._nested[key] = NestedPass(loader, c.label, inside)
         return nested
 
     def find(self, owner: Any) -> LoaderClock | None:
@@ -519,11 +537,44 @@ class StepClocks:
                         c.config["instances"] = int(c.config.get("instances", 1)) + 1
                         self.aliases[id(owner)] = key
                         return c
+                    key = self._continues(owner)
+                    if key is not None:
+                        c = self.clocks[key]
+                        # the later loader's settings are the ones the run goes on with
+                        c.config = config | {k: c.config[k] for k in ("instances",)
+                                             if k in c.config} | {
+                            "continues": int(c.config.get("continues", 0)) + 1}
+                        self.aliases[id(owner)] = key
+                        return c
                     n = len(self.clocks) + 1
                     c = LoaderClock(f"loader-{n}", config, n, site=site)
                     c.timer = self._make_timer()
                     self.clocks[id(owner)] = c
         return c
+
+    def _continues(self, owner: Any) -> int | None:
+        """The key of the training loader ``owner`` continues, if any: a new DataLoader
+        over the very same dataset object as one whose passes have all ended and that fed
+        an optimizer, first iterated with autograd on, with the same batch size where both
+        say (a run resumed mid-epoch through a loader that skips the batches already
+        trained on, then the ordinary loader for the next epochs: one data path, not a
+        second loader). Loaders over other objects (the folds of k-fold ``Subset``s, a
+        validation set) and passes begun under no_grad stay their own. Called under
+        ``self._lock``."""
+        data = getattr(owner, "dataset", None)
+        if data is None or not _grad_enabled():
+            return None
+        size = _batch_size(owner)
+        for o in self._owners:
+            if o is owner or getattr(o, "dataset", None) is not data:
+                continue
+            key = self.aliases.get(id(o), id(o))
+            c = self.clocks.get(key)
+            if (c is not None and c.trained and c.pass_starts
+                    and len(c.pass_starts) == len(c.pass_ends)
+                    and (None in (size, _batch_size(o)) or size == _batch_size(o))):
+                return key
+        return None
 
     def owners_of(self, c: LoaderClock) -> list[Any]:
         """The loaders timed on clock ``c`` (one, or each instance of a rebuilt loader)."""

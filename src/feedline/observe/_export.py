@@ -149,7 +149,9 @@ def render_text(rep: Report, width: int = 100) -> str:
         kind = "lockstep training loader" if other.get("role") == "lockstep" else "other loader"
         what = other["config"].get("type", "?")
         if other["config"].get("nested_in"):
-            what += f": no_grad passes of {other['config']['nested_in']} inside its own pass"
+            where = ("after its training passes" if other["config"].get("after_training")
+                     else "inside its own pass")
+            what += f": no_grad passes of {other['config']['nested_in']} {where}"
         con.print(f"{kind} {other['label']} ({what}): "
                   f"{other['share_of_wall']:.0%} of the run's wall time, {other['steps']} steps "
                   f"in {other['passes']} pass(es), waits for data {other['stall_fraction']:.0%} "

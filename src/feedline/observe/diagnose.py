@@ -207,15 +207,46 @@ def _who(rep: Report) -> str:
 
 def _slowest_rank(pick: Report, kids: list[Report]) -> Report | None:
     """The rank whose data path paces the job, when it is not ``pick``: ranks of one
-    job (each with a rank) meet in collectives every step, so a rank that waits for
-    data makes the others wait inside their steps (an all-reduce), where their own
-    reports see compute. The most data-stalled data-bound rank, if ``pick`` is not
-    data-bound; else None."""
+    job (each with a rank) meet in collectives every step (or every few, with
+    ``no_sync()`` accumulation), so a rank that waits for data makes the others wait
+    inside their steps (an all-reduce), where their own reports see compute. The most
+    data-stalled data-bound rank when it stalls more than ``pick`` (a rank 0 that is
+    data-bound a little, on its own start-up, while its peer waits for reads most of each
+    step, is not the pace); else None."""
     ranks = [k for k in kids if k.host["process"].get("rank") is not None]
-    if pick.verdict == "data-bound" or pick not in ranks or len(ranks) < 2:
+    if pick not in ranks or len(ranks) < 2:
         return None
     bound = [k for k in ranks if k.verdict == "data-bound"]
-    return max(bound, key=lambda r: r.stall_fraction) if bound else None
+    slowest = max(bound, key=lambda r: r.stall_fraction) if bound else None
+    if slowest is None or slowest is pick or (
+            pick.verdict == "data-bound" and slowest.stall_fraction <= pick.stall_fraction):
+        return None
+    return slowest
+
+
+def _collective_wait(rep: Report, pace: Report) -> float:
+    """Seconds a step of rank ``rep`` spends waiting for rank ``pace`` inside the step
+    (in collectives), from the two ranks' step bodies: the ranks run the same model on
+    batches of the same size, so the mean step body of ``rep`` beyond that of ``pace``
+    is time the collective held it (0 when not longer). Means, not medians: with
+    ``no_sync()`` accumulation only every few steps meet in an all-reduce."""
+    mine, theirs = (r.stages.get("step") for r in (rep, pace))
+    if mine is None or theirs is None:
+        return 0.0
+    return max(0.0, mine.mean - theirs.mean)
+
+
+def _other_rank(rep: Report, pace: Report | None) -> str:
+    """One line on a rank not reported: its own verdict, and when the reported rank
+    paces the job, the share of its step spent waiting for that rank in collectives."""
+    out = f"{_who(rep)} {rep.verdict} ({rep.stall_fraction:.0%} stall, binding {rep.binding}"
+    wait = _collective_wait(rep, pace) if pace is not None else 0.0
+    step = rep.stages.get("step")
+    body = step.mean if step is not None else 0.0
+    if wait > 0 and body > 0 and wait >= 0.25 * body:
+        out += (f"; {wait * 1e3:.0f} ms of its {body * 1e3:.0f} ms mean step is waiting for "
+                f"{_who(pace)} in collectives, not compute")
+    return out + ")"
 
 
 def _read_report(tmp: Path, result: Path, partial: Path) -> Report | None:
@@ -247,9 +278,8 @@ def _read_report(tmp: Path, result: Path, partial: Path) -> Report | None:
                  "(collectives), so the others wait for it inside their steps and the job "
                  "runs at its pace")
     if rest:
-        note += "; the others: " + ", ".join(
-            f"{_who(k)} {k.verdict} ({k.stall_fraction:.0%} stall, binding {k.binding})"
-            for k in rest)
+        note += "; the others: " + ", ".join(_other_rank(k, pick if paced else None)
+                                             for k in rest)
     pick.host = pick.host | {"notes": [*pick.host.get("notes", []), note]}
     if main is not None and main.loaders:
         pick.loaders = [*main.loaders, *pick.loaders]
