@@ -71,7 +71,14 @@ over a ``SkipBatchSampler``), Lightning's ``val_check_interval`` and
 workers and ``set_epoch``, an ``IterableDataset`` streaming JSON lines over HTTP from
 127.0.0.1, ``torch.compile`` recompiling for a ragged last batch, two training sets taken
 in turn by epoch (the quick one with more steps), and the docs' custom ``pin_memory()``
-batch with ``pin_memory=True`` on a CPU host.
+batch with ``pin_memory=True`` on a CPU host. Round 14 (``n_*.py``) adds DDP ``no_sync()``
+accumulation under torchrun with one rank's data slow (reported by that rank, the other's
+all-reduce wait said), an Accelerate-style ``prepare()`` whose ``DataLoaderShard`` runs
+one batch ahead, an apex-style prefetcher iterating the loader on a side thread,
+``tqdm(itertools.islice(loader, n))`` per epoch, HTTP GETs fanned out by a dataset's own
+thread pool, SWA with ``update_bn``'s no_grad pass over the training loader, a run resumed
+mid-epoch through a skipping loader then the ordinary one over the same dataset, and a
+webdataset-style generator pipeline over tar shards.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -536,6 +543,31 @@ TRUTH = {
     # the docs' SimpleCustomBatch with its own pin_memory(), pin_memory=True on a CPU host
     "o_custom_pin_batch": Truth("data-bound", "collate", DATA,
                                 "epoch 0: 12 batches\nepoch 1: 12 batches\n"),
+    # -- round 14 (n_*.py)
+    # torchrun DDP, no_sync() accumulation over 4 micro-batches, rank 1's half of the data slow
+    "n_ddp_accum_slow_rank": Truth("data-bound", "read", DATA,
+                                   "rank 0 micro-batches 32 updates 8\n",
+                                   launcher=("-m", "torch.distributed.run", "--standalone",
+                                             "--nproc-per-node", "2")),
+    # accelerator.prepare(): a DataLoaderShard subclass one batch ahead, send_to_device
+    "n_accelerate_prepare": Truth("data-bound", "decode", DATA, "micro-batches 24 updates 12\n"),
+    # an apex-style prefetcher class iterating the loader (num_workers=0) on a side thread
+    "n_thread_prefetcher": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: 10 batches\n" for e in range(3)) + "steps 30\n"),
+    # tqdm(itertools.islice(loader, 12)) each epoch over a 30-batch persistent-worker loader
+    "n_tqdm_islice": Truth("data-bound", "read", DATA, "".join(
+        f"epoch {e}: {12 * (e + 1)} steps so far\n" for e in range(3)), needs="tqdm"),
+    # batch_size=None, the dataset's own ThreadPoolExecutor fans out HTTP GETs to 127.0.0.1
+    "n_http_pool_batch": Truth("data-bound", "read", DATA,
+                               "epoch 0: 8 batches\nepoch 1: 8 batches\n"),
+    # SWA: AveragedModel, SWALR, and update_bn's no_grad pass over the training loader
+    "n_swa_update_bn": Truth("compute-bound", "gpu", COMPUTE, "steps 32 swa models averaged 2\n"),
+    # resumed mid-epoch through skip_first_batches' loader, then the ordinary loader
+    "n_resume_fresh_loader": Truth("data-bound", "read", DATA, "epoch 0: 13 batches\n"
+                                   "epoch 1: 20 batches\nepoch 2: 20 batches\nsteps 53\n"),
+    # tar shards through a generator pipeline (split, group, decode, shuffle, batch) in workers
+    "n_webdataset_pipeline": Truth("data-bound", "decode", DATA,
+                                   "epoch 0: 16 batches\nepoch 1: 16 batches\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_mp_spawn", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",
@@ -706,6 +738,23 @@ def test_an_iterator_replaced_mid_pass_is_start_up_not_step_time(fast_runs: dict
     assert "live_iterators" not in data["loader"] and data["analysis"]["workers"] == 2
     assert data["stages"]["step"]["p95"] < 0.08, data["stages"]["step"]  # 37-160 ms before
     assert "persistent_workers=True" in data["recommendation"]
+
+
+def round14_checks(results: dict) -> None:
+    """Round 14's loaders and ranks, beyond the verdict."""
+    # DDP: the rank waiting for data is reported; the other's all-reduce wait is said
+    ddp = results["n_ddp_accum_slow_rank"][1]
+    assert ddp["host"]["process"]["rank"] == 1, ddp["host"]
+    (note,) = [n for n in ddp["host"]["notes"] if "process(es) it started" in n]
+    assert "in collectives, not compute" in note, note
+    # a resumed epoch's loader and the fresh one over the same dataset: one training loader
+    resumed = results["n_resume_fresh_loader"][1]
+    assert resumed["loaders"] == [] and resumed["loader"]["continues"] == 1, resumed["loaders"]
+    assert resumed["steps"] == 52
+    # update_bn's no_grad pass over the training loader: its own line, not training steps
+    swa = results["n_swa_update_bn"][1]
+    (bn,) = swa["loaders"]
+    assert swa["steps"] == 31 and bn["steps"] == 8 and bn["config"]["after_training"], bn
 
 
 def round13_checks(results: dict) -> None:
@@ -949,3 +998,4 @@ def test_every_script_three_times(tmp_path: Path) -> None:
         round11_checks(results)
         round12_checks(results)
         round13_checks(results)
+        round14_checks(results)
