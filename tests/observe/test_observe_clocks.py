@@ -584,6 +584,11 @@ def test_a_resumed_loader_over_the_same_dataset_continues_and_update_bn_is_not_t
     assert after["steps"] == 10 and after["role"] == "other"
     assert after["config"]["nested_in"] == rep.loader["label"] and after["config"]["after_training"]
     assert other["steps"] == 2 and "nested_in" not in other["config"]
+    from feedline.observe._export import render_text
+
+    text = " ".join(render_text(rep).split())
+    assert "1 later DataLoader(s) over the same dataset object" in text
+    assert "no_grad passes of loader-1 after its training passes" in text
 
 
 def test_an_iterator_dropped_mid_pass_shuts_its_workers_down_in_the_wait_not_the_step() -> None:

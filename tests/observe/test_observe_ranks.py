@@ -49,6 +49,12 @@ def test_rank_0_is_kept_when_it_waits_most_or_no_rank_is_data_bound(tmp_path: Pa
     write(tmp_path, rank_report(0, 0.001, 0.040), rank_report(1, 0.001, 0.040))
     rep = _read_report(tmp_path, tmp_path / "result.json", tmp_path / "partial.json")
     assert rep is not None and rep.host["process"]["rank"] == 0 and rep.verdict != "data-bound"
+    for p in tmp_path.glob("proc-*.json"):
+        p.unlink()
+    # ranks whose data cost the same (steps alike): rank 0, even when rank 1 waited a little more
+    write(tmp_path, rank_report(0, 0.020, 0.006), rank_report(1, 0.024, 0.006))
+    rep = _read_report(tmp_path, tmp_path / "result.json", tmp_path / "partial.json")
+    assert rep is not None and rep.host["process"]["rank"] == 0
 
 
 def test_the_rank_waiting_most_paces_the_job_and_the_others_collective_wait_is_said(

@@ -115,6 +115,11 @@ def render_text(rep: Report, width: int = 100) -> str:
         built = int(rep.loader.get("instances") or 1)
         if built > 1:
             how += f"; built {built} times at the same place in the code, one data path"
+        continued = int(rep.loader.get("continues") or 0)
+        if continued:
+            how += (f"; {continued} later DataLoader(s) over the same dataset object went on "
+                    "with its training (a resumed epoch's loader, then the usual one): one "
+                    "data path, the settings the last one had")
         draws = rep.loader.get("draws_per_step")
         if draws:
             how += (f"; {draws:g} batches taken per step (next() calls between two updates), "

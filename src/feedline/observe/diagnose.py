@@ -210,18 +210,26 @@ def _slowest_rank(pick: Report, kids: list[Report]) -> Report | None:
     job (each with a rank) meet in collectives every step (or every few, with
     ``no_sync()`` accumulation), so a rank that waits for data makes the others wait
     inside their steps (an all-reduce), where their own reports see compute. The most
-    data-stalled data-bound rank when it stalls more than ``pick`` (a rank 0 that is
-    data-bound a little, on its own start-up, while its peer waits for reads most of each
-    step, is not the pace); else None."""
+    data-stalled data-bound rank, if ``pick`` is not data-bound, or if it stalls more than
+    ``pick`` and ``pick``'s steps wait for it (:func:`_collective_wait`, a quarter of
+    ``pick``'s step or more: a rank 0 data-bound a little, on its own start-up, while its
+    peer waits for reads most of each step, is not the pace; ranks whose data cost the
+    same, with steps alike, keep ``pick``); else None."""
     ranks = [k for k in kids if k.host["process"].get("rank") is not None]
     if pick not in ranks or len(ranks) < 2:
         return None
     bound = [k for k in ranks if k.verdict == "data-bound"]
     slowest = max(bound, key=lambda r: r.stall_fraction) if bound else None
-    if slowest is None or slowest is pick or (
-            pick.verdict == "data-bound" and slowest.stall_fraction <= pick.stall_fraction):
+    if slowest is None or slowest is pick:
         return None
-    return slowest
+    if pick.verdict != "data-bound":
+        return slowest
+    step = pick.stages.get("step")
+    held = _collective_wait(pick, slowest)
+    if (slowest.stall_fraction > pick.stall_fraction and step is not None
+            and held >= 0.25 * step.mean > 0):
+        return slowest
+    return None
 
 
 def _collective_wait(rep: Report, pace: Report) -> float:
@@ -240,7 +248,9 @@ def _other_rank(rep: Report, pace: Report | None) -> str:
     """One line on a rank not reported: its own verdict, and when the reported rank
     paces the job, the share of its step spent waiting for that rank in collectives."""
     out = f"{_who(rep)} {rep.verdict} ({rep.stall_fraction:.0%} stall, binding {rep.binding}"
-    wait = _collective_wait(rep, pace) if pace is not None else 0.0
+    if pace is None:
+        return out + ")"
+    wait = _collective_wait(rep, pace)
     step = rep.stages.get("step")
     body = step.mean if step is not None else 0.0
     if wait > 0 and body > 0 and wait >= 0.25 * body:

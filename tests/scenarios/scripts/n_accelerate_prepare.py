@@ -105,7 +105,7 @@ if __name__ == "__main__":
     loader = DataLoader(Features(), batch_size=8, num_workers=2)
     model, opt, loader = accelerator.prepare(model, opt, loader)
     micro = updates = 0
-    for epoch in range(2):
+    for _epoch in range(2):
         for batch in loader:
             with accelerator.accumulate(model):
                 t0 = time.perf_counter()
