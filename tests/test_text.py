@@ -66,7 +66,7 @@ def test_documents_reads_jsonl_json_and_text_files_and_names_a_bad_record(tmp_pa
     with pytest.warns(RuntimeWarning, match=r"skipped 1 file\(s\) of other types: notes\.csv"):
         assert list(text.documents(corpus)) == ["one", "two", "three", "four", "five six"]
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"content": "x"}\n')
-    with pytest.raises(ConfigError, match=r"bad\.jsonl, record 2 has no text field 'text' \(it has \['content'\]\)"):
+    with pytest.raises(ConfigError, match=r"bad\.jsonl, record 2: it has no text field 'text' \(it has \['content'\]\)"):
         list(text.documents(tmp_path / "bad.jsonl"))
     with pytest.raises(ConfigError, match="does not exist"):
         list(text.documents(tmp_path / "nope"))

@@ -46,6 +46,7 @@ __all__ = ["documents", "inputs_targets", "write_token_blocks"]
 FIELD = "tokens.npy"
 _LINES = (".jsonl", ".ndjson")
 _WHOLE = (".txt", ".md", ".text")
+_BOM = b"\xef\xbb\xbf"
 
 
 def documents(*paths: str | os.PathLike[str], field: str = "text") -> Iterator[str]:
@@ -57,12 +58,13 @@ def documents(*paths: str | os.PathLike[str], field: str = "text") -> Iterator[s
     - ``.txt`` / ``.md`` / ``.text``: the whole file is one document.
     - ``.parquet``: the ``field`` column, batch by batch (needs ``pyarrow``).
 
-    In a folder, hidden files and other extensions are skipped, with one warning
-    naming how many and a few of them.
+    Files are UTF-8; a leading byte-order mark is dropped, and the characters are kept
+    as they are (a CRLF stays CRLF). In a folder, hidden files and other extensions
+    are skipped, with one warning naming how many and a few of them.
 
     Raises:
         ConfigError: a path that does not exist, a file of another type given by name,
-            a line that is not JSON or has no ``field`` (naming the file, the line and
+            bytes that are not UTF-8, a line that is not JSON or has no ``field`` (naming the file, the line and
             the fields it has).
     """
     skipped: list[str] = []
@@ -75,12 +77,12 @@ def documents(*paths: str | os.PathLike[str], field: str = "text") -> Iterator[s
                 if _kind(f) is None:
                     skipped.append(str(f.relative_to(path)))
                     continue
-                yield from _read(f, field)
+                yield from _read_named(f, field)
         elif path.is_file():
             if _kind(path) is None:
                 raise ConfigError(f"documents: {str(path)!r} is not .jsonl, .ndjson, .json, .txt, .md or .parquet",
                                   path=str(path), fix="convert it, or read it yourself and pass the strings on")
-            yield from _read(path, field)
+            yield from _read_named(path, field)
         else:
             raise ConfigError(f"documents: {str(path)!r} does not exist", path=str(path))
     if skipped:
@@ -97,18 +99,32 @@ def _kind(path: Path) -> str | None:
     return {".json": "json", ".parquet": "parquet"}.get(ext)
 
 
+def _read_named(path: Path, field: str) -> Iterator[str]:
+    """:func:`_read`, with an OS error (a file removed since the listing, unreadable)
+    as a ``ConfigError`` naming the file."""
+    try:
+        yield from _read(path, field)
+    except OSError as e:
+        raise ConfigError(f"documents: cannot read {str(path)!r}: {e.strerror or e}", path=str(path)) from None
+
+
 def _read(path: Path, field: str) -> Iterator[str]:
     kind = _kind(path)
     if kind == "whole":
-        yield path.read_text(encoding="utf-8")
+        yield _decoded(path.read_bytes(), path)
     elif kind == "lines":
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                line = _decoded(raw, path, number)
                 if line.strip():
                     yield _text_of(_json_line(line, path, number), field, path, number)
     elif kind == "json":
-        with open(path, encoding="utf-8") as f:
-            items = json.load(f)
+        try:
+            items = json.loads(_decoded(path.read_bytes(), path))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"documents: {str(path)!r} is not JSON ({e.msg}, line {e.lineno} column {e.colno})",
+                              path=str(path), fix="a JSON list of objects or strings, or one document per line "
+                                                  "(.jsonl)") from None
         if not isinstance(items, list):
             raise ConfigError(f"documents: {str(path)!r} holds a JSON {type(items).__name__}, not a list of documents",
                               path=str(path), fix="give a list of objects or strings, or one document per line (.jsonl)")
@@ -116,6 +132,24 @@ def _read(path: Path, field: str) -> Iterator[str]:
             yield _text_of(item, field, path, number)
     else:
         yield from _parquet(path, field)
+
+
+def _decoded(raw: bytes, path: Path, line: int | None = None) -> str:
+    """``raw`` as UTF-8 text, exactly (CRLF kept), without a leading byte-order mark.
+
+    Raises:
+        ConfigError: bytes that are not UTF-8 (a binary file, a Latin-1 text), naming
+            the file, the line and the byte offset.
+    """
+    if line in (None, 1) and raw.startswith(_BOM):
+        raw = raw[len(_BOM):]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = f"{path}:{line}" if line is not None else repr(str(path))
+        raise ConfigError(f"documents: {where} is not UTF-8 text (byte {e.start}: {raw[e.start:e.start + 4]!r}; "
+                          "a binary file, or another encoding)", path=str(path),
+                          fix="convert it to UTF-8 (iconv -f latin1 -t utf-8), or leave it out of the corpus") from None
 
 
 def _json_line(line: str, path: Path, number: int) -> Any:
@@ -129,12 +163,21 @@ def _json_line(line: str, path: Path, number: int) -> Any:
 def _text_of(item: Any, field: str, path: Path, number: int) -> str:
     if isinstance(item, str):
         return item
-    value = item.get(field) if isinstance(item, dict) else None
+    if not isinstance(item, dict):
+        raise ConfigError(f"documents: {path}, record {number} is a JSON {_json_kind(item)}, not an object or a string",
+                          path=str(path), fix=f"one object per record, with the text in {field!r}")
+    value = item.get(field)
     if not isinstance(value, str):
-        have = sorted(item) if isinstance(item, dict) else type(item).__name__
-        raise ConfigError(f"documents: {path}, record {number} has no text field {field!r} (it has {have})",
+        problem = f"its {field!r} is a JSON {_json_kind(value)}" if field in item else \
+            f"it has no text field {field!r} (it has {sorted(item)})"
+        raise ConfigError(f"documents: {path}, record {number}: {problem}",
                           path=str(path), fix="name the text field: documents(..., field='content')")
     return value
+
+
+def _json_kind(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
 
 
 def _parquet(path: Path, field: str) -> Iterator[str]:

@@ -1424,6 +1424,14 @@ for _g, _n, _fn in sweep_round13.cases(sys.modules[__name__]):
     add(_g, _n, _fn)
 
 
+# ----------------------------------------------------------------------------- round 14
+
+import sweep_round14  # noqa: E402
+
+for _g, _n, _fn in sweep_round14.cases(sys.modules[__name__]):
+    add(_g, _n, _fn)
+
+
 # ----------------------------------------------------------------------------- runner
 
 
@@ -1433,7 +1441,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", action="append", help="only these groups (pack, shards, index, writer, "
                                                       "labels, loader, process, resume, cli, remote, "
                                                       "checkpoint, reshape, limits, leaks, concurrent, "
-                                                      "distributed, signals, adopt, objstore, durable, foreign-state, env)")
+                                                      "distributed, signals, adopt, objstore, durable, foreign-state, env, text, pad, "
+                                                      "lengths, under-pack, live, squeeze, diag-hostile)")
     ap.add_argument("--match", help="only cases whose name holds this")
     ap.add_argument("--json", help="write every case's outcome here")
     ap.add_argument("-v", "--verbose", action="store_true")

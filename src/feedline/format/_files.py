@@ -21,7 +21,8 @@ from feedline.errors import ArgumentError, ConfigError, ReadError
 
 CHANGED_FIX = ("the file changed after pack listed it: pack files that are not being written, moved or "
                "replaced, or rerun")
-_CHANGED = (errno.ENOENT, errno.EISDIR, errno.ESPIPE, errno.EFBIG)
+_CHANGED = (errno.ENOENT, errno.EISDIR, errno.ESPIPE, errno.EFBIG, errno.ELOOP, errno.ENXIO)
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # open_fd's extra flag: refuse a symbolic link
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -34,9 +35,15 @@ def open_fd(path: str | os.PathLike[str], extra_flags: int = 0) -> int:
 
     Raises:
         OSError: the file cannot be opened, or is not a regular file (``EISDIR``
-            for a folder, ``ESPIPE`` for a FIFO, socket or device).
+            for a folder, ``ESPIPE`` for a FIFO, socket or device; ``ELOOP`` for a
+            symbolic link with ``extra_flags`` :data:`NOFOLLOW`).
     """
-    fd = os.open(path, _FLAGS | extra_flags)
+    try:
+        fd = os.open(path, _FLAGS | extra_flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP and extra_flags & NOFOLLOW and os.path.islink(path):
+            raise OSError(errno.ELOOP, "is a symbolic link now, where a file was listed", os.fspath(path)) from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

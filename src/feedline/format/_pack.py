@@ -29,7 +29,14 @@ from pathlib import Path
 from feedline.errors import ArgumentError, ConfigError, FormatError
 from feedline.format._atomic import fsync_dir, named, remove_quietly, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
-from feedline.format._files import open_fd, open_regular, path_argument, path_list, source_error
+from feedline.format._files import (
+    NOFOLLOW,
+    open_fd,
+    open_regular,
+    path_argument,
+    path_list,
+    source_error,
+)
 from feedline.format._index import FORMAT_VERSION, ShardIndex
 from feedline.format._lock import DATASET_LOCK, hold_dataset, release
 from feedline.format._manifest import (
@@ -72,20 +79,21 @@ WarnFn = Callable[[str], None]
 _Loaded = tuple[PlannedSample, list[tuple[str, Payload]], list[int | None]]
 
 
-def _read_file(path: str, size: int) -> bytes:
+def _read_file(path: str, size: int, nofollow: bool = False) -> bytes:
     """Whole file (planned ``size`` bytes, below :data:`STREAM_AT`) with raw ``os.read`` calls.
 
     One syscall for a file of its planned ``size``. The file must still be a
     regular file (:func:`~feedline.format._files.open_fd`: one replaced by a FIFO
     after the listing would block the read forever, ``/dev/zero`` never ends). A
     file that changed size is read as it is now, up to :data:`STREAM_AT` bytes:
-    one that grew past that is refused, never held whole.
+    one that grew past that is refused, never held whole. With ``nofollow``, a
+    symbolic link at ``path`` is refused (``ELOOP``), not followed.
 
     Raises:
         OSError: as ``open_fd``; ``EFBIG`` for a file that grew past :data:`STREAM_AT`.
     """
     limit = max(size, STREAM_AT)
-    fd = open_fd(path)
+    fd = open_fd(path, NOFOLLOW if nofollow else 0)
     try:
         chunks: list[bytes] = []
         got = 0
@@ -106,7 +114,7 @@ def _read_sample(sample: PlannedSample, algo: str) -> _Loaded:
     sums: list[int | None] = []
     for f in sample.files:
         if f.data is None and f.size >= STREAM_AT:
-            fields.append((f.field, FilePayload(f.path, f.size)))
+            fields.append((f.field, FilePayload(f.path, f.size, f.nofollow)))
             sums.append(None)
             continue
         data = f.data if f.data is not None else _read_source(f, sample.key)
@@ -117,7 +125,7 @@ def _read_sample(sample: PlannedSample, algo: str) -> _Loaded:
 
 def _read_source(f: SourceFile, key: str) -> bytes:
     try:
-        return _read_file(f.path, f.size)
+        return _read_file(f.path, f.size, f.nofollow)
     except OSError as e:
         raise source_error(e, f.path, key=key, field=f.field) from None
 

@@ -131,13 +131,16 @@ class SourceFile(NamedTuple):
     """One member of a sample: field name, path on disk and size at planning time.
 
     ``data`` holds the bytes of a member made by pack itself (the ``cls`` label);
-    its ``path`` is then empty.
+    its ``path`` is then empty. ``nofollow``: the walk found a file, not a symbolic
+    link, at ``path``, so it is read without following one (a link put in its place
+    after the listing, to a file outside the tree, is refused).
     """
 
     field: str
     path: str
     size: int
     data: bytes | None = None
+    nofollow: bool = False
 
 
 @dataclass(frozen=True)
@@ -506,6 +509,7 @@ class _Walker:
         # exclude patterns with a "/" that take every file below a folder ('scratch/*'): an
         # unreadable folder or a link loop there is no error (its files would be left out)
         self.prune = tuple(p for p in prune if "/" in p)
+        self.links: set[str] = set()  # paths of the files listed that are symbolic links
 
     def _pruned(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name + "/\0", p) for p in self.prune)
@@ -568,6 +572,8 @@ class _Walker:
                     Skipped(name, f"symbolic link to {real}, outside the source folder; --follow-symlinks packs it")
                 )
                 continue
+            if not stat.S_ISDIR(st.st_mode):
+                self.links.add(entry.path)
             yield name, entry.path, st
 
     def files(self) -> Iterator[tuple[str, str, os.stat_result]]:
@@ -711,6 +717,7 @@ def collect(
     skip_real = Path(os.path.realpath(skip)) if skip is not None else None
     for source in sources:
         src = Path(source)
+        walker = None
         if src.is_dir():
             walker = _Walker(src, skip_real, rules.follow_symlinks, skipped, rules.exclude)
             if labelled and depth == 1:  # empty class folders keep their numbers, as in torchvision
@@ -773,7 +780,8 @@ def collect(
                     field=field_name,
                     fix="each key.field must come from one file (rename one, or --exclude it)",
                 )
-            sample[field_name] = SourceFile(field_name, path, st.st_size)
+            sample[field_name] = SourceFile(field_name, path, st.st_size,
+                                            nofollow=walker is not None and path not in walker.links)
             if st.st_size == 0 and field_name.lower().rsplit(".", 1)[-1] not in STRICT_LABELS:
                 empty_files.append(name)  # (an empty cls label is refused by the pack, naming it)
     if not grouped and table is None:

@@ -19,7 +19,7 @@ import numpy as np
 from feedline.errors import ConfigError, ReadError
 from feedline.format._atomic import fsync_dir, remove_quietly, start_writeback, temp_name
 from feedline.format._checksum import check_algo, checksum, checksum_function, hasher, hexdigest
-from feedline.format._files import CHANGED_FIX, open_fd, source_error
+from feedline.format._files import CHANGED_FIX, NOFOLLOW, open_fd, source_error
 from feedline.format._index import MEMBER_DTYPE, ShardIndex, encode_index
 from feedline.format._manifest import ShardInfo
 from feedline.format._schema import HEAD_BYTES, SchemaBuilder, candidate_kind
@@ -45,6 +45,7 @@ class FilePayload(NamedTuple):
 
     path: str
     size: int
+    nofollow: bool = False  # refuse a symbolic link at path (the listing found a file)
 
 
 Payload = bytes | memoryview | FilePayload
@@ -213,7 +214,7 @@ class ShardWriter:
             facts = []
             for field, data in items:
                 if isinstance(data, FilePayload):
-                    opened = self._open_source(key, field, data.path)
+                    opened = self._open_source(key, field, data.path, data.nofollow)
                     fds.append(opened)
                     head = os.pread(opened, min(HEAD_BYTES, data.size), 0)
                     facts.append(self._fact_of(key, field, memoryview(head), data.size))
@@ -248,9 +249,9 @@ class ShardWriter:
                     os.close(each)
 
     @staticmethod
-    def _open_source(key: str, field: str, path: str) -> int:
-        try:
-            return open_fd(path)  # still a regular file: a FIFO put in its place would block forever
+    def _open_source(key: str, field: str, path: str, nofollow: bool = False) -> int:
+        try:  # still a regular file: a FIFO put in its place would block forever
+            return open_fd(path, NOFOLLOW if nofollow else 0)
         except OSError as e:
             raise source_error(e, path, key=key, field=field) from None
 

@@ -12,6 +12,9 @@ the report:
 * on SIGTERM, when the script has no handler of its own: the report is
   written, then the signal is delivered again with its default action, so the
   exit status stays "killed by SIGTERM";
+* before ``os._exit`` and before ``os.exec*`` replaces the program (the exec'd
+  program, if it is Python, is measured on: it keeps this report unless it
+  iterates a loader itself);
 * as a partial result when a loader reaches 16, 64, 256... steps and every few
   seconds (on a background thread; the timed ones take at most about 0.5% of
   the run's time, the others a geometric series of it), so a script killed by
@@ -73,8 +76,12 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
 class Child:
     """Writes the report of ``session`` to ``result`` (and partial ones to ``partial``)."""
 
-    def __init__(self, session: Session, result: Path, partial: Path, partial_every: float) -> None:
+    def __init__(self, session: Session, result: Path, partial: Path, partial_every: float,
+                 exec_image: bool = False) -> None:
         self.session, self.result, self.partial = session, result, partial
+        self.exec_image = exec_image
+        """This program was exec'd by the measured one (same pid): the report that one
+        wrote before the exec stays unless this one measures a loader."""
         self.partial_every = partial_every
         self._lock = threading.Lock()
         self._done = False
@@ -101,6 +108,23 @@ class Child:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         if self.partial_every > 0:
             threading.Thread(target=self._partials, name="feedline-partial", daemon=True).start()
+        for name in ("_exit", "execv", "execve"):  # os.execl/execvp/... call these two
+            setattr(os, name, self._finishing_first(getattr(os, name)))
+
+    def _finishing_first(self, real: Any) -> Any:
+        """``real`` (``os._exit``, ``os.execv``, ``os.execve``), which ends this program
+        without atexit, preceded by the final report in this process (not in a forked
+        one, nor in a SIGTERM handler run while the report is written)."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if os.getpid() == self._pid and threading.get_ident() not in self._finishing:
+                if real.__name__ != "_exit":
+                    self.session.notes.append(f"the command replaced itself with another program ({real.__name__})")
+                self.finish()
+            return real(*args, **kwargs)
+
+        call.__name__, call.__doc__, call.__wrapped__ = real.__name__, real.__doc__, real  # type: ignore[attr-defined]
+        return call
 
     def on_limit(self) -> NoReturn:
         """The ``--steps`` limit: end the run (from any thread)."""
@@ -136,6 +160,8 @@ class Child:
             self._done = True
             self._stop.set()
             self._due.set()
+            if self.exec_image and not self.session.clocks.clocks and self.result.exists():
+                return  # the exec'd program measured nothing: the report before the exec stays
             try:
                 rep = self.session.report()
                 if self.process is not None:
@@ -249,6 +275,7 @@ def bootstrap(descendant: bool = False) -> None:
     command's own process; ``descendant``: from :mod:`feedline.observe._descendant`, in a
     process the command started, at its first loader iteration)."""
     cfg = json.loads(Path(os.environ[CONFIG_ENV]).read_text(encoding="utf-8"))
+    exec_image = os.environ.get(PID_ENV) == str(os.getpid())  # claimed by the program that exec'd this one
     os.environ[PID_ENV] = str(os.getpid())  # claimed: its own subprocesses stay untouched
     import torch
 
@@ -263,7 +290,7 @@ def bootstrap(descendant: bool = False) -> None:
     if float(cfg.get("partial_every", 5.0)) > 0:
         session.clocks.on_milestone = lambda: holder[0].milestone()
     result, partial = result_paths(cfg, os.getpid() if descendant else None)
-    child = Child(session, result, partial, float(cfg.get("partial_every", 5.0)))
+    child = Child(session, result, partial, float(cfg.get("partial_every", 5.0)), exec_image=exec_image)
     if descendant:
         child.process = {"pid": os.getpid(), "rank": _rank()}  # the group may be gone at exit
     holder.append(child)

@@ -389,6 +389,11 @@ class ProcessWorkers:
         if start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}")
         refuse_while_bootstrapping("starts process workers")
+        if mp.current_process().daemon:  # before: AssertionError "daemonic processes are not allowed to have children"
+            raise ConfigError(f"cannot start process workers inside {mp.current_process().name!r}, a daemonic process "
+                              "(another Loader's process worker, a multiprocessing Pool worker): it may not have "
+                              "children", field="worker_type",
+                              fix='give the Loader made there worker_type="thread"')
         began = time.perf_counter()
         self.start_asked = start_method
         self.start_why: str | None = None
