@@ -597,16 +597,8 @@ def rewrite_while_reading_case(h: ModuleType, worker_type: str, how: str) -> Cas
 
     def run(tmp: Path) -> str:
         _pack_numbers(h, tmp / "a", tmp / "ds", 300, None, "A", "16KiB")  # about 12 shards
-        flag = tmp / "go"
-        proc = subprocess.Popen([sys.executable, "-c", PRELUDE + READ_THROUGH + EPILOGUE, str(tmp / "ds"),
-                                 worker_type, str(tmp), str(flag)], env=_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            t0 = time.monotonic()
-            while not flag.exists():
-                if proc.poll() is not None or time.monotonic() - t0 > 120:
-                    break
-                time.sleep(0.02)
+
+        def change() -> None:
             if how == "pack":
                 src = tmp / "b"
                 src.mkdir()
@@ -618,28 +610,51 @@ def rewrite_while_reading_case(h: ModuleType, worker_type: str, how: str) -> Cas
             h.cli_clean(res, codes=(0,))
             if how == "pack" and not all(p.startswith(b"B") for p in h.payloads(tmp / "ds")):
                 raise h.Failure("the second pack did not replace the dataset")
-            flag.unlink(missing_ok=True)
-            out, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise h.Failure("hang: the reader never finished") from None
-        kind, got = verdict(h, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-        if kind == "error":
-            raise h.Failure(f"the reader failed outside its epoch: {got}")
-        pairs = got["pairs"]
-        wrong = [(k, v[:6]) for k, v in pairs if not v.startswith("A" + k[1:])]
-        if wrong:
-            raise h.Failure(f"{len(wrong)} samples not the old dataset's bytes: {wrong[:3]}")
-        if got["error"]:
-            if "shard" not in got["error"]:
-                raise h.Failure(f"the error names no shard: {got['error']}")
-            return f"{len(pairs)} old samples, then {got['error'][:120]}"
-        if len(pairs) != 300:
-            raise h.Failure(f"{len(pairs)} samples, not 300")
-        return "the old dataset's epoch, whole"
+
+        return read_while_changed(h, READ_THROUGH, [str(tmp / "ds"), worker_type, str(tmp)], tmp / "go", change)
 
     return run
+
+
+def read_while_changed(h: ModuleType, body: str, args: list[str], flag: Path, change: Callable[[], None]) -> str:
+    """Run ``body`` (a ``READ_THROUGH``-like reader of the 300-sample "A" dataset, given
+    ``args`` and ``flag``), call ``change()`` once it has made ``flag`` (after its 4th batch),
+    then judge what it read: every sample its own old bytes, delivered once, and the whole
+    epoch or an error naming a shard."""
+    proc = subprocess.Popen([sys.executable, "-c", PRELUDE + body + EPILOGUE, *args[:3], str(flag), *args[3:]],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while not flag.exists() and proc.poll() is None and time.monotonic() - t0 < 120:
+            time.sleep(0.02)
+        change()
+        flag.unlink(missing_ok=True)
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise h.Failure("hang: the reader never finished") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    kind, got = verdict(h, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    if kind == "error":
+        raise h.Failure(f"the reader failed outside its epoch: {got}")
+    pairs = got["pairs"]
+    wrong = [(k, v[:6]) for k, v in pairs if not v.startswith("A" + k[1:])]
+    if wrong:
+        raise h.Failure(f"{len(wrong)} samples not the old dataset's bytes: {wrong[:3]}")
+    if len({k for k, _ in pairs}) != len(pairs):
+        raise h.Failure("a sample delivered twice")
+    if got["error"]:
+        if "shard" not in got["error"]:
+            raise h.Failure(f"the error names no shard: {got['error']}")
+        return f"{len(pairs)} old samples, then {got['error'][:140]}"
+    if len(pairs) != 300:
+        raise h.Failure(f"{len(pairs)} samples, not 300, and no error")
+    return "the old dataset's epoch, whole"
 
 
 def two_packs_case(h: ModuleType, seed: int) -> CaseFn:

@@ -807,37 +807,8 @@ def live_case(h: ModuleType, worker_type: str, how: str, verify: bool = False) -
     def run(tmp: Path) -> str:
         r12._pack_numbers(h, tmp / "a", tmp / "ds", 300, None, "A", "16KiB")
         shards = sorted((tmp / "ds").glob("*.tar"))
-        flag = tmp / "go"
-        proc = subprocess.Popen([sys.executable, "-c", r12.PRELUDE + LIVE + r12.EPILOGUE, str(tmp / "ds"),
-                                 worker_type, str(tmp), str(flag), "1" if verify else "0"], env=r12._env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            t0 = time.monotonic()
-            while not flag.exists() and proc.poll() is None and time.monotonic() - t0 < 120:
-                time.sleep(0.02)
-            _change_live(h, tmp, shards, how)
-            flag.unlink(missing_ok=True)
-            out, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise h.Failure("hang: the reader never finished") from None
-        kind, got = r12.verdict(h, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-        if kind == "error":
-            raise h.Failure(f"the reader failed outside its epoch: {got}")
-        pairs = got["pairs"]
-        wrong = [(k, v[:6]) for k, v in pairs if not v.startswith("A" + k[1:])]
-        if wrong:
-            raise h.Failure(f"{len(wrong)} samples not their own old bytes: {wrong[:3]}")
-        if len({k for k, _ in pairs}) != len(pairs):
-            raise h.Failure("a sample delivered twice")
-        if got["error"]:
-            if "shard" not in got["error"]:
-                raise h.Failure(f"the error names no shard: {got['error']}")
-            return f"{len(pairs)} old samples, then {got['error'][:140]}"
-        if len(pairs) != 300:
-            raise h.Failure(f"{len(pairs)} samples, not 300, and no error")
-        return "the old dataset's epoch, whole"
+        return r12.read_while_changed(h, LIVE, [str(tmp / "ds"), worker_type, str(tmp), "1" if verify else "0"],
+                                      tmp / "go", lambda: _change_live(h, tmp, shards, how))
 
     return run
 
@@ -1117,6 +1088,8 @@ if __name__ == "__main__":
     "exec-into-training": ("# LAUNCH: a launcher that execs the training program (TRAIN, then train())\n"
                            "os.execv(sys.executable, [sys.executable, '-c', "
                            "open(__file__).read().split('# ' + 'LAUNCH')[0] + 'train()'])\n", 0),
+    "exec-fails-caught": ("train()\ntry:\n    os.execv('/nonexistent/program', ['x'])\nexcept OSError:\n"
+                          "    pass\ntrain(48, label='after')\n", 0),
     "exec-python-at-end": ("train()\nsys.stdout.flush()\n"
                            "os.execv(sys.executable, [sys.executable, '-c', 'print(\"EXECED\")'])\n", 0),
 }
@@ -1147,7 +1120,7 @@ def diag_case(h: ModuleType, kind: str) -> CaseFn:
         if not report.exists():
             raise h.Failure(f"no report written (exit {res.returncode}): {err[-400:]}")
         doc = json.loads(report.read_text())
-        if not doc.get("steps") or doc["steps"] < 20:
+        if not doc.get("steps") or doc["steps"] < (44 if kind == "exec-fails-caught" else 20):
             raise h.Failure(f"the report counts {doc.get('steps')} steps of 24+: {err[-300:]}")
         left = _left_behind(str(script))
         if left:

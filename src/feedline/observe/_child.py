@@ -83,7 +83,7 @@ class Child:
         """This program was exec'd by the measured one (same pid): the report that one
         wrote before the exec stays unless this one measures a loader."""
         self.partial_every = partial_every
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # _finish_once holds it around _write_result
         self._done = False
         self._finishing: set[int] = set()
         """Threads inside :meth:`finish` (a SIGTERM handler run there must not wait for it)."""
@@ -113,14 +113,18 @@ class Child:
 
     def _finishing_first(self, real: Any) -> Any:
         """``real`` (``os._exit``, ``os.execv``, ``os.execve``), which ends this program
-        without atexit, preceded by the final report in this process (not in a forked
-        one, nor in a SIGTERM handler run while the report is written)."""
+        without atexit, preceded by its report in this process (not in a forked one, nor
+        in a SIGTERM handler run while the report is written): the final one before
+        ``os._exit``; before an exec, the report so far, the session still running (an
+        exec that fails goes on, and the final report at the real end replaces it)."""
+        ends = real.__name__ == "_exit"
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if os.getpid() == self._pid and threading.get_ident() not in self._finishing:
-                if real.__name__ != "_exit":
-                    self.session.notes.append(f"the command replaced itself with another program ({real.__name__})")
-                self.finish()
+                if ends:
+                    self.finish()
+                else:
+                    self._write_result(final=False)
             return real(*args, **kwargs)
 
         call.__name__, call.__doc__, call.__wrapped__ = real.__name__, real.__doc__, real  # type: ignore[attr-defined]
@@ -160,10 +164,18 @@ class Child:
             self._done = True
             self._stop.set()
             self._due.set()
+            self._write_result(final=True)
+
+    def _write_result(self, final: bool) -> None:
+        """Write the report to ``result``: the final one (the session stopped), or the
+        report so far; nothing after the final one."""
+        with self._lock:
+            if not final and self._done:
+                return
             if self.exec_image and not self.session.clocks.clocks and self.result.exists():
                 return  # the exec'd program measured nothing: the report before the exec stays
             try:
-                rep = self.session.report()
+                rep = self.session.report() if final else self.session.partial_report()
                 if self.process is not None:
                     rank = self.process.get("rank")
                     rep.host = rep.host | {"process": self.process | {
