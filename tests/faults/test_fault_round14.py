@@ -171,3 +171,23 @@ def test_diagnose_keeps_every_step_before_os_exit_or_exec(tmp_path: Path, how: s
     assert res.returncode == (5 if how == "exit" else 4), res.stderr[-2000:]
     doc = json.loads(report.read_text())
     assert doc["steps"] >= 22 and not doc["host"].get("partial"), (doc["steps"], doc["host"])
+
+
+@pytest.mark.timeout(60)
+def test_a_labels_table_whose_every_label_is_empty_packs_a_dataset_that_opens(tmp_path: Path) -> None:
+    """Found by the whole sweep (``labels-21``): a table whose only labels are ``""`` was
+    taken as a table without labels, yet its ``""`` became a class named ``""``; pack wrote
+    the manifest, and opening it failed: "manifest 'classes' must be a list of distinct
+    non-empty names"."""
+    from feedline.format import SourceRules
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2):
+        (src / f"img{i}.jpg").write_bytes(b"img" + os.urandom(20))
+    table = tmp_path / "labels.jsonl"
+    table.write_text('{"file_name": "img0.jpg", "label": ""}\n{"file_name": "img1.jpg", "label": " "}\n')
+    manifest = pack([src], tmp_path / "out", durable=False, rules=SourceRules(labels=str(table)))
+    assert manifest.classes is None
+    ds = feedline.open_dataset(tmp_path / "out")
+    assert len(ds) == 2 and "cls" not in ds.fields

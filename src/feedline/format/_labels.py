@@ -410,8 +410,9 @@ def read_table(path: str | os.PathLike[str], classes: tuple[str, ...] | None = N
                           fix="give a readable UTF-8 file") from None
     records, order = _records(p, text, label_column)
     blank = {name for name, label, _ in records if _blank(label)}
-    if len(blank) == len(records):
-        blank = set()  # no labels at all (--label-column none, a table of metadata)
+    if len(blank) == len(records):  # no labels at all (--label-column none, a table of metadata)
+        blank = set()
+        records = [(name, None, rest) for name, _, rest in records]  # an empty cell is no class named ""
     records = [r for r in records if r[0] not in blank]
     records = _as_classes([label for _, label, _ in records], records)
     records, tagged = _id_tags(records)
