@@ -84,6 +84,10 @@ def child(h: ModuleType, body: str, *args: str, timeout: float = 120, limits: di
     def limit() -> None:
         for what, value in (limits or {}).items():
             resource.setrlimit(what, (value, value))
+        # a sweep started as a background job (`nohup ... &`) ignores SIGINT, and so would
+        # the child: Python then installs no KeyboardInterrupt handler, and every Ctrl-C of
+        # the signals cases is lost (each of them ran into its 400 s limit)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     import resource
 
