@@ -92,7 +92,7 @@ def _record_field(rnd: random.Random, data: bytes) -> bytes:
 
 
 def _schema_at(raw: bytes | bytearray) -> tuple[int, int, int]:
-    """(offset of the field schema records, number of fields, number of members) of a v2 index."""
+    """(offset of the field schema records, number of fields, number of members) of a v2 or v3 index."""
     head = np.frombuffer(bytes(raw[: HEADER_DTYPE.itemsize]), HEADER_DTYPE, count=1)[0]
     members, fields = int(head["num_members"]), int(head["num_fields"])
     at = HEADER_DTYPE.itemsize + members * MEMBER_DTYPE.itemsize + int(head["keys_bytes"]) + int(head["fields_bytes"])
@@ -105,7 +105,7 @@ def _schema_field(rnd: random.Random, data: bytes) -> bytes:
     at, fields, members = _schema_at(raw)
     if rnd.random() < 0.6 and fields:
         base = at + rnd.randrange(fields) * FIELD_DTYPE.itemsize
-        name = rnd.choice(["kind", "ndim", "reserved", "dtype", "shape"])
+        name = rnd.choice(["kind", "ndim", "flags", "dtype", "shape"])
         off, width = FIELD_DTYPE.fields[name][1], FIELD_DTYPE[name].itemsize  # type: ignore[index]
         if name == "dtype":
             value = rnd.choice([b"O", b"<f4", b"|u1", b"<i8", b"S0", b"V8", b"f4,i4", b"(2,)f4", b"<M8[D]",

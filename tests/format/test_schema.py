@@ -59,7 +59,7 @@ def _mixed(n: int, seed: int = 0) -> dict[str, bytes]:
 
 EXPECTED = {
     "emb.npy": FieldSchema("emb.npy", "npy", "<f4", (4, 8)),
-    "f32": FieldSchema("f32", "raw", "<f4", (16,)),
+    "f32": FieldSchema("f32", "raw", "<f4", (16,), column=True),  # 64 bytes: a column of the index
     "cls": FieldSchema("cls", "label", "<i8", ()),
     "label.txt": FieldSchema("label.txt", "label", "<i8", ()),
     "ragged.npy": FieldSchema("ragged.npy", "var", None, None),  # shape varies
@@ -72,10 +72,10 @@ def test_pack_writes_the_schema_and_the_dataset_merges_it(tmp_path: Path) -> Non
     src = _write_files(tmp_path / "src", _mixed(40))
     pack([src], tmp_path / "ds", shard_size=20_000)
     manifest = read_manifest(tmp_path / "ds")
-    assert manifest.version == FORMAT_VERSION == 2 and len(manifest.shards) > 2
+    assert manifest.version == FORMAT_VERSION == 3 and len(manifest.shards) > 2
     for info in manifest.shards:
         index = load_index(tmp_path / "ds", info)
-        assert index.version == 2
+        assert index.version == 3
         assert index.schema["emb.npy"] == EXPECTED["emb.npy"]
         assert index.schema["cls"].kind == "label"
     ds = open_dataset(tmp_path / "ds")
@@ -109,7 +109,7 @@ def test_a_field_fixed_in_one_shard_and_not_another_is_var(tmp_path: Path) -> No
     with ShardWriter(tmp_path / "b.tar") as w:
         w.write_sample("k1", {"x.npy": _npy(np.zeros(4, np.float32)), "cls": b"2"})
     one = w.index
-    assert one is not None and one.schema["x.npy"] == FieldSchema("x.npy", "npy", "<f4", (4,))
+    assert one is not None and one.schema["x.npy"] == FieldSchema("x.npy", "npy", "<f4", (4,), column=True)
     idx_a = ShardIndex.load(tmp_path / "a.tar.idx", shard_size=(tmp_path / "a.tar").stat().st_size)
     merged = merge_schemas([(idx_a.schema, 1), (one.schema, 1), ({}, 0)], ["x.npy", "cls"])
     assert merged["x.npy"].kind == "var" and merged["cls"].kind == "label"
@@ -144,7 +144,8 @@ def test_a_bad_member_leaves_the_writer_unchanged(tmp_path: Path) -> None:
         w.write_sample("c", {"cls": b"2", "f32": bytes(8)})
     assert w.index is not None and w.index.keys == ["a", "c"]
     assert w.index.label_column("cls").tolist() == [1, 2]
-    assert w.index.schema["f32"] == FieldSchema("f32", "raw", "<f4", (2,))
+    assert w.index.schema["f32"] == FieldSchema("f32", "raw", "<f4", (2,), column=True)
+    assert w.index.column("f32").shape == (2, 2)
 
 
 @pytest.mark.parametrize(
@@ -215,13 +216,16 @@ def test_a_v1_index_still_opens_with_raw_fields_only(tmp_path: Path) -> None:
     assert {n: s.kind for n, s in old.schema.items()} == {"f32": "raw", "cls": "var", "x.npy": "var"}
 
 
-def _resigned(index: ShardIndex, records: np.ndarray | None = None, aux: np.ndarray | None = None) -> bytes:
+def _resigned(index: ShardIndex, records: np.ndarray | None = None, aux: np.ndarray | None = None,
+              columns: bytes | None = None) -> bytes:
     from feedline.format._schema import encode_fields
 
     return encode_index(
         index.keys, index.fields, index.members, shard_size=index.shard_size, shard_checksum=index.shard_checksum,
         field_records=encode_fields(list(index.schema.values())) if records is None else records,
         aux=index.aux.copy() if aux is None else aux,
+        columns=b"".join(index.columns[f].tobytes() for f in index.fields if f in index.columns)
+        if columns is None else columns,
     )
 
 
@@ -245,7 +249,9 @@ def test_hostile_schema_records_are_format_errors(tmp_path: Path) -> None:
     huge = np.array([2**40, 2**40] + [0] * 6, dtype="<u8")
     cases: list[tuple[np.ndarray | None, np.ndarray | None, str]] = [
         (rec(field="x.npy", kind=9), None, "unknown kind"),
-        (rec(field="x.npy", reserved=1), None, "unknown kind"),
+        (rec(field="x.npy", flags=2), None, "unknown kind"),
+        (rec(field="cls", flags=1), None, "cannot be a column"),
+        (rec(field="j", flags=1), None, "var field"),
         (rec(field="x.npy", ndim=9), None, "dimensions"),
         (rec(field="x.npy", dtype=b"O"), None, "unsupported dtype"),
         (rec(field="x.npy", dtype=b"f4,i4"), None, "dtype"),
@@ -271,3 +277,16 @@ def test_hostile_schema_records_are_format_errors(tmp_path: Path) -> None:
     for records, aux_edit, message in cases:
         with pytest.raises(FormatError, match=message):
             ShardIndex.from_bytes(_resigned(index, records, aux_edit), shard_size=index.shard_size, shard="s.tar")
+    assert set(index.columns) == {"f32", "x.npy"}  # 16 and 16 bytes a sample
+    whole = b"".join(index.columns[f].tobytes() for f in index.fields if f in index.columns)
+    for columns, message in ((b"", "ends inside the column"), (whole[:-1], "ends inside the column"),
+                             (whole + bytes(16), "past its columns")):
+        with pytest.raises(FormatError, match=message):
+            ShardIndex.from_bytes(_resigned(index, columns=columns), shard_size=index.shard_size, shard="s.tar")
+    too_big = rec(field="x.npy", shape=np.array([2, 40] + [0] * 6, dtype="<u8"), ndim=2)  # 640 bytes
+    with pytest.raises(FormatError, match="cannot be a column"):
+        ShardIndex.from_bytes(_resigned(index, too_big), shard_size=index.shard_size, shard="s.tar")
+    for version in (1, 2):  # an older layout never holds columns; a flag or a declared size is refused
+        flagged = encode_index(index.keys, index.fields, index.members, shard_size=index.shard_size,
+                               shard_checksum=index.shard_checksum, version=version)
+        assert not ShardIndex.from_bytes(flagged, shard_size=index.shard_size).columns

@@ -96,7 +96,7 @@ def test_missing_manifest_means_no_dataset(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: d.update(version=3), "version 3"),
+        (lambda d: d.update(version=4), "version 4"),
         (lambda d: d.update(format="other"), "not a feedline manifest"),
         (lambda d: d.update(checksum_algo="md5"), "unknown"),
         (lambda d: d.update(num_samples=d["num_samples"] + 1), "disagrees"),
@@ -132,7 +132,7 @@ def test_garbage_manifests_are_format_errors(data: bytes) -> None:
 
 def test_manifest_is_json_without_pickle_and_written_last(dataset: Path) -> None:
     doc = json.loads((dataset / MANIFEST_NAME).read_text())
-    assert doc["format"] == "feedline" and doc["version"] == 2
+    assert doc["format"] == "feedline" and doc["version"] == 3
     assert {"name", "index", "size", "index_size", "num_samples", "checksum", "index_checksum"} <= set(doc["shards"][0])
     newest_shard = max((dataset / s["name"]).stat().st_mtime_ns for s in doc["shards"])
     assert (dataset / MANIFEST_NAME).stat().st_mtime_ns >= newest_shard

@@ -220,7 +220,7 @@ def test_a_v1_dataset_still_opens_and_reads(tmp_path: Path) -> None:
     # the upgrade the README gives: re-index every shard in place
     index_tars([root / info.name for info in manifest.shards], root)
     upgraded = open_dataset(root)
-    assert read_manifest(root).version == 2 and upgraded.schema["x.npy"].kind == "npy"
+    assert read_manifest(root).version == 3 and upgraded.schema["x.npy"].kind == "npy"
     labels = np.zeros(2, np.int64)
     upgraded.gather_labels([5, 0], {"cls": labels})
     assert labels.tolist() == [int(SHARDS[0][5][1]["cls"]), int(SHARDS[0][0][1]["cls"])]

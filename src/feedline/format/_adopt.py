@@ -210,9 +210,9 @@ def index_tar(tar: str | os.PathLike[str], index_path: str | os.PathLike[str], *
     keys, fields, members = _members(_scan(path, shard), shard)
     size = path.stat().st_size
     whole, facts = _checksums(path, members, checksum_algo, keys, fields)
-    records, aux = shard_schema(fields, members, len(keys), facts)
+    records, aux, columns = shard_schema(fields, members, len(keys), facts)
     data = encode_index(keys, fields, members, shard_size=size, shard_checksum=whole, checksum_algo=checksum_algo,
-                        field_records=records, aux=aux)
+                        field_records=records, aux=aux, columns=columns)
     try:
         index = ShardIndex.from_bytes(data, shard_size=size, shard=shard)
     except FormatError as e:  # the tar itself breaks a rule (a field twice...): re-indexing cannot help

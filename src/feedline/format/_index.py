@@ -8,7 +8,13 @@ Layout (all little-endian, described as numpy dtypes in the FFCV manner)::
     field table          the field names, UTF-8, joined by "\\n"
     FIELD_DTYPE * f      (version 2) one schema record per field (see ``_schema``)
     int64 * n            (version 2) ``aux`` per member: npy payload offset, label value, else 0
+    columns              (version 3) for each field flagged as a column, in field-table
+                         order: every sample's value bytes as stored (``nbytes`` each)
 
+Version 3 added the columns: small ``raw`` / ``npy`` values (at most
+``COLUMN_MAX_BYTES`` a sample) kept in the index, so a batch of them is a numpy
+gather. A version-2 index still opens, its fields read as before (rebuild it
+with ``feedline index`` to get the columns).
 Version 2 added the field schema. A version-1 index still opens: its raw
 fields of one size get kind ``raw`` and every other field ``var`` (the npy
 headers and label values it never recorded are not read at open); rebuild it
@@ -34,6 +40,7 @@ from feedline.errors import ChecksumError, FormatError
 from feedline.format._checksum import ALGO_IDS, checksum_function
 from feedline.format._files import open_regular
 from feedline.format._schema import (
+    COLUMN_MAX_BYTES,
     FIELD_DTYPE,
     FieldSchema,
     candidate_kind,
@@ -41,8 +48,10 @@ from feedline.format._schema import (
     encode_fields,
 )
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+MAX_COLUMN_BYTES = (1 << 32) - 1
+"""The column section's largest size (the header's ``u4``); the writer keeps columns within it."""
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 """Index (and manifest) versions this feedline opens; it writes :data:`FORMAT_VERSION`."""
 MAGIC = b"FEEDIDX\0"
 HEADER_DTYPE = np.dtype(
@@ -58,7 +67,7 @@ HEADER_DTYPE = np.dtype(
         ("shard_size", "<u8"),
         ("shard_checksum", "<u8"),
         ("align", "<u4"),
-        ("reserved", "<u4"),
+        ("column_bytes", "<u4"),  # version 3: bytes of the column section (0 before)
         ("checksum", "<u8"),
     ]
 )
@@ -86,14 +95,16 @@ def encode_index(
     align: int = 0,
     field_records: np.ndarray | None = None,
     aux: np.ndarray | None = None,
+    columns: bytes = b"",
     version: int = FORMAT_VERSION,
 ) -> bytes:
     """Serialise an index. ``members`` must have MEMBER_DTYPE (it is not validated here).
 
-    ``field_records`` (FIELD_DTYPE, one per field) and ``aux`` (int64, one per
-    member) are the schema (see :mod:`feedline.format._schema`); omitted, every
-    field is var. ``version=1`` writes the old layout without them (tests of
-    backward compatibility use it).
+    ``field_records`` (FIELD_DTYPE, one per field), ``aux`` (int64, one per
+    member) and ``columns`` (the column fields' values) are the schema (see
+    :mod:`feedline.format._schema`); omitted, every field is var. ``version=1``
+    writes the old layout without them, ``version=2`` without columns (their flags
+    cleared): tests of backward compatibility use them.
     """
     if version not in READABLE_VERSIONS:
         raise ValueError(f"version must be one of {READABLE_VERSIONS}, got {version}")
@@ -101,6 +112,10 @@ def encode_index(
         field_records = encode_fields([FieldSchema(f, "var", None, None) for f in fields])
     if aux is None:
         aux = np.zeros(len(members), dtype=np.int64)
+    if version < 3:
+        field_records = np.array(field_records, dtype=FIELD_DTYPE)
+        field_records["flags"] = 0
+        columns = b""
     key_blob = "\n".join(keys).encode("utf-8", "surrogateescape")
     field_blob = "\n".join(fields).encode("utf-8", "surrogateescape")
     header = np.zeros((), dtype=HEADER_DTYPE)
@@ -115,10 +130,14 @@ def encode_index(
     header["shard_size"] = shard_size
     header["shard_checksum"] = shard_checksum
     header["align"] = align
+    if len(columns) > MAX_COLUMN_BYTES:
+        raise ValueError(f"columns of {len(columns)} bytes exceed the index's {MAX_COLUMN_BYTES}")
+    header["column_bytes"] = len(columns)
     body = np.ascontiguousarray(members, dtype=MEMBER_DTYPE).tobytes() + key_blob + field_blob
     if version >= 2:
         body += np.ascontiguousarray(field_records, dtype=FIELD_DTYPE).tobytes()
         body += np.ascontiguousarray(aux, dtype="<i8").tobytes()
+    body += columns
     hasher = xxhash.xxh3_64(header.tobytes())
     hasher.update(body)
     header["checksum"] = hasher.intdigest()
@@ -147,7 +166,10 @@ def _parse_header(data: memoryview, shard: str) -> dict[str, int]:
         + head["keys_bytes"]
         + head["fields_bytes"]
         + _schema_bytes(head)
+        + head["column_bytes"]
     )
+    if head["version"] < 3 and head["column_bytes"]:
+        raise _fail(f"a version-{head['version']} index declares columns", shard)
     if expected != len(data):
         raise _fail(
             f"index header describes {expected} bytes but the index has {len(data)}: its "
@@ -215,6 +237,9 @@ class ShardIndex:
         align: the alignment the writer guaranteed for each sample's first byte (0: none).
         aux: int64 per member: the payload offset inside an ``npy`` member, the
             value of a ``label`` member, else 0 (all 0 in a version-1 index).
+        columns: column field name -> its values for every sample in shard order,
+            ``(num_samples, *shape)`` of the stored dtype (read-only views of the index
+            bytes; version 3, see :attr:`FieldSchema.column`).
         schema: field name -> :class:`~feedline.format.FieldSchema` in this shard.
         version: the index format version read.
     """
@@ -233,6 +258,7 @@ class ShardIndex:
         self.shard_checksum: int = attrs["shard_checksum"]
         self.checksum_algo: str = attrs["checksum_algo"]
         self.align: int = attrs["align"]
+        self.columns: dict[str, np.ndarray] = attrs.get("columns", {})
         self._field_ids = {name: i for i, name in enumerate(self.fields)}
         self._field_rows: dict[str, np.ndarray] = {}
 
@@ -276,10 +302,13 @@ class ShardIndex:
         fields = _parse_table(view[pos : pos + head["fields_bytes"]], head["num_fields"], "field", shard)
         pos += head["fields_bytes"]
         sample_start = _check_members(members, keys, fields, shard_size, shard)
+        columns: dict[str, np.ndarray] = {}
         if head["version"] >= 2:
             records = np.frombuffer(view, dtype=FIELD_DTYPE, count=len(fields), offset=pos)
-            aux = np.frombuffer(view, dtype="<i8", count=n, offset=pos + len(fields) * FIELD_DTYPE.itemsize)
-            schema = _check_schema(records, aux, members, keys, fields, shard_size, shard)
+            pos += len(fields) * FIELD_DTYPE.itemsize
+            aux = np.frombuffer(view, dtype="<i8", count=n, offset=pos)
+            schema = _check_schema(records, aux, members, keys, fields, shard_size, shard, head["version"])
+            columns = _columns(view, pos + n * 8, schema, len(keys), shard)
         else:
             aux = np.zeros(n, dtype=np.int64)
             schema = _v1_schema(members, fields, len(keys))
@@ -296,6 +325,7 @@ class ShardIndex:
             shard_checksum=head["shard_checksum"],
             checksum_algo=_ALGO_NAMES[head["checksum_algo"]],
             align=head["align"],
+            columns=columns,
         )
 
     def sample_extent(self, i: int) -> tuple[int, int]:
@@ -379,6 +409,17 @@ class ShardIndex:
         if self.schema.get(name, None) is None or self.schema[name].kind != "label":
             raise KeyError(name)
         return self.aux[self.field_rows(name)]
+
+    def column(self, name: str) -> np.ndarray:
+        """The values of column field ``name`` for every sample (no read, no parse): a label
+        field's int64 values, or a raw / npy column's ``(num_samples, *shape)`` values in
+        their stored dtype.
+
+        Raises:
+            KeyError: ``name`` is neither a ``label`` field nor a column of this shard.
+        """
+        found = self.columns.get(name)
+        return found if found is not None else self.label_column(name)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -472,12 +513,35 @@ def _v1_schema(members: np.ndarray, fields: list[str], num_samples: int) -> dict
     return out
 
 
+def _columns(view: memoryview, pos: int, schema: dict[str, FieldSchema], num_samples: int,
+             shard: str) -> dict[str, np.ndarray]:
+    """The column section at ``pos`` (version 3): one array per column field, in field-table
+    order; the section must end the index exactly. Each value is at most
+    ``COLUMN_MAX_BYTES`` (checked by ``decode_fields``), so the sizes cannot overflow."""
+    out: dict[str, np.ndarray] = {}
+    for name, fs in schema.items():
+        if not fs.column:
+            continue
+        assert fs.dtype is not None and fs.shape is not None
+        nbytes = int(fs.nbytes or 0)
+        if not 0 < nbytes <= COLUMN_MAX_BYTES or len(view) - pos < nbytes * num_samples:
+            raise _fail(f"index ends inside the column of field {name!r}", shard, field=name)
+        flat = np.frombuffer(view, dtype=fs.dtype, count=num_samples * nbytes // np.dtype(fs.dtype).itemsize,
+                             offset=pos)
+        out[name] = flat.reshape((num_samples, *fs.shape))
+        pos += nbytes * num_samples
+    if pos != len(view):
+        raise _fail(f"index holds {len(view) - pos} bytes past its columns: the header's column size "
+                    "disagrees with the fields' columns", shard)
+    return out
+
+
 def _check_schema(
     records: np.ndarray, aux: np.ndarray, members: np.ndarray, keys: list[str], fields: list[str],
-    shard_size: int, shard: str,
+    shard_size: int, shard: str, version: int = 2,
 ) -> dict[str, FieldSchema]:
     """Validate the version-2 schema records and every member's ``aux`` against them."""
-    schemas = decode_fields(records, fields, shard_size)
+    schemas = decode_fields(records, fields, shard_size, version)
     if isinstance(schemas, str):
         raise _fail(f"index schema is invalid: {schemas}", shard)
     field_col = members["field"].astype(np.int64)

@@ -24,10 +24,21 @@ or adopted (``feedline index``) and stored in the index (format version 2):
     everything else, and any field whose shape or dtype varies across samples
     or that some samples lack: read and decoded per sample.
 
+A ``raw`` or ``npy`` field whose value is at most :data:`COLUMN_MAX_BYTES` (a
+scalar, a small vector: ``rating.f32``, ``user.npy`` of shape ``()``, an ``xyz.f32``)
+is also stored as a *column* of the index (format version 3, flag
+:data:`COLUMN_FLAG` of its record): every sample's value bytes, as stored, in
+sample order. A batch of such a field is then a numpy gather, with no read. The
+bound keeps the index small: each column value sits beside the 38 bytes (member
+record + ``aux``) the index holds for its member anyway, so columns make an index
+at most (38 + 64) / 38 = 2.7x its size, and a field of larger values (an image, 200
+features of an ``.npy``) stays where it is, read straight into batch rows.
+
 Stored per shard as one :data:`FIELD_DTYPE` record per field plus one int64
-``aux`` value per member (the npy payload offset, the label value, else 0).
-:func:`merge_schemas` gives the dataset's schema: a field keeps its kind only
-if every shard agrees on kind, dtype and shape.
+``aux`` value per member (the npy payload offset, the label value, else 0),
+then the columns. :func:`merge_schemas` gives the dataset's schema: a field
+keeps its kind only if every shard agrees on kind, dtype and shape, and is a
+column only if it is one in every shard.
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ import ast
 import functools
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -48,9 +59,14 @@ KINDS: tuple[Kind, ...] = ("raw", "npy", "label", "var")
 MAX_NDIM = 8
 DTYPE_CHARS = 12
 FIELD_DTYPE = np.dtype(
-    [("kind", "u1"), ("ndim", "u1"), ("reserved", "<u2"), ("dtype", f"S{DTYPE_CHARS}"), ("shape", "<u8", (MAX_NDIM,))]
+    [("kind", "u1"), ("ndim", "u1"), ("flags", "<u2"), ("dtype", f"S{DTYPE_CHARS}"), ("shape", "<u8", (MAX_NDIM,))]
 )
-"""One field's schema in a shard index (little-endian, 80 bytes)."""
+"""One field's schema in a shard index (little-endian, 80 bytes). ``flags`` (version 3;
+0 before): :data:`COLUMN_FLAG`."""
+COLUMN_FLAG = 1
+"""``flags`` bit: the field's values are stored as a column of the index (version 3)."""
+COLUMN_MAX_BYTES = 64
+"""The largest value (bytes per sample) of a ``raw`` / ``npy`` field stored as a column."""
 
 # The raw dtype extensions of the format (decode.codecs.RAW_DTYPES decodes the same names).
 RAW_DTYPES: dict[str, str] = {
@@ -65,6 +81,7 @@ _MAX_NPY_HEADER = 10_000  # numpy's own bound on header size
 HEAD_BYTES = 16384
 """A member's first bytes hold everything its schema fact needs (npy header, label text)."""
 _I64 = (-(1 << 63), (1 << 63) - 1)
+_MAX_COLUMNS = (1 << 32) - 1  # _index.MAX_COLUMN_BYTES
 _FIX_NPY = "save numeric arrays with numpy.save (no object dtype, no pickle), or exclude the file"
 
 
@@ -78,12 +95,16 @@ class FieldSchema:
         dtype: numpy dtype string (``"<f4"``; ``"<i8"`` for labels); None for var.
         shape: shape of one sample's value, without the batch dimension
             (``(1024,)`` for a raw field, ``()`` for a label); None for var.
+        column: the values (a ``raw`` / ``npy`` field of at most
+            :data:`COLUMN_MAX_BYTES` a sample) are a column of the index: a batch of
+            them is gathered, not read (``PackedDataset.gather_columns``).
     """
 
     name: str
     kind: Kind
     dtype: str | None
     shape: tuple[int, ...] | None
+    column: bool = False
 
     @property
     def nbytes(self) -> int | None:
@@ -203,7 +224,9 @@ def parse_label(data: bytes | memoryview) -> int:
     return value
 
 
-_Fact = tuple[int, tuple[Any, ...] | None]  # (aux, signature or None: "this member is not fixed")
+_Fact = tuple[Any, ...]
+"""``(aux, signature or None: "this member is not fixed"[, value bytes])``: the value
+bytes (a ``raw`` / ``npy`` value of at most :data:`COLUMN_MAX_BYTES`) make its column."""
 
 
 def member_fact(field: str, kind: Kind, data: bytes | memoryview, size: int) -> _Fact:
@@ -219,7 +242,9 @@ def member_fact(field: str, kind: Kind, data: bytes | memoryview, size: int) -> 
     """
     if kind == "raw":
         item = np.dtype(RAW_DTYPES[field.lower().rsplit(".", 1)[-1]]).itemsize
-        return 0, ((size // item,),) if size % item == 0 else None
+        if size % item:
+            return 0, None
+        return (0, ((size // item,),), bytes(data[:size])) if 0 < size <= COLUMN_MAX_BYTES else (0, ((size // item,),))
     if kind == "npy":
         try:
             start, dtype, shape, fortran = parse_npy_header(data)
@@ -237,7 +262,11 @@ def member_fact(field: str, kind: Kind, data: bytes | memoryview, size: int) -> 
             and len(dtype.str) <= DTYPE_CHARS
             and np.dtype(dtype.str) == dtype
         )
-        return start, (dtype.str, shape) if fixed else None
+        if not fixed:
+            return start, None
+        if 0 < size - start <= COLUMN_MAX_BYTES:
+            return start, (dtype.str, shape), bytes(data[start:size])
+        return start, (dtype.str, shape)
     if kind == "label":
         try:
             if size > _MAX_LABEL_BYTES:
@@ -268,6 +297,7 @@ class SchemaBuilder:
         self._kinds: dict[int, Kind] = {}
         self._sigs: dict[int, tuple[Any, ...] | None] = {}
         self._counts: dict[int, int] = {}
+        self._values: dict[int, list[bytes] | None] = {}  # field -> column values so far
         self.aux: list[int] = []
 
     @staticmethod
@@ -277,44 +307,60 @@ class SchemaBuilder:
 
     def commit(self, fid: int, field: str, fact: _Fact) -> None:
         """Record one member of field ``fid`` (members in write order)."""
-        aux, sig = fact
+        aux, sig = fact[0], fact[1]
         if fid not in self._kinds:
             self._kinds[fid] = candidate_kind(field)
             self._sigs[fid] = sig
             self._counts[fid] = 0
+            self._values[fid] = []
         elif self._sigs[fid] != sig:
             self._sigs[fid] = None
+        values = self._values[fid]
+        if values is not None:
+            if len(fact) > 2 and self._sigs[fid] is not None:
+                values.append(fact[2])
+            else:
+                self._values[fid] = None  # a value too large, or the field is var: no column
         self._counts[fid] += 1
         self.aux.append(aux)
 
-    def finish(self, fields: Sequence[str], num_samples: int, member_fields: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(FIELD_DTYPE records, int64 aux per member)`` for the whole shard."""
+    def finish(self, fields: Sequence[str], num_samples: int,
+               member_fields: np.ndarray) -> tuple[np.ndarray, np.ndarray, bytes]:
+        """``(FIELD_DTYPE records, int64 aux per member, the columns)`` for the whole shard
+        (the columns: each column field's values in sample order, fields in table order)."""
         kinds = {
             fid: (self._kinds[fid] if self._sigs[fid] is not None and self._counts[fid] == num_samples else "var")
             for fid in range(len(fields))
         }
-        schemas = [_schema(fields[fid], kinds[fid], self._sigs[fid]) for fid in range(len(fields))]
+        columns, total = {}, 0
+        for fid in range(len(fields)):
+            values = self._values.get(fid)
+            if kinds[fid] in ("raw", "npy") and values is not None:
+                total += sum(map(len, values))
+                if total <= _MAX_COLUMNS:  # the header's u4 (billions of samples: never in practice)
+                    columns[fid] = values
+        schemas = [_schema(fields[fid], kinds[fid], self._sigs[fid], fid in columns) for fid in range(len(fields))]
         records = encode_fields(schemas)
         aux = np.array(self.aux, dtype=np.int64)
         if len(aux):
             keep = np.array([kinds[f] in ("npy", "label") for f in range(len(fields))], dtype=bool)
             aux[~keep[member_fields.astype(np.int64)]] = 0
-        return records, aux
+        return records, aux, b"".join(b"".join(v) for _, v in sorted(columns.items()))  # type: ignore[arg-type]
 
 
-def _schema(name: str, kind: Kind, sig: tuple[Any, ...] | None) -> FieldSchema:
+def _schema(name: str, kind: Kind, sig: tuple[Any, ...] | None, column: bool = False) -> FieldSchema:
     if kind == "var" or sig is None:
         return _var(name)
     if kind == "raw":
-        return FieldSchema(name, "raw", np.dtype(RAW_DTYPES[name.lower().rsplit(".", 1)[-1]]).str, sig[0])
+        return FieldSchema(name, "raw", np.dtype(RAW_DTYPES[name.lower().rsplit(".", 1)[-1]]).str, sig[0], column)
     if kind == "npy":
-        return FieldSchema(name, "npy", sig[0], tuple(sig[1]))
+        return FieldSchema(name, "npy", sig[0], tuple(sig[1]), column)
     return FieldSchema(name, "label", "<i8", ())
 
 
 def shard_schema(fields: Sequence[str], members: np.ndarray, num_samples: int,
-                 facts: Iterable[_Fact]) -> tuple[np.ndarray, np.ndarray]:
-    """``(records, aux)`` from every member's fact, in member order (used by adopt)."""
+                 facts: Iterable[_Fact]) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """``(records, aux, columns)`` from every member's fact, in member order (used by adopt)."""
     builder = SchemaBuilder()
     for fid, fact in zip(members["field"].tolist(), facts, strict=True):
         builder.commit(fid, fields[fid], fact)
@@ -329,6 +375,7 @@ def encode_fields(schemas: Sequence[FieldSchema]) -> np.ndarray:
     out = np.zeros(len(schemas), dtype=FIELD_DTYPE)
     for i, s in enumerate(schemas):
         out[i]["kind"] = KINDS.index(s.kind)
+        out[i]["flags"] = COLUMN_FLAG if s.column else 0
         if s.kind != "var" and s.shape is not None and s.dtype is not None:
             out[i]["ndim"] = len(s.shape)
             out[i]["dtype"] = s.dtype.encode("ascii")
@@ -336,21 +383,24 @@ def encode_fields(schemas: Sequence[FieldSchema]) -> np.ndarray:
     return out
 
 
-def decode_fields(records: np.ndarray, fields: Sequence[str], limit: int) -> list[FieldSchema] | str:
+def decode_fields(records: np.ndarray, fields: Sequence[str], limit: int,
+                  version: int = 2) -> list[FieldSchema] | str:
     """Validated :class:`FieldSchema` per record, or the reason the records are invalid.
 
     ``limit`` bounds a value's bytes (the shard size): a hostile shape cannot
-    make a caller allocate more than the shard holds.
+    make a caller allocate more than the shard holds. ``version``: the index's (flags
+    are 0 before 3).
     """
     out: list[FieldSchema] = []
     for rec, name in zip(records.tolist(), fields, strict=True):
-        kind_id, ndim, reserved, raw_dtype, shape = rec
-        if kind_id >= len(KINDS) or reserved:
-            return f"field {name!r} has an unknown kind {kind_id}"
+        kind_id, ndim, flags, raw_dtype, shape = rec
+        allowed = COLUMN_FLAG if version >= 3 else 0
+        if kind_id >= len(KINDS) or flags & ~allowed:
+            return f"field {name!r} has an unknown kind {kind_id} or flags {flags}"
         kind = KINDS[kind_id]
         if kind == "var":
-            if ndim or raw_dtype or any(shape):
-                return f"var field {name!r} carries a dtype or shape"
+            if ndim or raw_dtype or any(shape) or flags:
+                return f"var field {name!r} carries a dtype, shape or flags"
             out.append(_var(name))
             continue
         if ndim > MAX_NDIM or any(shape[ndim:]):
@@ -366,7 +416,10 @@ def decode_fields(records: np.ndarray, fields: Sequence[str], limit: int) -> lis
             return f"label field {name!r} has shape {dims}"
         if kind == "raw" and len(dims) != 1:
             return f"raw field {name!r} has shape {dims}"
-        out.append(FieldSchema(name, kind, dtype.str, dims))
+        column = bool(flags & COLUMN_FLAG)
+        if column and (kind not in ("raw", "npy") or not 0 < _prod(dims) * dtype.itemsize <= COLUMN_MAX_BYTES):
+            return f"{kind} field {name!r} of shape {dims} cannot be a column"
+        out.append(FieldSchema(name, kind, dtype.str, dims, column))
     return out
 
 
@@ -395,7 +448,8 @@ def merge_schemas(shards: Iterable[tuple[Mapping[str, FieldSchema], int]], all_f
     """The dataset's schema from each shard's ``(schema, number of samples)``.
 
     A field keeps a fixed kind only if every non-empty shard has it with the
-    same kind, dtype and shape; otherwise (or if some shard lacks it) it is var.
+    same kind, dtype and shape; otherwise (or if some shard lacks it) it is var. It is a
+    column only if it is one in every such shard.
     """
     merged: dict[str, FieldSchema | None] = {}
     names = list(all_fields)
@@ -408,6 +462,8 @@ def merge_schemas(shards: Iterable[tuple[Mapping[str, FieldSchema], int]], all_f
                 merged[name] = _var(name)
             elif name not in merged:
                 merged[name] = mine
-            elif merged[name] != mine:
+            elif (m := merged[name]) is not None and m.kind != "var" and replace(m, column=mine.column) == mine:
+                merged[name] = replace(m, column=m.column and mine.column)
+            else:
                 merged[name] = _var(name)
     return {name: merged.get(name) or _var(name) for name in sorted(names)}

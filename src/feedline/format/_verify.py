@@ -101,9 +101,29 @@ def _verify_members(root: Path, info: ShardInfo, algo: str, key_escape: str | No
             ):
                 if fn(view[off : off + size]) != want:
                     problems.append(Problem(info.name, keys[s], index.fields[fid], f"member {i} checksum mismatch"))
+            problems += _verify_columns(view, index, keys, info.name)
         finally:
             view.release()
     return names + problems
+
+
+def _verify_columns(view: memoryview, index: ShardIndex, keys: list[str], shard: str) -> list[Problem]:
+    """Each column value of the index (format version 3) against its member's bytes: the
+    loader gathers the column and never reads the member, so an index whose columns were
+    rewritten (checksums and all) would give other values than ``tar x`` and WebDataset."""
+    problems: list[Problem] = []
+    for name, column in index.columns.items():
+        rows = index.field_rows(name)
+        values = np.ascontiguousarray(column).reshape(len(column), -1).view(np.uint8)
+        nb = values.shape[1]
+        starts = (index.members["offset"][rows].astype(np.int64) + index.aux[rows]).tolist()
+        for s, start in enumerate(starts):
+            if view[start : start + nb] != values[s].data:
+                problems.append(Problem(shard, keys[s], name, "the index's column value differs from the "
+                                        "member's bytes: rebuild the index with `feedline index`"))
+                if len(problems) >= 20:
+                    return problems
+    return problems
 
 
 def verify_shard(root: str | os.PathLike[str], info: ShardInfo, algo: str, *,

@@ -291,14 +291,14 @@ class ShardWriter:
         while piece:
             piece = piece[os.write(self._fd, piece) :]
 
-    def _fact(self, key: str, field: str, data: bytes | memoryview) -> tuple[int, Any]:
+    def _fact(self, key: str, field: str, data: bytes | memoryview) -> tuple[Any, ...]:
         view = memoryview(data)
         if view.itemsize != 1:
             view = view.cast("B")
         return self._fact_of(key, field, view[:HEAD_BYTES], view.nbytes)
 
     @staticmethod
-    def _fact_of(key: str, field: str, head: memoryview, size: int) -> tuple[int, Any]:
+    def _fact_of(key: str, field: str, head: memoryview, size: int) -> tuple[Any, ...]:
         """The schema fact of one member (npy header, label value) from its first
         bytes ``head`` and ``size``; refuses bad ones.
 
@@ -340,13 +340,15 @@ class ShardWriter:
         try:
             shard_sum = self._finish_tar()
             members = np.array(self._records, dtype=MEMBER_DTYPE) if self._records else np.zeros(0, MEMBER_DTYPE)
-            field_records, aux = self._schema.finish(list(self._field_ids), len(self._keys), members["field"])
+            field_records, aux, columns = self._schema.finish(list(self._field_ids), len(self._keys),
+                                                              members["field"])
             data = encode_index(
                 self._keys,
                 list(self._field_ids),
                 members,
                 field_records=field_records,
                 aux=aux,
+                columns=columns,
                 shard_size=self._pos,
                 shard_checksum=shard_sum,
                 checksum_algo=self.checksum_algo,

@@ -85,6 +85,31 @@ class Catalog:
             self._labels[name] = column  # a race only builds the same column twice
         return column
 
+    def column(self, name: str) -> np.ndarray:
+        """The values of column field ``name`` (:attr:`FieldSchema.column`: small raw / npy
+        values kept in the index; or a label field) for every sample in global order, in
+        the native byte order: ``(num_samples, *shape)``, what the field decodes to per
+        sample stacked (built once: a copy of the index's bytes, 64 bytes a sample at most).
+
+        Raises:
+            KeyError: ``name`` is neither a column nor a label field of the dataset.
+        """
+        fs = self.schema.get(name)
+        if fs is not None and fs.kind == "label":
+            return self.label_column(name)
+        if fs is None or not fs.column:
+            raise KeyError(name)
+        column = self._labels.get(name)
+        if column is None:
+            assert fs.dtype is not None and fs.shape is not None
+            native = np.dtype(fs.dtype).newbyteorder("=")
+            parts = [s.index.columns[name] for s in self.shards if s.index.num_samples]
+            column = np.empty((self.num_samples, *fs.shape), dtype=native)
+            if parts:
+                np.concatenate(parts, out=column, casting="equiv")
+            self._labels[name] = column  # a race only builds the same column twice
+        return column
+
     def member_spans(self, name: str) -> np.ndarray:
         """``(offset, size)`` of field ``name``'s member for every sample in global order: an
         int64 ``(num_samples, 2)`` array (size ``-1`` where a sample lacks the field; built

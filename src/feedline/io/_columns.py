@@ -15,7 +15,9 @@ nothing is guessed. With ``verify`` the checksum covers the whole member
 (for ``npy``, the header bytes are read too).
 
 :meth:`PackedDataset.gather_labels` fills ``label`` fields from the int64
-column of the index: one numpy gather, no read, no parse.
+column of the index: one numpy gather, no read, no parse;
+:meth:`PackedDataset.gather_columns` does the same for every field the index holds
+as a column (labels, and ``raw`` / ``npy`` values of at most 64 bytes a sample).
 
 :meth:`PackedDataset.read_fields` reads only some fields of a batch, of any size
 (the JPEGs of ``jpg + cls``, which the loader decodes straight into slot rows):
@@ -193,6 +195,30 @@ def gather_labels(catalog: Any, idx: np.ndarray, out: Mapping[str, Any]) -> None
             raise ConfigError(f"out[{name!r}] must be writable", field=name)
         np.take(catalog.label_column(name), idx, out=dst)
 
+
+
+def gather_columns(catalog: Any, idx: np.ndarray, out: Mapping[str, Any]) -> None:
+    """Fill ``out[f][i]`` with column field ``f`` of sample ``idx[i]`` (see
+    :meth:`PackedDataset.gather_columns`)."""
+    for name, dst in out.items():
+        try:
+            column = catalog.column(name)
+        except KeyError:
+            info = catalog.schema.get(name)
+            kind = "absent" if info is None else info.kind if info.kind != "raw" and info.kind != "npy" \
+                else f"{info.kind}, {info.nbytes} bytes a sample"
+            raise ConfigError(
+                f"gather_columns: field {name!r} is not a column of the index (its kind: {kind})",
+                field=name,
+                fix="gather only fields whose dataset.schema has column=True or kind 'label'; read others "
+                    "with read_fields_into or read_many",
+            ) from None
+        want = (len(idx), *column.shape[1:])
+        if not isinstance(dst, np.ndarray) or dst.dtype != column.dtype or dst.shape != want:
+            raise ConfigError(f"out[{name!r}] must be a {column.dtype} numpy array of shape {want}", field=name)
+        if not dst.flags.writeable:
+            raise ConfigError(f"out[{name!r}] must be writable", field=name)
+        np.take(column, idx, axis=0, out=dst)
 
 
 Views = dict[str, list[Any]]

@@ -99,6 +99,10 @@ class PackedSubset:
         """``base.gather_labels`` of the mapped indices."""
         self._base.gather_labels(self._map(indices), out)
 
+    def gather_columns(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> None:
+        """``base.gather_columns`` of the mapped indices."""
+        self._base.gather_columns(self._map(indices), out)
+
     def labels(self, field: str = "cls") -> np.ndarray:
         """Each sample's value of label field ``field`` (see ``PackedDataset.labels``)."""
         return all_labels(self, field)

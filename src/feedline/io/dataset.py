@@ -22,7 +22,7 @@ from feedline.errors import ArgumentError, ConfigError, FormatError, SampleIndex
 from feedline.format import FieldSchema, Manifest, read_manifest
 from feedline.format._files import path_argument
 from feedline.io._catalog import Catalog, file_stamp, load_catalog
-from feedline.io._columns import Views, gather_labels, read_columns, read_members
+from feedline.io._columns import Views, gather_columns, gather_labels, read_columns, read_members
 from feedline.io._handles import HandleBudget, ShardReadState
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
 from feedline.io._subset import PackedSubset, all_labels
@@ -429,6 +429,24 @@ class PackedDataset:
         """
         catalog = self._state().catalog
         gather_labels(catalog, self._indices(indices, catalog.num_samples), out)
+
+    def gather_columns(self, indices: Sequence[int] | np.ndarray, out: Mapping[str, np.ndarray]) -> None:
+        """Fill ``out[f][i]`` with the value of field ``f`` of sample ``indices[i]``, for
+        fields the index holds as columns: a ``label`` field (int64), or a ``raw`` /
+        ``npy`` field whose :attr:`schema` entry has ``column=True`` (a value of at most 64
+        bytes a sample: a scalar ``rating.f32``, a ``user.npy`` of shape ``()``, a small
+        vector). One numpy gather, no read, no parse; the values are those the field
+        decodes to per sample (dtype in native byte order, shape ``schema[f].shape``).
+        Each ``out[f]`` is a writable array of that dtype and shape ``(len(indices),
+        *shape)``.
+
+        Raises:
+            IndexError: an index is out of range.
+            ConfigError: a field that is not a column, or an ``out`` array of the wrong
+                dtype or shape.
+        """
+        catalog = self._state().catalog
+        gather_columns(catalog, self._indices(indices, catalog.num_samples), out)
 
     def labels(self, field: str = "cls") -> np.ndarray:
         """Every sample's value of label field ``field``: ``int64[len(self)]``, sample order.

@@ -8,8 +8,9 @@ pickled once. The hot path (:func:`fill`) only executes it:
 ========================  =============================================================
 recipe                    what fills the field's slot rows
 ========================  =============================================================
-``gather``                an integer label column of the dataset's index, gathered by
-                          sample index (``gather_labels``): no read, no parse
+``gather``                an integer label column of the dataset's index, or a column of
+                          small raw / npy values (64 bytes a sample at most), gathered
+                          by sample index (``gather_columns``): no read, no parse
 ``read-rows``             the stored bytes are the rows (raw tensors, ``.npy`` payloads):
                           read straight into the slot (``read_fields_into``)
 ``take-rows``             a ``TensorDataset``'s rows, gathered by sample index with one
@@ -130,6 +131,17 @@ def _label_fields(ctx: Context) -> set[str]:
     return {name for name in ctx.source.label_fields if _builtin(ctx, name)}
 
 
+def _gathers(ctx: Context, leaf: collate.Leaf, labels: set[str]) -> bool:
+    """Whether ``leaf``'s field is a column of the index whose values are the leaf's
+    (an int64 label; a raw / npy column of the leaf's shape and native dtype)."""
+    name = leaf.path[0]
+    if name in labels:
+        return leaf.shape == () and leaf.dtype == np.dtype(np.int64).str
+    fs = ctx.source.column_fields.get(name) if ctx.source.can_gather else None
+    return (fs is not None and _builtin(ctx, name) and tuple(fs.shape) == leaf.shape
+            and np.dtype(fs.dtype).newbyteorder("=").str == leaf.dtype)
+
+
 def _row_readable(ctx: Context, leaf: collate.Leaf) -> bool:
     """Whether the stored bytes of ``leaf``'s field are exactly its row (raw or npy)."""
     name = leaf.path[0]
@@ -161,7 +173,7 @@ def _recipe(ctx: Context, leaf: collate.Leaf, labels: set[str]) -> str:
     name = leaf.path[0]
     if leaf.shape is None or not isinstance(name, str):
         return SAMPLE
-    if name in labels and leaf.shape == () and leaf.dtype == np.dtype(np.int64).str:
+    if _gathers(ctx, leaf, labels):
         return GATHER
     if _row_readable(ctx, leaf):
         return READ_ROWS

@@ -167,6 +167,15 @@ class Source:
         return self.packed and callable(getattr(self.dataset, "gather_labels", None))
 
     @property
+    def column_fields(self) -> Mapping[str, Any]:
+        """Fields the index holds as columns beyond labels (schema ``column``: small raw /
+        npy values), name -> schema entry; empty when the dataset cannot gather them."""
+        schema = getattr(self.dataset, "schema", None) if self.packed else None
+        if not isinstance(schema, Mapping) or not callable(getattr(self.dataset, "gather_columns", None)):
+            return {}
+        return {name: fs for name, fs in schema.items() if getattr(fs, "column", False)}
+
+    @property
     def label_fields(self) -> frozenset[str]:
         """Fields the dataset's schema holds as integer label columns (kind ``label``: an
         integer in every sample, whatever the field's name: ``cls``, ``label``,
@@ -189,9 +198,10 @@ class Source:
             release()
 
     def gather(self, indices: Sequence[int], out: dict[str, Any]) -> None:
-        """Label ``f`` of sample ``indices[i]`` into ``out[f][i]`` (see
-        ``PackedDataset.gather_labels``)."""
-        self.dataset.gather_labels(indices, out)
+        """Label or column ``f`` of sample ``indices[i]`` into ``out[f][i]`` (see
+        ``PackedDataset.gather_columns``; ``gather_labels`` for a dataset without it)."""
+        gather = getattr(self.dataset, "gather_columns", None)
+        (gather if callable(gather) else self.dataset.gather_labels)(indices, out)
 
     def item(self, index: int, key: str) -> Item:
         """An :class:`Item` naming sample ``index`` (for errors raised after its stages)."""
