@@ -45,36 +45,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from outside_shapes import _feedline, _png, decode, run
-from peers_shapes import _png16, common_parser
+from outside_shapes13 import RECORD, Interactions, _photo
+from peers_shapes import _npy, _png16, common_parser
 
 SHAPES = ("recsys", "criteo", "multicam", "medical", "series")
 BATCH = {"recsys": 1024, "criteo": 1024, "multicam": 8, "medical": 16, "series": 16}
 FULL = {"recsys": 200_000, "criteo": 100_000, "multicam": 400, "medical": 400, "series": 800}
 QUICK = {"recsys": 3000, "criteo": 3000, "multicam": 16, "medical": 20, "series": 40}
-RECORD = np.dtype([("user", "<i4"), ("item", "<i4"), ("rating", "<f4"), ("ts", "<i4")])
 CAMS = tuple(f"cam{k}.jpg" for k in range(6))
 
 
 # --- data -------------------------------------------------------------------------------------
-
-def _frame(rng: np.random.Generator, h: int = 180, w: int = 320) -> bytes:
-    """A camera frame: smooth colour fields with grain, 4:2:0 as cameras write it."""
-    import simplejpeg
-    from PIL import Image
-
-    small = rng.integers(0, 256, (h // 30 + 1, w // 30 + 1, 3), dtype=np.uint8)
-    img = np.asarray(Image.fromarray(small).resize((w, h), Image.BICUBIC)).astype(np.int16)
-    img += rng.integers(-4, 5, (h, w, 1), dtype=np.int16)
-    return bytes(simplejpeg.encode_jpeg(np.clip(img, 0, 255).astype(np.uint8), quality=90, colorsubsampling="420"))
-
-
-def _npy(a: np.ndarray) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.save(buf, a)
-    return buf.getvalue()
-
 
 def _calib(rng: np.random.Generator) -> dict[str, Any]:
     return {f"cam{k}": {"K": [[float(800 + rng.integers(0, 50)), 0.0, 160.0], [0.0, 800.0, 90.0], [0.0, 0.0, 1.0]],
@@ -118,7 +99,7 @@ def build(shape: str, n: int, folder: Path) -> Path:
     elif shape == "multicam":
         for i in range(n):
             for cam in CAMS:
-                (src / f"{i:06d}.{cam}").write_bytes(_frame(rng))
+                (src / f"{i:06d}.{cam}").write_bytes(_photo(rng, 180, 320))
             pts = rng.standard_normal((int(rng.integers(20_000, 40_000)), 4)).astype(np.float32)
             (src / f"{i:06d}.lidar.npy").write_bytes(_npy(pts))
             (src / f"{i:06d}.calib.json").write_text(json.dumps(_calib(rng)))
@@ -143,21 +124,6 @@ def build(shape: str, n: int, folder: Path) -> Path:
 
 
 # --- the DataLoader side: datasets as users write them -----------------------------------------
-
-class Interactions:
-    """The recommender tutorial's dataset: the records in memory, a dict of Python numbers
-    per record (``default_collate``: int64 and float64 tensors)."""
-
-    def __init__(self, path: Path) -> None:
-        self.data = np.load(path)
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        r = self.data[i]
-        return {"user": int(r["user"]), "item": int(r["item"]), "rating": float(r["rating"]), "ts": int(r["ts"])}
-
 
 class Clicks:
     """Criteo-style click logs in memory: a sample's dense features, ids and label."""

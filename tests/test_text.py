@@ -27,7 +27,7 @@ def test_token_blocks_make_every_token_a_target_once_across_ranks_and_a_resume(t
     n = (len(stream) - 1) // 8
     assert got == {"documents": 40, "tokens": len(stream), "blocks": n, "dropped_tokens": len(stream) - 1 - n * 8}
     ds = feedline.open_dataset(tmp_path / "tok")
-    assert ds.schema["tokens.npy"].kind == "npy" and ds.schema["tokens.npy"].shape == (9,)  # read into rows
+    assert ds.schema["tokens.npy"].kind == "npy" and ds.schema["tokens.npy"].shape == (9,)  # a column at this block size, read into rows at real ones
     # two ranks, shuffled: disjoint halves; together with the rest, every block in stream order
     seen = {}
     for rank in (0, 1):

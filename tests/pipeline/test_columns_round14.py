@@ -19,7 +19,15 @@ import numpy as np
 import pytest
 
 import feedline
-from feedline.format import ShardIndex, encode_index, index_tars, pack, read_manifest, verify, write_manifest
+from feedline.format import (
+    ShardIndex,
+    encode_index,
+    index_tars,
+    pack,
+    read_manifest,
+    verify,
+    write_manifest,
+)
 from feedline.format._checksum import checksum, hexdigest
 
 N = 23

@@ -16,15 +16,16 @@ from feedline.errors import WorkerError
 
 
 def _pack(root: Path, n: int = 50, bad: dict[int, bytes] | None = None) -> Path:
-    """Sample i: ``x.f32`` = 16 x float(i), ``m.u16`` = (i, i+1, i+2); ``bad`` replaces x.f32."""
+    """Sample i: ``x.f32`` = 32 x float(i), ``m.u16`` = (i, i+1, ..., i+39); ``bad`` replaces x.f32
+    (both over 64 bytes: read into rows, not columns of the index)."""
     from feedline.format import pack
 
     src = root / "src"
     src.mkdir(parents=True)
     for i in range(n):
-        x = (bad or {}).get(i, np.full(16, i, np.float32).tobytes())
+        x = (bad or {}).get(i, np.full(32, i, np.float32).tobytes())
         (src / f"s{i:04d}.x.f32").write_bytes(x)
-        (src / f"s{i:04d}.m.u16").write_bytes(np.arange(i, i + 3, dtype=np.uint16).tobytes())
+        (src / f"s{i:04d}.m.u16").write_bytes(np.arange(i, i + 40, dtype=np.uint16).tobytes())
     pack([os.fspath(src)], os.fspath(root / "ds"), shard_size=600)  # several shards
     return root / "ds"
 
@@ -55,7 +56,7 @@ def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
         assert x["__key__"] == y["__key__"]
-        assert x["x.f32"].dtype == np.float32 and x["x.f32"].shape == (len(x["__key__"]), 16)
+        assert x["x.f32"].dtype == np.float32 and x["x.f32"].shape == (len(x["__key__"]), 32)
         assert np.array_equal(x["x.f32"], y["x.f32"]) and np.array_equal(x["m.u16"], y["m.u16"])
 
 
@@ -113,7 +114,7 @@ def test_a_sample_of_another_size_gives_a_list_for_its_batch(tmp_path: Path,
         if 21 in ids or 40 in ids:
             assert isinstance(b["x.f32"], list)
             sizes = [len(v) for v in b["x.f32"]]
-            assert sizes == [15 if i == 21 else 0 if i == 40 else 16 for i in ids]
+            assert sizes == [15 if i == 21 else 0 if i == 40 else 32 for i in ids]
         else:
             assert b["x.f32"][:, 0].tolist() == ids
 

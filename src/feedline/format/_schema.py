@@ -345,7 +345,7 @@ class SchemaBuilder:
         if len(aux):
             keep = np.array([kinds[f] in ("npy", "label") for f in range(len(fields))], dtype=bool)
             aux[~keep[member_fields.astype(np.int64)]] = 0
-        return records, aux, b"".join(b"".join(v) for _, v in sorted(columns.items()))  # type: ignore[arg-type]
+        return records, aux, b"".join(b"".join(v) for _, v in sorted(columns.items()))
 
 
 def _schema(name: str, kind: Kind, sig: tuple[Any, ...] | None, column: bool = False) -> FieldSchema:
