@@ -111,6 +111,21 @@ def test_outside_shapes13_quick_batches_equal_the_dataloaders(tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+def test_outside_shapes14_quick_batches_equal_the_dataloaders(tmp_path: Path) -> None:
+    """bench/outside_shapes14.py (round 14: records and click logs whose small fields are
+    columns of the index, six cameras + lidar + calibration, 16-bit CT slices + masks, long
+    variable-length series padded per batch): both Loaders' batches equal the DataLoader's."""
+    mod, doc = _run_quick("outside_shapes14", tmp_path)
+    assert [s["shape"] for s in doc["shapes"]] == list(mod.SHAPES)
+    for shape in doc["shapes"]:
+        assert shape["correct"] is True, (shape["shape"], shape["differences"])
+        for row in shape["rows"]:
+            assert row["samples"] == mod.QUICK[shape["shape"]], (shape["shape"], row)
+    assert not any(p.name.startswith("outside-shapes14-") for p in tmp_path.iterdir())  # cleaned up
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_outside_newcomer13_quick_batches_equal_the_dataloaders(tmp_path: Path) -> None:
     """bench/outside_newcomer13.py (round 13's newcomers: GPT token blocks from a JSONL corpus,
     LJSpeech-style speech padded per batch): both Loaders' batches equal the DataLoader's."""
