@@ -3,7 +3,8 @@
 A dataset is a folder with plain POSIX tar shards (``tar`` and WebDataset read
 them unchanged), a binary index beside each shard (every member's sample,
 field, payload offset, size and checksum, and since format version 2 each
-field's schema: :class:`FieldSchema`, raw / npy / label / var) and a JSON
+field's schema: :class:`FieldSchema`, raw / npy / label / var; since version 3
+the values of small raw / npy fields as columns) and a JSON
 ``manifest.json`` written last. No pickle anywhere. Imports stdlib, numpy and
 xxhash only.
 

@@ -15,6 +15,7 @@ Version 3 added the columns: small ``raw`` / ``npy`` values (at most
 ``COLUMN_MAX_BYTES`` a sample) kept in the index, so a batch of them is a numpy
 gather. A version-2 index still opens, its fields read as before (rebuild it
 with ``feedline index`` to get the columns).
+
 Version 2 added the field schema. A version-1 index still opens: its raw
 fields of one size get kind ``raw`` and every other field ``var`` (the npy
 headers and label values it never recorded are not read at open); rebuild it

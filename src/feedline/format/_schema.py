@@ -1,7 +1,8 @@
 """The field schema: which fields become fixed-size tensors with no per-sample Python.
 
 Each field of a shard has one *kind*, decided when the shard is written (pack)
-or adopted (``feedline index``) and stored in the index (format version 2):
+or adopted (``feedline index``) and stored in the index (format version 2; the
+columns below since version 3):
 
 ``raw``
     a raw dtype extension (``f32``, ``u8``, ...) of the same size in every

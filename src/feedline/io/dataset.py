@@ -246,7 +246,8 @@ class PackedDataset:
         A field is ``raw``, ``npy`` or ``label`` only if it is so in every shard and
         every sample, with one dtype and shape; otherwise ``var``. Raw and npy fields
         can be read straight into batch rows (:meth:`read_fields_into`), label fields
-        gathered from the index (:meth:`gather_labels`). A dataset written before
+        and raw / npy fields with ``column=True`` (at most 64 bytes a sample, format
+        version 3) gathered from the index (:meth:`gather_columns`). A dataset written before
         format version 2 has raw fields of one size as ``raw`` and every other field
         as ``var``: rebuild its indexes (``feedline index``, or repack) to get the rest.
         """
