@@ -11,6 +11,7 @@ were; a version-2 dataset still opens and reads the same values without columns.
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,9 @@ def _files(i: int) -> dict[str, bytes]:
         "wide.f32": np.full(17, i, np.float32).tobytes(),             # 68 bytes: read, not a column
         "some.f32": np.float32(i).tobytes(),                          # missing in one sample
         "vary.i32": np.arange(1 + i % 2, dtype=np.int32).tobytes(),   # its size varies
+        # numbers in a flat JSON object, a key missing in one sample: never a column (the
+        # per-sample path gives the field as a list of dicts)
+        "meta.json": json.dumps({"a": i, **({"b": i / 2} if i != 3 else {})}).encode(),
     }
 
 
@@ -99,13 +103,13 @@ def _same(a: Any, b: Any) -> bool:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("worker_type", ["thread", "process"])
+@pytest.mark.parametrize("worker_type", ["thread", pytest.param("process", marks=pytest.mark.slow)])
 def test_column_fields_are_gathered_and_equal_the_per_sample_path(tmp_path: Path, worker_type: str) -> None:
     pack([_source(tmp_path / "src")], tmp_path / "ds", shard_size=4096)  # several shards
     ds = feedline.open_dataset(tmp_path / "ds")
     assert {f for f, s in ds.schema.items() if s.column or s.kind == "label"} == COLUMNS
     batches, recipes = _batches(tmp_path / "ds", worker_type=worker_type)
-    assert {f for f, r in recipes.items() if r == "gather"} == COLUMNS
+    assert {f for f, r in recipes.items() if r == "gather"} == COLUMNS and recipes["meta.json"] == "sample"
     reference, per_sample = _batches(tmp_path / "ds", worker_type=worker_type, transform=_identity)
     assert set(per_sample.values()) == {"sample"}
     assert len(batches) == len(reference) == 10 and len(batches[4]["__key__"]) == 3  # 23 = 4 x 5 + 3
@@ -162,7 +166,7 @@ def test_a_version_2_dataset_reads_the_same_values_without_columns(tmp_path: Pat
     ds = feedline.open_dataset(tmp_path / "ds")
     assert not any(s.column for s in ds.schema.values()) and ds.schema["user.npy"].kind == "npy"
     before, recipes = _batches(tmp_path / "ds")
-    assert recipes["rating.f32"] == "read-rows" and recipes["cls"] == "gather"
+    assert recipes["rating.f32"] == "sample" and recipes["cls"] == "gather"  # read per sample (the json is)
     assert all(_same(a[f], b[f]) for a, b in zip(now, before, strict=True) for f in a)
     # feedline index (adopting the tars) upgrades it: the columns are back, the same values
     index_tars(sorted((tmp_path / "ds").glob("*.tar")), tmp_path / "ds")
