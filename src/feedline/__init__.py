@@ -9,6 +9,8 @@ through the import system again (no submodule can shadow it).
 ``feedline.audio`` (WAV decode and fixed-size clips),
 ``feedline.text`` (documents to token blocks for language-model pretraining),
 ``feedline.padding`` (a collate that pads varying-length fields per batch),
+``feedline.table`` (targets and CV folds from a packed table's columns),
+``feedline.patches`` (random patches of N-D arrays: 3D volumes and masks),
 ``feedline.episodes`` (recorded robot/driving episodes as training windows) and
 ``feedline.checkpoint`` are submodules, loaded on first use as well
 (``feedline.vision.ImageTransform`` works after ``import feedline``).
@@ -31,7 +33,7 @@ _LAZY = {
     "pack_samples": "feedline.format",
 }
 
-_SUBMODULES = ("vision", "audio", "checkpoint", "episodes", "text", "padding")
+_SUBMODULES = ("vision", "audio", "checkpoint", "episodes", "text", "padding", "table", "patches")
 
 __all__ = ["DatasetWriter", "FeedlineError", "Loader", "__version__", "open_dataset", "pack_samples", "watch", "wrap"]
 

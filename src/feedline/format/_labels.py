@@ -227,10 +227,12 @@ def _records_csv(text: str, delimiter: str, path: str,
         out = []
         for name, values in rows:
             if not _one_hot(values, label_names):
+                several = sum(values.get(c) == 1 for c in label_names) > 1
                 raise ConfigError(
                     f"{path}: the row of {name!r} does not hold exactly one 1 in the one-hot label columns "
-                    f"{', '.join(label_names)}", path=path, field="label_column",
-                    fix="give every row one 1 (one class per file), or name one label column with "
+                    f"{', '.join(label_names)}" + (" (several 1s: a multi-label table)" if several else ""),
+                    path=path, field="label_column", fix=_MULTI_FIX if several else
+                    "give every row one 1 (one class per file), or name one label column with "
                     "--label-column NAME (--label-column none: no cls, every column into json)")
             label = next(c for c in label_names if values[c] == 1)
             out.append((name, label, {k: v for k, v in values.items() if k not in label_names}))
@@ -257,6 +259,11 @@ def _no_header(header: list[str], first: list[str] | None, path: str, delimiter:
         f"{first[0]!r} below it, and pack reads the first row as the column names", path=path,
         fix=f"add a header row naming the columns, e.g. {row!r} (then --label-column column2, or "
             "--label-column none for every column in json)")
+
+
+_MULTI_FIX = ("multi-label (several 1s a row) or float targets: --label-column none keeps every column in "
+              "'json'; at load time feedline.table.Columns(['a', 'b', ...]) makes them one float32 array "
+              "per sample and ds.column('fold') selects a CV fold (docs/loading.md, 'A Kaggle table')")
 
 
 def _one_hot(values: Mapping[str, Any], columns: list[str]) -> bool:
@@ -290,7 +297,7 @@ def _label_columns(others: list[str], rows: list[dict[str, Any]], path: str,
     raise ConfigError(f"{path}: which column is the label? None of {', '.join(others)} is named "
                       f"{'/'.join(LABEL_KEYS)}, and they are not one-hot (0/1, one 1 per row)", path=path,
                       field="label_column", fix="name it: pack --label-column COLUMN (one-hot columns: "
-                      "--label-column A,B,C; no label, every column into json: --label-column none)")
+                      "--label-column A,B,C); " + _MULTI_FIX)
 
 
 def _record(obj: Any, where: str, path: str) -> tuple[str, Any, dict[str, Any]]:

@@ -319,6 +319,13 @@ class Collection:
                     f"and the folders {', '.join(map(repr, tops[:limit]))} hold files of the same names: if "
                     "they are one sample's parts (images/x.jpg + masks/x.png), --key parallel packs them as "
                     "fields of one sample (images.jpg, masks.png of key 'x')"]
+        if len(partial) > 1 and all(f in IMAGE_FIELDS.values() for f, _ in partial) \
+                and sum(c for _, c in partial) == n:
+            shown = " + ".join(f"{name!r} ({count})" for name, count in partial)
+            names = ", ".join(repr(f) for f, _ in partial)
+            return [f"the images are in {len(partial)} formats, one a sample: {shown} of {n}; "
+                    f"vision.ImageTransform(({names}), size=..., out='image') reads whichever a sample has "
+                    "and gives one dense 'image' field"]
         if len(partial) <= limit:
             return [f"field {name!r} is in {count} of {n} samples only: a batch reads it per sample "
                     "(use --exclude to leave such files out, or convert them to one format)"

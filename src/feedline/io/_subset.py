@@ -13,6 +13,7 @@ which is what :class:`feedline.Loader` does with the ``Subset`` it is given.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from feedline.errors import ArgumentError, ConfigError, SampleIndexError
 
-__all__ = ["PackedSubset", "all_labels", "as_packed_subset"]
+__all__ = ["PackedSubset", "all_columns", "all_labels", "as_packed_subset"]
 
 
 def all_labels(dataset: Any, field: str) -> np.ndarray:
@@ -35,6 +36,59 @@ def all_labels(dataset: Any, field: str) -> np.ndarray:
     out = {field: np.empty(len(dataset), np.int64)}
     dataset.gather_labels(np.arange(len(dataset)), out)
     return out[field]
+
+
+_COLUMN_CHUNK = 4096
+
+
+def all_columns(dataset: Any, names: str | Sequence[str], field: str = "json") -> np.ndarray:
+    """Every sample's value of column(s) ``names`` of the JSON ``field`` (the rest of a
+    ``pack --labels TABLE`` row): ``(len,)`` for one name, ``(len, k)`` for k names.
+
+    Reads only that field (a few bytes a sample, in chunks of 4,096 samples), never the
+    images. Numbers come back as a numeric array (int64 when every value is an int,
+    else float64), text as a numpy string array.
+
+    Raises:
+        ConfigError: no such field, a sample without the field or the column (the key and
+            the columns it has are named), or a value that is a list or dict.
+    """
+    one = isinstance(names, str)
+    cols: list[str] = [names] if isinstance(names, str) else list(names)
+    if not cols or not all(isinstance(c, str) for c in cols):
+        raise ArgumentError(f"column: names must be a column name or a list of them, got {names!r}",
+                            field="names")
+    if field not in dataset.fields:
+        raise ConfigError(f"column: no field {field!r} in this dataset (fields: {dataset.fields})", field=field,
+                          fix="pack the table with it: feedline pack SRC --labels TABLE (its other columns "
+                              "go into 'json'); --label-column none keeps every column there")
+    rows: list[list[Any]] = []
+    for lo in range(0, len(dataset), _COLUMN_CHUNK):
+        keys, views = dataset.read_fields(np.arange(lo, min(lo + _COLUMN_CHUNK, len(dataset))), [field])
+        for key, view in zip(keys, views[field], strict=True):
+            rows.append(_row_values(key, view, cols, field))
+    values = np.asarray(rows) if rows else np.empty((0, len(cols)))
+    if values.dtype.kind == "O":
+        raise ConfigError(f"column: {cols} mix numbers and text across samples", field=field,
+                          fix="read one kind of column at a time")
+    return values[:, 0] if one else values
+
+
+def _row_values(key: str, view: Any, cols: list[str], field: str) -> list[Any]:
+    if view is None:
+        raise ConfigError(f"column: sample {key!r} has no {field!r} field", field=field)
+    row = json.loads(bytes(view))
+    if not isinstance(row, dict):
+        raise ConfigError(f"column: {field!r} of sample {key!r} is not a JSON object", field=field)
+    missing = [c for c in cols if c not in row]
+    if missing:
+        raise ConfigError(f"column: sample {key!r} has no column {missing[0]!r} in {field!r} "
+                          f"(its columns: {sorted(row)})", field=field)
+    out = [row[c] for c in cols]
+    if any(isinstance(v, (list, dict)) for v in out):
+        raise ConfigError(f"column: a value of {cols} in sample {key!r} is a list or dict, not one value",
+                          field=field)
+    return out
 
 
 class PackedSubset:
@@ -106,6 +160,10 @@ class PackedSubset:
     def labels(self, field: str = "cls") -> np.ndarray:
         """Each sample's value of label field ``field`` (see ``PackedDataset.labels``)."""
         return all_labels(self, field)
+
+    def column(self, names: str | Sequence[str], field: str = "json") -> np.ndarray:
+        """Each sample's value of table column(s) ``names`` (see ``PackedDataset.column``)."""
+        return all_columns(self, names, field)
 
     def sizes(self, field: str) -> np.ndarray:
         """Each sample's stored bytes of ``field`` (see ``PackedDataset.sizes``)."""
