@@ -38,6 +38,9 @@ def test_patches_of_volumes_of_varied_depth_batch_densely_with_io_direct(tmp_pat
         np.savez(tmp_path / "subjects" / f"{name}.npz", image=vol, mask=mask, spacing=np.ones(3, np.float32))
     pack([tmp_path / "scans"], tmp_path / "ds", align=4096, rules=SourceRules(key="parallel"))
     pack([tmp_path / "subjects"], tmp_path / "npz", align=4096)
+    plain = feedline.Loader(tmp_path / "ds", batch_size=3, workers=1, shuffle=False)
+    with plain, pytest.warns(RuntimeWarning, match=r"3D scans .*feedline\.patches\.PatchTransform"):
+        assert isinstance(next(iter(plain))["volumes.npy"], list)   # depths differ: a list, and the fix named
     recipes = [("ds", {"volumes.npy": "image", "masks.npy": "mask"}),
                ("npz", {"npz/image": "image", "npz/mask": "mask"})]
     for root, fields in recipes:

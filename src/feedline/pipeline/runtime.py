@@ -474,7 +474,9 @@ class Runtime:
                 "gives it as a list of tensors, not one tensor. For one tensor per batch make it one "
                 "size in transform= (audio: feedline.audio.ClipTransform pads or crops clips; images: "
                 "feedline.vision.ImageTransform, or Loader(decode_size=(h, w)); token lists for a language "
-                "model: fixed blocks from feedline.text.write_token_blocks), or pad each batch to its longest "
+                "model: fixed blocks from feedline.text.write_token_blocks; 3D scans and other N-D arrays: "
+                "random patches, one box for scan and mask, from feedline.patches.PatchTransform), "
+                "or pad each batch to its longest "
                 "in collate= as a DataLoader's collate_fn does: "
                 f"collate=feedline.padding.PadCollate({{{name!r}: None}}) adds '{name.rsplit('.', 1)[0]}_lengths' "
                 "(axis=-1 for [channels, frames] audio)",
