@@ -14,16 +14,21 @@ with 5-fold CV, and 3D volumes cropped into random patches.
   ``volumes/x.npy`` + ``masks/x.npy``, packed with ``--key parallel``; 4 random
   ``32 x 96 x 96`` patches per scan an epoch (each scan 4 times in the order), batch 4:
   the Loader's ``patches.PatchTransform`` (float32 image), and the same with ``patches=4``
-  (each scan read once an epoch, its 4 patches one batch: ``.flatten(0, 1)``); baselines: the Dataset of the
+  (each scan read once an epoch, its 4 patches one batch: ``.flatten(0, 1)``), and
+  ``patches.Patches`` (a dataset that reads only the rows each box covers); baselines: the Dataset of the
   tutorials (``np.load`` of both files, crop) and the one of a user who knows
   ``np.load(mmap_mode="r")`` (reads only the patch's pages).
+
+``--cold`` evicts every data file (the scans, the images, the shards) from the page cache
+before each timed epoch (``posix_fadvise(DONTNEED)``: a dataset larger than the page
+cache, every read from the disk) and opens the Loader's dataset with ``io="direct"``.
 
 Each contender reads once with ``shuffle=False`` first: same fields, shapes and dtypes as
 the baseline's, and for ``kaggle`` the same keys' targets. Then interleaved timed rounds,
 2 workers each, medians; samples per CPU-second of the process tree (other load on the
 host does not lower it).
 
-    .venv/bin/python bench/outside_newcomer14.py [--quick] [--shapes kaggle,volumes] [--rounds 5] [--json PATH]
+    .venv/bin/python bench/outside_newcomer14.py [--quick] [--shapes kaggle,volumes] [--rounds 5] [--cold] [--json PATH]
 """
 
 from __future__ import annotations
@@ -54,6 +59,19 @@ COLS = ["label_a", "label_b", "label_c", "score"]
 PATCH = (32, 96, 96)
 REPEAT = 4
 """Patches of each scan an epoch."""
+IO = "auto"
+"""The Loader's ``io=`` (``--cold``: ``"direct"``)."""
+
+
+def evict(folder: Path) -> None:
+    """Drop every file under ``folder`` from the page cache (clean pages; no root needed)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def _kaggle(folder: Path, n: int) -> None:
@@ -160,7 +178,7 @@ def loader(shape: str, folder: Path, workers: int, worker_type: str, shuffle: bo
     import feedline
     from feedline import patches, table, vision
 
-    ds = feedline.open_dataset(os.fspath(folder / "ds"))
+    ds = feedline.open_dataset(os.fspath(folder / "ds"), io=IO)
     if shape == "kaggle":
         split = ds.subset(np.flatnonzero(ds.column("fold") != 0))
         tf: Any = table.chain(vision.ImageTransform(("jpg", "png"), size=64, out="image"),
@@ -193,8 +211,19 @@ def patches_per_read(folder: Path, workers: int) -> Callable[[], Any]:
 
     tf = patches.PatchTransform({"volumes.npy": "image", "masks.npy": "mask"}, size=PATCH,
                                 dtypes={"image": np.float32}, patches=REPEAT)
-    return lambda: Flatten(feedline.Loader(os.fspath(folder / "ds"), batch_size=BATCH["volumes"] // REPEAT,
+    return lambda: Flatten(feedline.Loader(feedline.open_dataset(os.fspath(folder / "ds"), io=IO), batch_size=BATCH["volumes"] // REPEAT,
                                            workers=workers, drop_last=False, seed=0, transform=tf))
+
+
+def rows_only(folder: Path, workers: int, worker_type: str = "thread", shuffle: bool = True) -> Callable[[], Any]:
+    import feedline
+    from feedline import patches
+
+    ds = feedline.open_dataset(os.fspath(folder / "ds"), io=IO)
+    crops = patches.Patches(ds.subset(np.tile(np.arange(len(ds)), REPEAT)),
+                            {"volumes.npy": "image", "masks.npy": "mask"}, size=PATCH, dtypes={"image": np.float32})
+    return lambda: feedline.Loader(crops, batch_size=BATCH["volumes"], workers=workers, worker_type=worker_type,
+                                   shuffle=shuffle, drop_last=False, seed=0)
 
 
 def _shapes(batch: Any) -> dict[str, Any]:
@@ -206,8 +235,11 @@ def check(shape: str, folder: Path, workers: int) -> list[str]:
     ``kaggle`` also the keys and the targets."""
     want = list(next(iter(baselines(shape, folder, workers, shuffle=False).values()))())
     diffs: list[str] = []
-    for worker_type in ("thread", "process"):
-        it = loader(shape, folder, workers, worker_type, shuffle=False)()
+    makers = [(t, loader(shape, folder, workers, t, shuffle=False)) for t in ("thread", "process")]
+    if shape == "volumes":
+        makers += [(f"Patches {t}", rows_only(folder, workers, t, shuffle=False)) for t in ("thread", "process")]
+    for worker_type, make in makers:
+        it = make()
         try:
             got = list(it)
         finally:
@@ -223,14 +255,17 @@ def check(shape: str, folder: Path, workers: int) -> list[str]:
     return diffs[:5]
 
 
-def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, Any]:
+def measure(shape: str, folder: Path, rounds: int, workers: int, cold: bool = False) -> dict[str, Any]:
     contenders = {"Loader (threads)": loader(shape, folder, workers, "thread"),
                   "Loader (processes)": loader(shape, folder, workers, "process"),
-                  **({"Loader (4 patches a read)": patches_per_read(folder, workers)} if shape == "volumes" else {}),
+                  **({"Loader (4 patches a read)": patches_per_read(folder, workers),
+                      "Loader (Patches: rows only)": rows_only(folder, workers)} if shape == "volumes" else {}),
                   **baselines(shape, folder, workers)}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
     for _ in range(rounds):  # interleaved: A, B, C, A, B, C...
         for name, make in contenders.items():
+            if cold:
+                evict(folder)
             runs[name].append(run_once(make))
     base = statistics.median(r["samples_per_s"] for r in runs[next(reversed(runs))])
     rows = []
@@ -245,7 +280,11 @@ def measure(shape: str, folder: Path, rounds: int, workers: int) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = common_parser(__doc__.splitlines()[0], SHAPES).parse_args(argv)
+    global IO
+    p = common_parser(__doc__.splitlines()[0], SHAPES)
+    p.add_argument("--cold", action="store_true", help="evict the data before each epoch; the Loader reads io='direct'")
+    args = p.parse_args(argv)
+    IO = "direct" if args.cold else "auto"
     shapes, rounds, scratch = prepare(args, SHAPES, "outside-newcomer14-")
     sizes = QUICK if args.quick else FULL
     results = []
@@ -253,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape in shapes:
             folder = build(shape, sizes[shape], scratch / shape)
             wrong = check(shape, folder, args.workers)
-            res = {**measure(shape, folder, rounds, args.workers), "differences": wrong, "correct": not wrong}
+            res = {**measure(shape, folder, rounds, args.workers, args.cold), "cold": args.cold, "differences": wrong, "correct": not wrong}
             results.append(res)
             for row in res["rows"]:
                 print(f"{shape:8s} {row['name']:22s} {row['samples_per_s']:8.1f} samples/s "

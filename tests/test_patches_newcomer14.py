@@ -82,3 +82,39 @@ def test_random_crop_keeps_the_box_inside_pads_short_axes_and_crops_alike() -> N
         tf({"__key__": "k", "v": vol})
     with pytest.raises(ArgumentError, match="needs mask="):
         patches.PatchTransform(["v"], size=P, foreground=0.5)
+
+
+@pytest.mark.timeout(60)
+def test_patches_dataset_reads_only_the_box_rows_and_equals_the_whole_crop(tmp_path: Path) -> None:
+    """patches.Patches reads each box's rows by byte ranges (ds.read_ranges), as an
+    np.load(mmap_mode="r") crop would, with io='direct' too; every patch equals the crop of the
+    whole array at the same box (padded where the scan is shallower than the patch)."""
+    (tmp_path / "scans").mkdir()
+    arrays = {}
+    for i, depth in enumerate((3, 8, 12)):
+        vol, _ = _volume(i, depth)
+        arrays[f"s{i}"] = np.stack([vol, -vol])                 # a channel axis, kept whole
+        np.save(tmp_path / "scans" / f"s{i}.ct.npy", arrays[f"s{i}"])
+    pack([tmp_path / "scans"], tmp_path / "ds", align=4096)
+    for io in ("buffered", "direct"):
+        ds = feedline.open_dataset(tmp_path / "ds", io=io)
+        whole = bytes(ds[1]["ct.npy"])
+        assert ds.read_ranges(1, "ct.npy", [(0, 6), (200, 50)]).tobytes() == whole[:6] + whole[200:250]
+        with pytest.raises(ConfigError, match=r"outside 'ct.npy' of sample 's1'"):
+            ds.read_ranges(1, "ct.npy", [(len(whole) - 2, 3)])
+        for seed in range(8):
+            crops = patches.Patches(ds, {"ct.npy": "image"}, size=P, rng=np.random.default_rng(seed))
+            for i, key in enumerate(ds.keys()):
+                again = np.random.default_rng(seed)
+                for _ in range(i):   # the boxes drawn for the samples before
+                    patches.random_box(arrays[ds.keys()[_]].shape, P, again)
+                want = patches.random_crop(arrays[key], P, start=patches.random_box(arrays[key].shape, P, again))
+                got = crops[i]
+                assert got["__key__"] == key and got["image"].shape == (2, *P)
+                assert np.array_equal(got["image"], want), (io, seed, key)
+    crops = patches.Patches(tmp_path / "ds", {"ct.npy": "image"}, size=P, patches=2, dtypes={"image": np.float32})
+    with feedline.Loader(crops, batch_size=3, workers=2, seed=0) as loader:
+        (batch,) = list(loader)
+    assert batch["image"].shape == (3, 2, 2, *P) and batch["image"].dtype == torch.float32
+    with pytest.raises(ArgumentError, match=r"not \.npy"):
+        patches.Patches(ds, {"npz/image": "image"}, size=P)

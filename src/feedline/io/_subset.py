@@ -161,6 +161,10 @@ class PackedSubset:
         """Each sample's value of label field ``field`` (see ``PackedDataset.labels``)."""
         return all_labels(self, field)
 
+    def read_ranges(self, i: int, field: str, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Parts of one member of sample ``i`` (see ``PackedDataset.read_ranges``)."""
+        return self._base.read_ranges(int(self._map([int(i)])[0]), field, ranges)
+
     def column(self, names: str | Sequence[str], field: str = "json") -> np.ndarray:
         """Each sample's value of table column(s) ``names`` (see ``PackedDataset.column``)."""
         return all_columns(self, names, field)

@@ -24,6 +24,7 @@ from feedline.format._files import path_argument
 from feedline.io._catalog import Catalog, file_stamp, load_catalog
 from feedline.io._columns import Views, gather_columns, gather_labels, read_columns, read_members
 from feedline.io._handles import HandleBudget, ShardReadState
+from feedline.io._ranges import read_ranges
 from feedline.io._remote import RemoteReader, is_remote, normalise_root, open_filesystem
 from feedline.io._subset import PackedSubset, all_columns, all_labels
 from feedline.io._window import ShardJob, read_jobs
@@ -484,6 +485,22 @@ class PackedDataset:
             ConfigError: no such field, or a sample without it or the column (named).
         """
         return all_columns(self, names, field)
+
+    def read_ranges(self, i: int, field: str, ranges: Sequence[tuple[int, int]]) -> np.ndarray:
+        """Parts of one member: the bytes of each ``(start, length)`` of ``ranges`` (from the
+        first byte of field ``field`` of sample ``i``), one after the other, as ``uint8``.
+
+        What a patch of a large array needs: the rows of a ``32 x 96 x 96`` box of an
+        ``int16[64, 256, 256]`` ``.npy`` are 19 % of its bytes (:class:`feedline.patches.Patches`
+        reads them so). With ``io="direct"`` the 4096-byte blocks around each range are read.
+
+        Raises:
+            ConfigError: the sample lacks ``field``, a range outside the member, or a GDS dataset.
+            ReadError: the shard is shorter than its index says.
+        """
+        opened = self._state()
+        idx = int(self._indices([i], opened.catalog.num_samples)[0])
+        return read_ranges(opened, idx, field, ranges)
 
     def sizes(self, field: str) -> np.ndarray:
         """Each sample's stored bytes of ``field``: ``int64[len(self)]``, -1 where a sample
