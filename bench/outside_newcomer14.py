@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from outside_shapes import _feedline, _plain, _rrc_box
+from outside_shapes import _feedline, _plain, train_view
 from peers_shapes import common_parser, prepare, run_once
 
 SHAPES = ("kaggle", "volumes")
@@ -130,15 +130,7 @@ class KaggleCV:
         from PIL import Image
 
         key, path, y = self.items[i]
-        rng = np.random.default_rng()
-        img = Image.open(path).convert("RGB")
-        img = img.resize((64, 64), Image.BILINEAR, box=_rrc_box(img.width, img.height, rng))
-        if rng.random() < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        x = torch.from_numpy(np.array(img)).permute(2, 0, 1).float().div_(255)
-        mean = torch.tensor((0.485, 0.456, 0.406)).view(3, 1, 1)
-        std = torch.tensor((0.229, 0.224, 0.225)).view(3, 1, 1)
-        return {"image": (x - mean) / std, "y": torch.tensor(y, dtype=torch.float32), "__key__": key}
+        return {"image": train_view(Image.open(path), 64), "y": torch.tensor(y, dtype=torch.float32), "__key__": key}
 
 
 class Volumes:

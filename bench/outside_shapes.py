@@ -359,21 +359,29 @@ class ImageNetFolder:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        import torch
         from PIL import Image
 
         path, label = self.items[i]
         if not self.train:
             return {"jpg": decode("jpg", path.read_bytes()), "cls": label}
-        rng = np.random.default_rng()
-        img = Image.open(path).convert("RGB")
-        img = img.resize((224, 224), Image.BILINEAR, box=_rrc_box(img.width, img.height, rng))
-        if rng.random() < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        x = torch.from_numpy(np.asarray(img)).permute(2, 0, 1).float().div_(255)
-        mean = torch.tensor((0.485, 0.456, 0.406)).view(3, 1, 1)
-        std = torch.tensor((0.229, 0.224, 0.225)).view(3, 1, 1)
-        return {"image": (x - mean) / std, "cls": label}
+        return {"image": train_view(Image.open(path), 224), "cls": label}
+
+
+def train_view(img: Any, size: int) -> Any:
+    """torchvision's training view of a Pillow image: RGB, RandomResizedCrop(size) (Pillow
+    bilinear), RandomHorizontalFlip, ToTensor, Normalize with the ImageNet statistics."""
+    import torch
+    from PIL import Image
+
+    rng = np.random.default_rng()
+    img = img.convert("RGB")
+    img = img.resize((size, size), Image.BILINEAR, box=_rrc_box(img.width, img.height, rng))
+    if rng.random() < 0.5:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+    x = torch.from_numpy(np.asarray(img)).permute(2, 0, 1).float().div_(255)
+    mean = torch.tensor((0.485, 0.456, 0.406)).view(3, 1, 1)
+    std = torch.tensor((0.229, 0.224, 0.225)).view(3, 1, 1)
+    return (x - mean) / std
 
 
 class KaggleCsv:
