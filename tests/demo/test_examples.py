@@ -15,7 +15,11 @@ from feedline.errors import ConfigError
 
 def test_examples_write_the_readme_inputs_and_refuse_to_overwrite(tmp_path: Path) -> None:
     made = write_examples(tmp_path / "try")
-    assert [p.name for p in made] == ["train", "photos", "old-shards", "episodes", "corpus", "speech"]
+    assert [p.name for p in made] == ["train", "photos", "old-shards", "episodes", "corpus", "speech",
+                                      "kaggle", "scans"]
+    assert len((tmp_path / "try" / "kaggle" / "train.csv").read_text().splitlines()) == 1 + 40
+    assert len(list((tmp_path / "try" / "kaggle" / "images").glob("*.png"))) == 8
+    assert len(list((tmp_path / "try" / "scans" / "masks").glob("*.npy"))) == 6
     assert len((tmp_path / "try" / "speech" / "metadata.csv").read_text().splitlines()) == 1 + 24
     assert len(list((tmp_path / "try" / "speech" / "wavs").glob("*.wav"))) == 24
     assert sorted(p.name for p in (tmp_path / "try" / "corpus").rglob("*.*")) == [

@@ -15,7 +15,13 @@
 * ``corpus/``: documents to pretrain a language model on, two ``.jsonl`` files of
   ``{"id", "text"}`` records (60 documents) and a ``books/`` folder of ``.txt`` files;
 * ``speech/``: an LJSpeech-style folder, ``wavs/LJ001-0000.wav ...`` (24 clips of 0.25-1 s,
-  16 kHz mono) and a ``metadata.csv`` of ``file,transcript,speaker`` (4 speakers).
+  16 kHz mono) and a ``metadata.csv`` of ``file,transcript,speaker`` (4 speakers);
+* ``kaggle/``: a Kaggle competition's layout, a flat ``images/`` of 40 photos named by id
+  (``3f2a9c1e.jpg``, every fifth a ``.png``) and a ``train.csv`` of ``image_id, fold,
+  label_a, label_b, label_c, score`` (ids without extension, 5 folds, multi-label 0/1
+  columns, a float target);
+* ``scans/``: 6 CT-like scans and their segmentation masks in parallel folders,
+  ``volumes/sub000.npy`` (int16 ``D x 48 x 48``, D = 10, 12 or 14) + ``masks/sub000.npy`` (uint8).
 
 The README's examples run on these as written; ``tests/test_readme.py`` uses the same files.
 """
@@ -34,7 +40,7 @@ from PIL import Image
 
 from feedline.errors import ConfigError
 
-WRITES = ("train", "photos", "old-shards", "episodes", "corpus", "speech")
+WRITES = ("train", "photos", "old-shards", "episodes", "corpus", "speech", "kaggle", "scans")
 
 
 def _encode(img: np.ndarray, fmt: str = "JPEG") -> bytes:
@@ -50,8 +56,8 @@ def _photo(rng: np.random.Generator, h: int, w: int, tint: int) -> np.ndarray:
 
 
 def write_examples(root: str | Path) -> list[Path]:
-    """Write ``train/``, ``photos/``, ``old-shards/``, ``episodes/``, ``corpus/`` and ``speech/``
-    under ``root``; returns them.
+    """Write ``train/``, ``photos/``, ``old-shards/``, ``episodes/``, ``corpus/``, ``speech/``,
+    ``kaggle/`` and ``scans/`` under ``root``; returns them.
 
     Refuses (``ConfigError``) when any of them exists, so nothing of the user's is
     overwritten."""
@@ -92,7 +98,31 @@ def write_examples(root: str | Path) -> list[Path]:
     _episodes(root / "episodes", rng)
     _corpus(root / "corpus", rng)
     _speech(root / "speech", rng)
+    _kaggle(root / "kaggle", rng)
+    _scans(root / "scans", rng)
     return made
+
+
+def _kaggle(root: Path, rng: np.random.Generator) -> None:
+    (root / "images").mkdir(parents=True)
+    rows = ["image_id,fold,label_a,label_b,label_c,score"]
+    for i in range(40):
+        iid = f"{int(rng.integers(16**8)):08x}"
+        fmt = "PNG" if i % 5 == 4 else "JPEG"
+        (root / "images" / f"{iid}.{fmt.lower().replace('jpeg', 'jpg')}").write_bytes(
+            _encode(_photo(rng, 48, 64, 6 * i), fmt))
+        labels = (rng.random(3) < (0.3, 0.5, 0.2)).astype(int)
+        rows.append(f"{iid},{i % 5},{labels[0]},{labels[1]},{labels[2]},{rng.normal():.3f}")
+    (root / "train.csv").write_text("\n".join(rows) + "\n")
+
+
+def _scans(root: Path, rng: np.random.Generator) -> None:
+    for part in ("volumes", "masks"):
+        (root / part).mkdir(parents=True)
+    for i in range(6):
+        depth = (10, 12, 14)[i % 3]
+        np.save(root / "volumes" / f"sub{i:03d}.npy", rng.integers(-1000, 2000, (depth, 48, 48), dtype=np.int16))
+        np.save(root / "masks" / f"sub{i:03d}.npy", (rng.random((depth, 48, 48)) < 0.05).astype(np.uint8))
 
 
 WORDS = ("the", "a", "of", "to", "and", "in", "is", "it", "was", "for", "on", "that", "with", "as", "by",
@@ -148,7 +178,7 @@ def _episodes(root: Path, rng: np.random.Generator) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m feedline.demo.examples",
                                      description="write the README's example inputs (train/, photos/, old-shards/, episodes/, "
-                                                 "corpus/, speech/)")
+                                                 "corpus/, speech/, kaggle/, scans/)")
     parser.add_argument("dir", nargs="?", default=".", help="where to write them (default: here)")
     args = parser.parse_args(argv)
     try:
