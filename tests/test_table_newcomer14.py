@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 import feedline
+from cli_inproc import run_cli
 from feedline import table, vision
 from feedline.errors import ArgumentError, ConfigError
 from feedline.format import pack
@@ -67,6 +68,17 @@ def test_folds_and_multi_label_targets_from_the_table_without_repacking(tmp_path
     for b in batches:
         assert b["image"].shape == (2, 3, 8, 8) and b["y"].dtype == torch.float32 and b["y"].shape == (2, 4)
         assert b["y"].tolist() == [[float(by_key[k][c]) for c in (2, 3, 4, 5)] for k in b["__key__"]]
+
+
+@pytest.mark.timeout(30)
+def test_inspect_names_the_table_columns_kept_in_json(tmp_path: Path) -> None:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "ab12.jpg").write_bytes(b"not decoded by pack")
+    (tmp_path / "t.csv").write_text("image_id,fold,label_a,score\nab12,3,1,0.5\n")
+    pack([tmp_path / "images"], tmp_path / "ds", rules=SourceRules(labels=str(tmp_path / "t.csv"), label_column="none"))
+    shown = run_cli("inspect", str(tmp_path / "ds"))   # where did my columns go?
+    assert shown.returncode == 0, shown.stderr
+    assert "columns   json of sample 0: fold, label_a, score (ds.column('fold')" in shown.stdout
 
 
 @pytest.mark.timeout(30)

@@ -368,7 +368,29 @@ def inspect_cmd(
     info = inspect(root)
     write_json(info, json_dest)
     if not to_stdout(json_dest):
-        print("\n".join(map(printable, _inspect_lines(info))))
+        lines = _inspect_lines(info)
+        if "json" in info["fields"]:
+            lines.insert(lines.index("shards:"), _json_columns(root))
+        print("\n".join(map(printable, lines)))
+
+
+def _json_columns(root: Path) -> str:
+    """The columns of sample 0's ``json`` (a ``pack --labels`` table's other columns), and
+    how to get one for every sample."""
+    import json
+
+    from feedline.errors import FeedlineError
+    from feedline.io import open_dataset
+
+    try:
+        with open_dataset(os.fspath(root)) as ds:
+            row = json.loads(bytes(ds.read_fields([0], ["json"])[1]["json"][0] or b"null"))
+    except (FeedlineError, ValueError) as e:
+        return f"columns   sample 0's json does not read: {e}"
+    if not isinstance(row, dict):
+        return f"columns   sample 0's json is a {type(row).__name__}, not a table row"
+    names = ", ".join(list(row)[:20]) + (", ..." if len(row) > 20 else "")
+    return f"columns   json of sample 0: {names} (ds.column('{next(iter(row), 'NAME')}') reads one for every sample)"
 
 
 def _decode_problems(root: Path, on_chunk: Callable[[int], None]) -> tuple[list[dict[str, str]], list[str]]:
