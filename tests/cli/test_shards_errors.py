@@ -223,6 +223,6 @@ def test_imagefolder_in_one_command(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "packed 3 samples (3 files, 2 classes)" in out.stdout  # 3 images; the cls pack adds is no file
     assert "skipped 1 file(s) that fit no rule: README" in out.stderr
-    assert "field 'png' is in 1 of 3 samples" in out.stderr
+    assert "'jpg' (2) + 'png' (1) of 3" in out.stderr and "ImageTransform(('jpg', 'png')" in out.stderr
     shown = _cli("inspect", str(tmp_path / "data"))
     assert "classes   2 (cls label = index): 0=cats, 1=dogs" in shown.stdout

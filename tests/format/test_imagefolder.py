@@ -68,7 +68,9 @@ def test_imagefolder_keys_keep_dotted_names_apart_and_labels_follow_torchvision(
     assert sorted(s.name for s in found.skipped) == ["Dogs/notes.txt", "README", "loose.jpg"]
     notes = "\n".join(found.notes())
     assert "skipped 3 file(s)" in notes and "README (not an image" in notes and "loose.jpg (not inside a class folder)" in notes
-    assert "field 'png' is in 1 of 7 samples" in notes and "field 'jpg' is in 6 of 7" in notes
+    # one image format a sample: one note naming the transform that reads either (not two "use --exclude")
+    assert "'jpg' (6) + 'png' (1) of 7" in notes and "ImageTransform(('jpg', 'png')" in notes
+    assert "field 'png' is in" not in notes
     assert "empty_class" in notes
 
 
