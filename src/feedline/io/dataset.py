@@ -492,7 +492,8 @@ class PackedDataset:
 
         What a patch of a large array needs: the rows of a ``32 x 96 x 96`` box of an
         ``int16[64, 256, 256]`` ``.npy`` are 19 % of its bytes (:class:`feedline.patches.Patches`
-        reads them so). With ``io="direct"`` the 4096-byte blocks around each range are read.
+        reads them so). With ``io="direct"`` ranges under 1 MiB apart are one read of the
+        4096-byte blocks around them.
 
         Raises:
             ConfigError: the sample lacks ``field``, a range outside the member, or a GDS dataset.
