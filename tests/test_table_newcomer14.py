@@ -5,6 +5,7 @@ multi-label + float targets as one tensor (ds.column, table.Columns, table.chain
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +105,20 @@ def test_columns_transform_says_what_is_missing() -> None:
         table.Columns("label_a")
     with pytest.raises(ArgumentError, match="callables"):
         table.chain(cols, "resize")
+
+
+@pytest.mark.timeout(30)
+def test_a_validation_loader_left_at_drop_last_true_says_what_it_leaves_out() -> None:
+    """A fold of 10 validated with batch 4, shuffle=False and the default drop_last: the same
+    last 2 samples were never validated, silently; now a DroppedTailWarning names them."""
+    from feedline.pipeline.options import DroppedTailWarning
+
+    fold = [{"x": np.full(2, i, np.float32)} for i in range(10)]
+    with pytest.warns(DroppedTailWarning, match=r"the last 2 of the 10 samples .* drop_last=False"):
+        loader = feedline.Loader(fold, batch_size=4, workers=1, shuffle=False)
+    with loader:
+        assert sum(len(b["x"]) for b in loader) == 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # asked for, shuffled, or nothing left out: no warning
+        for kw in ({"drop_last": True}, {"drop_last": False}, {"shuffle": True}, {"batch_size": 5}):
+            feedline.Loader(fold, **{"batch_size": 4, "workers": 1, "shuffle": False, **kw}).close()

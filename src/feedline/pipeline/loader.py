@@ -81,6 +81,9 @@ class Loader:
             before each epoch: iterating again without it repeats the order (warned once).
         drop_last: default ``True`` (DataLoader's is False): every rank gets the same
             number of full batches; see :mod:`feedline.pipeline.sampler` for ``False``.
+            With ``shuffle=False`` the default warns (``DroppedTailWarning``) when it leaves
+            samples out: the same last ones every epoch, an evaluation pass that misses them;
+            pass ``drop_last=False`` to read them, ``True`` to leave them out unwarned.
         workers: worker threads or processes (each prepares one batch at a time); default
             the cores this process may use (affinity, capped by a cgroup quota), at most 8
             (more workers than cores only adds memory in flight and contention; more
@@ -190,7 +193,7 @@ class Loader:
 
     def __init__(
         self, dataset: Any, batch_size: int = 64, device: Any = "cpu", shuffle: bool = True,
-        seed: int = 0, drop_last: bool = True, workers: int | None = None, worker_type: str = "thread",
+        seed: int = 0, drop_last: bool | None = None, workers: int | None = None, worker_type: str = "thread",
         prefetch: int = 4, pinned_budget: str | int = "2GiB", io: str = "auto",
         decode: Decoders | Mapping[str, Any] | None = None,
         transform: Callable[[Any], Any] | None = None,
@@ -205,6 +208,7 @@ class Loader:
     ) -> None:
         options.check_unknown(unknown, Loader.__init__)
         _dropped.settle(60.0)  # a loader dropped just before has stopped its workers
+        default_drop, drop_last = drop_last is None, True if drop_last is None else drop_last
         shuffle, drop_last, in_order = (options.check_flag(n, v) for n, v in (
             ("shuffle", shuffle), ("drop_last", drop_last), ("in_order", in_order)))
         # a torch Subset (random_split) of a packed dataset reads as a packed dataset (its
@@ -245,6 +249,8 @@ class Loader:
                                     dataset.fields if self._source.packed else None)
         self._n = len(self._source)
         self._lengths = options.check_lengths(lengths, self._n)
+        if default_drop and not shuffle:
+            options.warn_dropped_tail(self._n, self.batch_size, self.world_size)
         sampler.rank_plan(self._n, seed=seed, epoch=0, shuffle=shuffle, batch_size=self.batch_size,
                           drop_last=drop_last, rank=self.rank, world=self.world_size, lengths=self._lengths)
         engine = make_engine(device)

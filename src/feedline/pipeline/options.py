@@ -237,6 +237,29 @@ def warn_repeated_epoch(epoch: int) -> None:
     )
 
 
+class DroppedTailWarning(UserWarning):
+    """An unshuffled loader with the default ``drop_last=True`` never reads its last samples."""
+
+
+def warn_dropped_tail(n: int, batch_size: int, world: int) -> None:
+    """Say that ``drop_last=True``, feedline's default (DataLoader's is False), leaves the same
+    last samples out of every epoch of an unshuffled loader: an evaluation pass that reads
+    ``n - left`` of its ``n`` samples, silently. A shuffled loader leaves out different ones
+    each epoch (what training wants); an explicit ``drop_last=True`` is not warned about."""
+    per_step = batch_size * world
+    left = n % per_step
+    if n < per_step or not left:
+        return
+    warnings.warn(
+        f"shuffle=False with drop_last=True (feedline's default; DataLoader's is False): the last "
+        f"{left} of the {n} samples are left out of every epoch ({n // per_step} full batches of "
+        f"{batch_size}{f' on each of {world} ranks' if world > 1 else ''}). For an evaluation pass "
+        "pass drop_last=False (a short last batch); pass drop_last=True to leave them out without "
+        "this warning",
+        DroppedTailWarning, stacklevel=3,
+    )
+
+
 class SkippedSampleWarning(UserWarning):
     """``on_error="skip"`` skipped a bad sample (said once per loader)."""
 
