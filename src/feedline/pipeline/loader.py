@@ -193,7 +193,7 @@ class Loader:
 
     def __init__(
         self, dataset: Any, batch_size: int = 64, device: Any = "cpu", shuffle: bool = True,
-        seed: int = 0, drop_last: bool | None = None, workers: int | None = None, worker_type: str = "thread",
+        seed: int = 0, drop_last: bool = options.DROP_LAST, workers: int | None = None, worker_type: str = "thread",
         prefetch: int = 4, pinned_budget: str | int = "2GiB", io: str = "auto",
         decode: Decoders | Mapping[str, Any] | None = None,
         transform: Callable[[Any], Any] | None = None,
@@ -208,7 +208,8 @@ class Loader:
     ) -> None:
         options.check_unknown(unknown, Loader.__init__)
         _dropped.settle(60.0)  # a loader dropped just before has stopped its workers
-        default_drop, drop_last = drop_last is None, True if drop_last is None else drop_last
+        default_drop, drop_last = drop_last is options.DROP_LAST, bool(drop_last) if drop_last is options.DROP_LAST \
+            else drop_last
         shuffle, drop_last, in_order = (options.check_flag(n, v) for n, v in (
             ("shuffle", shuffle), ("drop_last", drop_last), ("in_order", in_order)))
         # a torch Subset (random_split) of a packed dataset reads as a packed dataset (its

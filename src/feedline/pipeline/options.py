@@ -237,6 +237,20 @@ def warn_repeated_epoch(epoch: int) -> None:
     )
 
 
+class _DefaultTrue:
+    """``Loader``'s default ``drop_last``: True, told apart from a ``drop_last=True`` passed
+    on purpose (only the default warns about an unshuffled loader's left-out tail)."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "True"
+
+
+DROP_LAST: Any = _DefaultTrue()
+
+
 class DroppedTailWarning(UserWarning):
     """An unshuffled loader with the default ``drop_last=True`` never reads its last samples."""
 
