@@ -267,9 +267,9 @@ def warn_dropped_tail(n: int, batch_size: int, world: int) -> None:
     warnings.warn(
         f"shuffle=False with drop_last=True (feedline's default; DataLoader's is False): the last "
         f"{left} of the {n} samples are left out of every epoch ({n // per_step} full batches of "
-        f"{batch_size}{f' on each of {world} ranks' if world > 1 else ''}). For an evaluation pass "
-        "pass drop_last=False (a short last batch); pass drop_last=True to leave them out without "
-        "this warning",
+        f"{batch_size}{f' on each of {world} ranks' if world > 1 else ''}). An evaluation reads them "
+        "with drop_last=False (a short last batch); drop_last=True leaves them out without this "
+        "warning",
         DroppedTailWarning, stacklevel=3,
     )
 
