@@ -17,6 +17,9 @@ import torch
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "diagnose_overhead.py"
 
 
+# SLOW_ONLY: a bench smoke run (9 s in CI); diagnose's per-step hooks are timed by no default
+# test (a timed assertion is not a test), their output by tests/observe and tests/scenarios
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_quick_run_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = importlib.util.spec_from_file_location("diagnose_overhead_bench", SCRIPT)

@@ -44,6 +44,9 @@ def _finite(stats: dict[str, float]) -> bool:
         stats["min"] <= stats["median"] <= stats["max"]
 
 
+# SLOW_ONLY: a whole quick bench run (11 s in CI); each contender delivering every sample is
+# test_contenders_deliver_every_sample (default), the figures' child protocol the test below
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_peers_quick_reports_missing_peers(bench: dict[str, ModuleType], tmp_path: Path) -> None:
     out, md = tmp_path / "peers.json", tmp_path / "peers.md"
