@@ -189,12 +189,18 @@ def gather_labels(catalog: Any, idx: np.ndarray, out: Mapping[str, Any]) -> None
                 field=name,
                 fix="gather only fields whose dataset.schema kind is 'label'; read others with read_many",
             )
-        if not isinstance(dst, np.ndarray) or dst.dtype != np.int64 or dst.shape != (len(idx),):
-            raise ConfigError(f"out[{name!r}] must be an int64 numpy array of shape ({len(idx)},)", field=name)
-        if not dst.flags.writeable:
-            raise ConfigError(f"out[{name!r}] must be writable", field=name)
-        np.take(catalog.label_column(name), idx, out=dst)
+        _take_into(name, catalog.label_column(name), idx, dst, "an int64")
 
+
+
+def _take_into(name: str, column: np.ndarray, idx: np.ndarray, dst: Any, dtype_words: str) -> None:
+    """``dst[i] = column[idx[i]]``: one numpy gather into the caller's array, checked first."""
+    want = (len(idx), *column.shape[1:])
+    if not isinstance(dst, np.ndarray) or dst.dtype != column.dtype or dst.shape != want:
+        raise ConfigError(f"out[{name!r}] must be {dtype_words} numpy array of shape {want}", field=name)
+    if not dst.flags.writeable:
+        raise ConfigError(f"out[{name!r}] must be writable", field=name)
+    np.take(column, idx, axis=0, out=dst)
 
 
 def gather_columns(catalog: Any, idx: np.ndarray, out: Mapping[str, Any]) -> None:
@@ -213,12 +219,7 @@ def gather_columns(catalog: Any, idx: np.ndarray, out: Mapping[str, Any]) -> Non
                 fix="gather only fields whose dataset.schema has column=True or kind 'label'; read others "
                     "with read_fields_into or read_many",
             ) from None
-        want = (len(idx), *column.shape[1:])
-        if not isinstance(dst, np.ndarray) or dst.dtype != column.dtype or dst.shape != want:
-            raise ConfigError(f"out[{name!r}] must be a {column.dtype} numpy array of shape {want}", field=name)
-        if not dst.flags.writeable:
-            raise ConfigError(f"out[{name!r}] must be writable", field=name)
-        np.take(column, idx, axis=0, out=dst)
+        _take_into(name, column, idx, dst, f"a {column.dtype}")
 
 
 Views = dict[str, list[Any]]
