@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import itertools
 import re
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 from PIL import Image
 
 import feedline
-from feedline.observe.report_html import histograms_png, timeline_window, write_html
+from feedline.observe._stats import Span
+from feedline.observe.report_html import histograms_png, timeline_png, timeline_window, write_html
 
 
 def _cpu_report(name: str = "after"):
@@ -64,3 +66,21 @@ def test_histograms_wrap_to_readable_panels(report) -> None:
     assert stages >= 3
     assert png.width / cols >= 280, (png.size, stages)  # each panel at least ~280 px wide
     assert png.width <= 1100
+
+
+def test_back_to_back_steps_stay_apart_on_the_timeline(report) -> None:
+    """A compute-bound run's steps follow each other with no gap: drawn in one colour they
+    were one solid bar. Every other span of a row is a lighter shade."""
+    steps = [Span("step", i * 0.1, (i + 1) * 0.1, 1, 1, {}) for i in range(10)]
+    png = Image.open(io.BytesIO(base64.b64decode(timeline_png(
+        dataclasses.replace(report, spans=steps, timeline=[]))))).convert("RGB")
+    pixels = png.load()
+
+    def shade(c: tuple[int, int, int]) -> str | None:  # the step colour #2ca02c, lighter, other
+        r, g, _ = c
+        return "dark" if g - r > 80 else "light" if g - r > 40 else None
+
+    y = max(range(png.height), key=lambda r: sum(shade(pixels[x, r]) == "dark" for x in range(png.width)))
+    along = [s for s in (shade(pixels[x, y]) for x in range(png.width)) if s is not None]
+    runs = 1 + sum(a != b for a, b in itertools.pairwise(along))
+    assert runs == 10, runs

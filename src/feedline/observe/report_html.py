@@ -56,6 +56,8 @@ def timeline_png(rep: Report, max_seconds: float = 3.0) -> str:
     """Spans of the first ``max_seconds`` of measured steps, one row per stage and thread.
 
     The title says which window is shown ("first 3.0 s of 12.4 s", or "all 2.1 s").
+    Spans of one row alternate between the stage's colour and a lighter shade, so steps
+    that follow each other with no gap (a compute-bound run) stay apart, not one solid bar.
     """
     plt = _pyplot()
     spans = rep.spans
@@ -70,7 +72,9 @@ def timeline_png(rep: Report, max_seconds: float = 3.0) -> str:
     for y, (stage, pid, tid) in enumerate(rows):
         bars = [((s.start - t0) * 1e3, s.duration * 1e3) for s in window
                 if (s.stage, s.pid, s.tid) == (stage, pid, tid)]
-        ax.broken_barh(bars, (y - 0.4, 0.8), color=COLOURS.get(stage, "#7f7f7f"))
+        colour = COLOURS.get(stage, "#7f7f7f")
+        shades = (colour, _lighter(colour))
+        ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=[shades[i % 2] for i in range(len(bars))])
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{stage_label(st, rep.device)} [{pid}:{tid % 10000}]"
                         for st, pid, tid in rows], fontsize=9)
@@ -78,6 +82,12 @@ def timeline_png(rep: Report, max_seconds: float = 3.0) -> str:
     ax.set_xlabel("ms since first measured step", fontsize=10)
     ax.set_title(f"{rep.name}: timeline, {shown} of measured steps", fontsize=11)
     return _png(fig)
+
+
+def _lighter(colour: str, amount: float = 0.45) -> str:
+    """``colour`` (``#rrggbb``) mixed with white: the shade of every other span in a row."""
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in rgb)
 
 
 def ordered_stages_index(stage: str) -> int:
