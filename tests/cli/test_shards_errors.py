@@ -157,10 +157,12 @@ def test_a_symlink_loop_and_an_out_that_is_a_file_are_argument_errors(tmp_path: 
     _one_line(_cli("index", str(tmp_path / "file"), "--out", str(tmp_path / "file")), 2, "is a file")
 
 
-@pytest.mark.parametrize("cmd", [["inspect"], ["verify"], ["pack", "--out", "{tmp}/o"], ["index"]])
+@pytest.mark.parametrize("cmd", [["inspect"], ["verify"], ["pack", "--out", "{tmp}/o"], ["index"],
+                                 ["doctor", "--data"]])
 def test_a_missing_path_says_it_does_not_exist(tmp_path: Path, cmd: list[str]) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in cmd]
-    _one_line(_cli(*argv, str(tmp_path / "nonexistent")), 2, "does not exist", "nonexistent")
+    line = _one_line(_cli(*argv, str(tmp_path / "nonexistent")), 2, "does not exist", "nonexistent")
+    assert "Invalid value for" in line and "[field=" not in line, line  # doctor: "[field='data']"
 
 
 @pytest.mark.parametrize("argv", [

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from feedline.cli._examples import epilog
-from feedline.cli._output import check_json_dest, json_option, to_stdout, write_json
+from feedline.cli._output import check_exists, check_json_dest, json_option, to_stdout, write_json
 
 if TYPE_CHECKING:
     from feedline.doctor import Check
@@ -55,6 +55,8 @@ def doctor(
     from feedline.units import parse_bytes
 
     check_json_dest(json_dest)
+    if data is not None:
+        check_exists(data, "dataset path", "--data")
     checks = run_doctor(
         workers=workers,
         prefetch=prefetch,

@@ -46,6 +46,13 @@ def to_stdout(dest: str | Path | None) -> bool:
     return dest is not None and str(dest) == "-"
 
 
+def check_exists(path: str | Path, what: str, hint: str) -> None:
+    """A bad-argument error when ``path`` does not exist (before any work); ``~`` is the home
+    folder, as in the Python API, also where the shell left it (quoted, or ``--out=~/x``)."""
+    if not os.path.lexists(os.path.expanduser(path)):
+        raise typer.BadParameter(f"{what} {str(path)!r} does not exist", param_hint=hint)
+
+
 def check_json_dest(dest: str | Path | None, option: str = "--json") -> None:
     """Raise a usage error now if ``dest`` (the file of ``option``) cannot be written later:
     a command that runs for minutes (``diagnose``, ``demo``) must not lose its result then."""

@@ -21,6 +21,7 @@ import typer
 from feedline.cli._examples import epilog
 from feedline.cli._output import (
     JSON_HELP,
+    check_exists,
     check_json_dest,
     json_option,
     printable,
@@ -112,19 +113,12 @@ def _shard_size(text: str, warn: Callable[[str], None]) -> int:
     return size
 
 
-def _missing(path: Path, what: str, hint: str) -> None:
-    """A bad-argument error when ``path`` does not exist (before any work); ``~`` is the home
-    folder, as in the Python API, also where the shell left it (quoted, or ``--out=~/x``)."""
-    if not os.path.lexists(os.path.expanduser(path)):
-        raise typer.BadParameter(f"{what} {str(path)!r} does not exist", param_hint=hint)
-
-
 def _classes_of(dataset: Path) -> tuple[str, ...]:
     """``--classes``: the class list in the manifest of ``dataset`` (a bad argument if none)."""
     from feedline.errors import FeedlineError
     from feedline.format import read_manifest
 
-    _missing(dataset, "dataset", "--classes")
+    check_exists(dataset, "dataset", "--classes")
     try:
         classes = read_manifest(dataset).classes
     except FeedlineError as e:
@@ -203,7 +197,7 @@ def pack_cmd(
         raise click.UsageError(_no_out(src))
     src, out = [p.expanduser() for p in src], out.expanduser()
     for path in src:
-        _missing(path, "source", "SRC")
+        check_exists(path, "source", "SRC")
     size = _shard_size(shard_size, warn)
     if key == "episode" or raw:
         _pack_episodes(src, out, key, raw or [], size, quiet or to_stdout(json_dest), json_dest, warn,
@@ -299,7 +293,7 @@ def index_cmd(
     check_json_dest(json_dest)
     tars, out = [t.expanduser() for t in tars], None if out is None else out.expanduser()
     for tar in tars:
-        _missing(tar, "tar file", "TARS")
+        check_exists(tar, "tar file", "TARS")
     tars = expand_tars(tars)
     if out is not None and out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{str(out)!r} is a file, not a folder", param_hint="--out")
@@ -350,7 +344,7 @@ def _dataset_root(root: Path) -> Path:
         root = Path(text[len("file:"):])
     if root.name == "manifest.json" and root.is_file():
         root = root.parent
-    _missing(root, "dataset folder", "DIR")
+    check_exists(root, "dataset folder", "DIR")
     if not root.is_dir():
         raise typer.BadParameter(f"{str(root)!r} is a file; give the dataset folder (it holds manifest.json)", param_hint="DIR")
     return root
