@@ -107,12 +107,12 @@ def test_every_readme_block_runs(tmp_path: Path) -> None:
         warm.wait()
     assert proc.returncode == 0, f"{proc.stderr[-6000:]}\n--- stdout ---\n{proc.stdout[-3000:]}"
     # what the blocks promise exists
-    for path in ("demo-run/report.html", "loader_state.json", "report.json", "report.html",
+    for path in ("demo-run/report.html", "ckpt", "report.json", "report.html",
                  "data/train/manifest.json",
                  "trace.json", "data/manifest.json", "data-wds/manifest.json", "verify.json",
                  "loader.json"):
         assert (tmp_path / "try" / path).exists(), path
-    assert "resuming at epoch 2" in proc.stdout
+    assert "resuming at epoch 1 after 2 batches" in proc.stdout
     assert "0=cats, 1=dogs, 2=owls" in proc.stdout  # feedline inspect of the packed ImageFolder
 
 
