@@ -1432,6 +1432,14 @@ for _g, _n, _fn in sweep_round14.cases(sys.modules[__name__]):
     add(_g, _n, _fn)
 
 
+# ----------------------------------------------------------------------------- round 15
+
+import sweep_round15  # noqa: E402
+
+for _g, _n, _fn in sweep_round15.cases(sys.modules[__name__]):
+    add(_g, _n, _fn)
+
+
 # ----------------------------------------------------------------------------- runner
 
 
@@ -1442,7 +1450,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       "labels, loader, process, resume, cli, remote, "
                                                       "checkpoint, reshape, limits, leaks, concurrent, "
                                                       "distributed, signals, adopt, objstore, durable, foreign-state, env, text, pad, "
-                                                      "lengths, under-pack, live, squeeze, diag-hostile)")
+                                                      "lengths, under-pack, live, squeeze, diag-hostile, odd-files, user-code, "
+                                                      "stop-cont, death, preempt, foreign-state15, cli-paths)")
     ap.add_argument("--match", help="only cases whose name holds this")
     ap.add_argument("--json", help="write every case's outcome here")
     ap.add_argument("-v", "--verbose", action="store_true")

@@ -217,13 +217,15 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.timeout(120)
 def test_cli_options_checked_before_the_work_not_after(tmp_path: Path) -> None:
     """Before: ``diagnose --device tpu`` / ``--partial-every nan`` ran as if valid; ``--html`` or
-    ``--trace`` into a missing folder failed after the whole run (its report lost); ``model
+    ``--trace`` into a missing folder failed after the whole run (its report lost; ``--json``
+    too, issue 13 item 8); ``model
     --simulate --seed -1`` was a traceback."""
     never = tmp_path / "ran"
     train = [sys.executable, "-c", f"open({str(never)!r}, 'w')"]
     for opts, words in [(["--device", "tpu"], "--device must be"),
                         (["--partial-every", "nan"], "--partial-every must be"),
                         (["--html", str(tmp_path / "nodir" / "r.html")], "--html"),
+                        (["--json", str(tmp_path / "nodir" / "r.json")], "--json"),
                         (["--trace", str(tmp_path)], "--trace")]:
         res = _cli("diagnose", "--quiet", *opts, "--", *train)
         assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -85,6 +85,25 @@ class Prepared:
     skipped: list[dict[str, str]] = field(default_factory=list)
 
 
+USER_RAISES = (Exception, SystemExit, KeyboardInterrupt)
+"""What a sample's code may raise and still be that sample's error (a ``WorkerError`` naming
+its key and stage), in thread and process workers alike. ``SystemExit`` and
+``KeyboardInterrupt`` come only from the code itself there: Python raises Ctrl-C in the main
+thread, and process workers ignore SIGINT (before: a ``sys.exit()`` in a transform ended the
+epoch with ``SystemExit`` from thread workers, and a process worker with "exited with code
+0" and no key; a ``KeyboardInterrupt`` printed the worker's traceback)."""
+
+
+def exc_text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when that raises: an exception whose ``__str__`` fails
+    must still become an error naming its sample (before: the ``str()`` error escaped raw
+    from the worker, in place of the ``WorkerError``)."""
+    try:
+        return str(exc)
+    except Exception as e:  # any failure of the user's __str__
+        return f"<str() of this {type(exc).__name__} raised {type(e).__name__}>"
+
+
 def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
                  shard: str | None = None, file: str | None = None) -> WorkerError:
     """Wrap ``exc`` with its place; keeps type name and traceback text.
@@ -99,11 +118,11 @@ def worker_error(exc: BaseException, item: Item, stage: str, worker: str,
     fix = ours.fix if ours and ours.fix else "fix the sample or the function"
     if isinstance(exc, MemoryError):  # not the sample's fault: skipping it would not help
         return _chained(WorkerError(
-            f"MemoryError in {stage}: {exc}", worker=worker, shard=shard or item.shard, key=item.key,
+            f"MemoryError in {stage}: {exc_text(exc)}", worker=worker, shard=shard or item.shard, key=item.key,
             stage=stage, file=file, at=user_frame(exc.__traceback__), fix=out_of_memory_fix()), exc)
     cause_shard = ours.place.get("shard") if ours else None  # the shard at fault, when it says
     err = WorkerError(
-        f"{type(exc).__name__} in {stage}: {ours.placed() if ours else exc}",
+        f"{type(exc).__name__} in {stage}: {ours.placed() if ours else exc_text(exc)}",
         worker=worker, shard=cause_shard or shard or item.shard, key=item.key, stage=stage, field=field,
         file=file, at=user_frame(exc.__traceback__), fix=f'{fix}, or pass on_error="skip" to skip bad samples',
     )
@@ -127,7 +146,7 @@ def collate_error(exc: Exception, keys: list[str], worker: str) -> WorkerError:
     """A ``collate=`` function's exception with its place: the batch's first keys, the line of
     the function (before: the bare exception, with no key, from thread workers)."""
     shown = ", ".join(map(str, keys[:3])) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
-    err = WorkerError(f"{type(exc).__name__} in collate: {exc} (batch of {shown})", worker=worker,
+    err = WorkerError(f"{type(exc).__name__} in collate: {exc_text(exc)} (batch of {shown})", worker=worker,
                       stage="collate", at=user_frame(exc.__traceback__),
                       fix="fix the collate function: it receives the list of the batch's samples, "
                           "each as the transform (or the decoder) gave it")
@@ -188,7 +207,7 @@ def _each(stage: Stage, live: list[tuple[Place, Any]], failed: Failed) -> list[t
     for place, sample in live:
         try:
             keep((place, stage(sample, place)))
-        except Exception as exc:
+        except USER_RAISES as exc:
             failed.append((place.item, stage.name, exc))
     return ok
 
@@ -232,7 +251,7 @@ def prepare(ctx: Context, stages: tuple[Stage, ...], job: Job, worker: str,
             raise worker_error(exc, item, stage, worker, ctx.source.shard_of(item),
                                ctx.source.file_of(item))
         for item, stage, exc in failed:
-            skip = {"key": item.key, "stage": stage, "error": type(exc).__name__, "message": str(exc)[:200]}
+            skip = {"key": item.key, "stage": stage, "error": type(exc).__name__, "message": exc_text(exc)[:200]}
             file = ctx.source.file_of(item)
             out.skipped.append(skip if file is None else {**skip, "file": file})
         out.samples += [sample for _, sample in live]  # three list builds, not three appends a sample

@@ -248,7 +248,7 @@ class Loader:
         self._source = Source(dataset)
         options.check_decode_fields(decoders.overrides,
                                     dataset.fields if self._source.packed else None)
-        self._n = len(self._source)
+        self._n = options.dataset_length(self._source)
         self._lengths = options.check_lengths(lengths, self._n)
         if default_drop and not shuffle:
             options.warn_dropped_tail(self._n, self.batch_size, self.world_size)

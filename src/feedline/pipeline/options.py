@@ -104,6 +104,22 @@ def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
+def dataset_length(source: Any) -> int:
+    """``len(source)``, with a map-style dataset whose ``__len__`` returns a negative number,
+    a float or a non-number refused naming it (before: Python's own ``TypeError`` or
+    ``ValueError`` "__len__() should return >= 0" from inside the Loader, raw)."""
+    try:
+        return len(source)
+    except (TypeError, ValueError, OverflowError) as exc:
+        got = getattr(getattr(source, "dataset", None), "__len__", None)
+        try:
+            value = repr(got()) if callable(got) else "?"
+        except Exception:  # the user's __len__ may raise anything
+            value = "?"
+        raise ConfigError(f"the dataset's __len__() returned {value[:80]}: {exc}", field="dataset",
+                          fix="make __len__ return the number of samples, an int >= 0") from exc
+
+
 def check_lengths(lengths: Any, n: int) -> np.ndarray | None:
     """``lengths`` as a read-only int64 array of one value per sample, or None.
 

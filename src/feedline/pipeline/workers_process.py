@@ -58,7 +58,7 @@ from feedline.pipeline.forkserver import (
     server_gone,
 )
 from feedline.pipeline.handoff import Handoff
-from feedline.pipeline.jobs import Context, Job, Record, prepare, run_collate
+from feedline.pipeline.jobs import USER_RAISES, Context, Job, Record, exc_text, prepare, run_collate
 from feedline.pipeline.main_script import GUARD_FIX, main_from_stream, refuse_while_bootstrapping
 from feedline.pipeline.plan import BatchPlan, fill, probe_batch
 from feedline.placement import Placement
@@ -98,19 +98,22 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
                    "traceback_text": getattr(exc, "traceback_text", None)}
     else:
         cause = exc
-        payload = {"message": f"{type(exc).__name__}: {exc}", "fix": None, "place": {},
+        payload = {"message": f"{type(exc).__name__}: {exc_text(exc)}", "fix": None, "place": {},
                    "exc_type": type(exc).__name__,
                    "traceback_text": "".join(traceback.format_exception(exc))}
-        if forking.CUDA_IN_FORK in str(exc):
+        if forking.CUDA_IN_FORK in exc_text(exc):
             payload["fix"] = forking.CUDA_IN_FORK_FIX
     if cause is not None and cause.__traceback__ is not None and hasattr(cause, "add_note"):
         # its traceback does not pickle: the lines from the user's frame on travel as a note
         cause.add_note("".join(traceback.format_tb(cause.__traceback__)).rstrip())
     try:
-        payload["cause"] = pickle.dumps(cause)
+        data = pickle.dumps(cause)
+        pickle.loads(data)  # one whose __init__ takes other arguments than its args fails here
+        payload["cause"] = data
     except Exception:  # an unpicklable exception still travels as text
         payload["cause"] = None
     return payload
+
 
 
 def rebuild_error(payload: dict[str, Any]) -> WorkerError:
@@ -217,7 +220,7 @@ class _Worker:
                 assert self.plan is not None and self.arena is not None
                 filled = fill(ctx, self.plan, job, name, record, self.arena.slot(slot))
             res.keys, res.skipped, res.ragged = filled.keys, filled.skipped, filled.ragged
-        except Exception as exc:
+        except USER_RAISES as exc:
             res.error = _error_payload(exc)
         return res
 
