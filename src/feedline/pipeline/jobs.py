@@ -13,6 +13,7 @@ of batches stay the same on every rank.
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from collections import Counter
@@ -88,10 +89,22 @@ class Prepared:
 USER_RAISES = (Exception, SystemExit, KeyboardInterrupt)
 """What a sample's code may raise and still be that sample's error (a ``WorkerError`` naming
 its key and stage), in thread and process workers alike. ``SystemExit`` and
-``KeyboardInterrupt`` come only from the code itself there: Python raises Ctrl-C in the main
-thread, and process workers ignore SIGINT (before: a ``sys.exit()`` in a transform ended the
-epoch with ``SystemExit`` from thread workers, and a process worker with "exited with code
-0" and no key; a ``KeyboardInterrupt`` printed the worker's traceback)."""
+``KeyboardInterrupt`` come only from the code itself there: Python raises a signal's
+exception (Ctrl-C, a SIGTERM handler's ``sys.exit``) in the main thread only, and process
+workers ignore SIGINT (before: a ``sys.exit()`` in a transform ended the epoch with
+``SystemExit`` from thread workers, and a process worker with "exited with code 0" and no
+key; a ``KeyboardInterrupt`` printed the worker's traceback). See :func:`raised_by_code`."""
+
+IN_WORKER_PROCESS = False
+"""True in a process worker (set as it starts): its main thread runs the samples' code."""
+
+
+def raised_by_code(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while a sample's code ran, is that code's own: any ``Exception``;
+    ``SystemExit``/``KeyboardInterrupt`` unless they may be a signal's, in the training
+    process's main thread, where they stay the loop's."""
+    return (isinstance(exc, Exception) or IN_WORKER_PROCESS
+            or threading.current_thread() is not threading.main_thread())
 
 
 def exc_text(exc: BaseException) -> str:
@@ -208,6 +221,8 @@ def _each(stage: Stage, live: list[tuple[Place, Any]], failed: Failed) -> list[t
         try:
             keep((place, stage(sample, place)))
         except USER_RAISES as exc:
+            if not raised_by_code(exc):
+                raise
             failed.append((place.item, stage.name, exc))
     return ok
 

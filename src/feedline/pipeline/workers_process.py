@@ -47,6 +47,7 @@ from feedline.pipeline import (
     collate,
     forking,
     inherited_locks,
+    jobs,
     result_buffers,
     shm,
 )
@@ -243,6 +244,7 @@ def _worker_main(conn: Connection, ctx: Context, name: str, batch_size: int,
     if stack_fd is not None:
         inherited_locks.arm(stack_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    jobs.IN_WORKER_PROCESS = True
     _die_with_parent()
     _one_intra_op_thread()
     if placement is not None:
