@@ -272,6 +272,16 @@ class Decoders:
                 exc.args = (exc._render(),)
             raise
 
+    def photo_field(self, names: tuple[str, ...]) -> str | None:
+        """The field of a sample with fields ``names`` that :meth:`decode_sample` decodes
+        as a photo (``photo=True``), if any (see there)."""
+        photo = self._photo_field.get(names, _UNKNOWN)
+        if photo is _UNKNOWN:  # the same few field sets recur: decided once per set
+            photo = _only_image(names)
+            if len(self._photo_field) < 256:
+                self._photo_field[names] = photo
+        return photo
+
     def decode_sample(self, sample: Mapping[str, Any], *, key: str | None = None,
                       into: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
         """Decode every field of a packed sample; ``"__key__"`` and non-buffers pass through.
@@ -286,12 +296,7 @@ class Decoders:
         a longer name (``seg.png``, ``mask.png``), a palette image is a mask: its indices,
         the class ids. ``decode={"png": fn}`` decides otherwise.
         """
-        names = tuple(sample)
-        photo = self._photo_field.get(names, _UNKNOWN)
-        if photo is _UNKNOWN:  # the same few field sets recur: decided once per set
-            photo = _only_image(names)
-            if len(self._photo_field) < 256:
-                self._photo_field[names] = photo
+        photo = self.photo_field(tuple(sample))
         out: dict[str, Any] = {}
         for field, value in sample.items():
             if field.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):

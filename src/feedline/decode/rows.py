@@ -2,9 +2,10 @@
 
 The loader's ``decode-rows`` recipe (:mod:`feedline.pipeline.plan`) hands each field's
 byte views to one of these, which decodes view ``i`` into row ``base + i`` and says
-whether every image fitted. A ``False`` is not an error: the batch is then redone on the
-per-sample path, which raises (or skips) naming shard, key and field, or gives a
-misfit image as a list.
+whether every image fitted. A ``False`` is not an error: the loader then decodes those
+images again one by one from the same bytes (``pipeline.plan``), giving a misfit image
+as a list, or redoes the batch on the per-sample path, which raises (or skips) naming
+shard, key and field.
 
 :func:`jpeg_rows` is the W1 hot path (a 256x256 JPEG decodes in about 0.7 ms on this
 machine's cores): one ``simplejpeg`` call per image, straight into its row, with the

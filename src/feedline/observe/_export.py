@@ -125,6 +125,12 @@ def render_text(rep: Report, width: int = 100) -> str:
             how += (f"; {draws:g} batches taken per step (next() calls between two updates), "
                     "so a step is those batches and the figures per batch are per step")
         con.print(f"training loader: {label} ({rep.loader.get('type', '?')}, {how})")
+        q = rep.loader.get("queue")
+        if q:
+            occ = "n/a" if q.get("occupancy") is None else f"{q['occupancy']:.0%}"
+            con.print(f"queue: window {occ} full when the loop asked (empty for "
+                      f"{q['starved_batches']} of {q['batches']} batches); {q['budget_waits']} "
+                      f"waits on the pinned budget ({q['budget_wait_s']:.3f} s)", markup=False)
     binding = stage_label(str(rep.binding), rep.device)
     # a stall counted inside the step (thread workers holding the GIL or the cores while
     # the step runs) overlaps the busy time: say so, or the two read as a contradiction

@@ -292,7 +292,8 @@ class Session:
             | ({"chosen_for": "time"} if by_time else {})
             | ({"draws_per_step": round(draws, 2)} if draws > 1 else {})
             | dropped(_of(all_spans, train.label), self.clocks.owners_of(train),
-                      self.batch_size or train.batch_samples),
+                      self.batch_size or train.batch_samples)
+            | queue(_of(all_spans, train.label)),
             batch_samples=self.batch_size or train.batch_samples, batch_bytes=train.batch_bytes,
             host=self.sampler.summary(_measured_window(v.starts, end)), pinned_series=list(self.pinned),
             cores=cores, gpus=_gpu_count(self.device_type), shm_free=shm_free_bytes(),
@@ -412,6 +413,22 @@ def dropped(spans: list[Span], owners: list[Any], batch: int | None) -> dict[str
     given = sum(int(x.attrs.get("given") or 0) for x in marked) + (len(collates) - len(marked)) * (batch or 0)
     empty = sum(1 for x in marked if x.attrs["dropped"] == x.attrs.get("given"))
     return {"dropped": {"samples": n, "given": given, "empty_batches": empty, "by": "collate_fn"}}
+
+
+def queue(spans: list[Span]) -> dict[str, Any]:
+    """``{"queue": ...}``: how full a feedline.Loader's window was when the loop asked for a
+    batch (its ``wait`` spans' ``ready`` of ``window``) and its producers' waits on the pinned
+    budget (``budget_wait`` spans), as ``loader.stats`` counts them; ``{}`` for other loaders."""
+    waits = [x for x in spans if x.stage == "wait" and int(x.attrs.get("window") or 0) > 0
+             and "ready" in x.attrs]
+    budget = [x for x in spans if x.stage == "budget_wait"]
+    if not waits and not budget:
+        return {}
+    fill = [min(int(x.attrs["ready"]), int(x.attrs["window"])) / int(x.attrs["window"]) for x in waits]
+    return {"queue": {"occupancy": round(sum(fill) / len(fill), 3) if fill else None,
+                      "batches": len(waits), "starved_batches": sum(1 for f in fill if f == 0),
+                      "budget_waits": len(budget),
+                      "budget_wait_s": round(sum(x.duration for x in budget), 6)}}
 
 
 def _of(all_spans: list[Span], label: str) -> list[Span]:

@@ -280,8 +280,7 @@ class Loader:
         # for the loop's hand-over on every batch)
         pool = SlotPool(budget, pin=engine.needs_pinned, reuse=engine.reuse_slots,
                         allocate=allocate, soft_cap=self.workers + 2)
-        self._rt = Runtime(ctx, engine, pool, opts)
-        self._rt.owner = id(self)
+        self._rt = Runtime(ctx, engine, pool, opts, owner=id(self))
         self._watch = _dropped.watch(self, self._rt.close)  # closed off this thread if dropped
         self._pos = state.Position()
         self._restored = False

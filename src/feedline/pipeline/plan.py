@@ -32,10 +32,12 @@ read, images decoded into rows, labels gathered: no per-sample Python beyond one
 decode call per image); ``read-rows`` applies only then (when some field needs
 the per-sample path the sample is read anyway, and a ``decode-rows`` field is
 decoded into its row by the per-sample decode stage); with a ``transform`` every
-field is ``sample`` (it may change anything). No batch is read twice, except that
-a direct batch that fails (a damaged sample, an image of another size) is redone
-on the per-sample path, which raises or skips with shard, key and field, or
-gives the field as a list, exactly as it always does.
+field is ``sample`` (it may change anything). No batch is read twice: an image of
+another size in a direct batch is decoded again from the bytes already read, as the
+per-sample path decodes it, and the batch gives that field as a list
+(:func:`with_lists`). Only a direct batch that fails (a damaged sample, one over
+``max_bytes`` or lacking the field) is redone on the per-sample path, which raises
+or skips with shard, key and field, exactly as it always does.
 
 This module does not import torch (process workers run it).
 """
@@ -112,6 +114,10 @@ class Filled:
     ragged: dict[collate.Path, list[Any]] = field(default_factory=dict)
     skipped: list[dict[str, str]] = field(default_factory=list)
     custom: Any = None
+    misfits: dict[str, dict[int, Any]] = field(default_factory=dict)
+    """``decode-rows`` fields of a direct batch with images of another size: field -> slot
+    row -> the image decoded on its own (the batch gives the field as a list, see
+    :func:`with_lists`)."""
 
 
 def _leaf_name(leaf: collate.Leaf) -> str:
@@ -236,8 +242,21 @@ def fill(ctx: Context, plan: BatchPlan, job: Job, worker: str, record: Record | 
     if not plan.per_sample:
         done = fill_rows(ctx, plan, job, 0, len(job.indices), worker, record, arrays)
         if done is not None:
-            return done
+            return with_lists(plan, done, arrays)
     return fill_per_sample(ctx, plan, job, worker, record, arrays)
+
+
+def with_lists(plan: BatchPlan, filled: Filled, arrays: Mapping[collate.Path, np.ndarray]) -> Filled:
+    """``filled`` with each field that has misfit images given as a list, as the per-sample
+    path gives it: the misfits as decoded, every other sample's image a copy of its row
+    (the slot is reused; the list outlives it)."""
+    if not filled.misfits:
+        return filled
+    ragged = dict(filled.ragged)
+    for name, found in filled.misfits.items():
+        rows = arrays[(name,)]
+        ragged[(name,)] = [found[r] if r in found else rows[r].copy() for r in range(len(filled.keys))]
+    return Filled(filled.keys, ragged, filled.skipped, filled.custom)
 
 
 def fill_per_sample(ctx: Context, plan: BatchPlan, job: Job, worker: str,
@@ -274,9 +293,10 @@ def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker:
     """Rows ``lo:hi`` of a batch of a direct plan (no per-sample field): samples
     ``job.indices[lo:hi]`` read into their rows, images decoded into their rows, labels
     gathered. Several workers may fill disjoint row ranges of one slot at once
-    (:mod:`feedline.pipeline.split`). ``None`` when that fails (a damaged sample, an
-    image of another size): the whole batch is then redone by :func:`fill_per_sample`,
-    which places the error, skips, or gives a misfit image as a list.
+    (:mod:`feedline.pipeline.split`). Images of another size are kept in the result's
+    ``misfits`` (see :func:`with_lists`). ``None`` when that fails (a damaged sample, one
+    over ``max_bytes`` or without the field): the whole batch is then redone by
+    :func:`fill_per_sample`, which places the error or skips.
     """
     assert not plan.per_sample
     attrs = job.span_attrs(worker)
@@ -284,6 +304,7 @@ def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker:
     n = len(indices)
     t0 = time.perf_counter()
     read, decoded = plan.fields(READ_ROWS), plan.fields(DECODE_ROWS)
+    misfits: dict[str, dict[int, Any]] = {}
     if plan.fields(TAKE_ROWS):
         return _take_rows(ctx, plan, job, lo, hi, worker, record, arrays)
     try:
@@ -299,7 +320,8 @@ def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker:
                 t1, c1 = time.perf_counter(), time.thread_time()
                 if record is not None:
                     record("read", t0, t1, attrs)
-                if not _decode_rows(ctx.decoders, views, arrays, lo + at):
+                if not (_decode_rows(ctx.decoders, views, arrays, lo + at)
+                        or _decode_misfits(ctx.decoders, plan, views, got, arrays, lo + at, misfits)):
                     return None
                 del views  # its buffer is idle again before the next chunk is read
                 t0 = time.perf_counter()
@@ -312,7 +334,7 @@ def fill_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker:
         return None
     if record is not None:
         record("collate" if decoded else "read", t0, time.perf_counter(), attrs)
-    return Filled(keys)
+    return Filled(keys, misfits=misfits)
 
 
 def _take_rows(ctx: Context, plan: BatchPlan, job: Job, lo: int, hi: int, worker: str,
@@ -338,6 +360,34 @@ def _decode_rows(decoders: Any, views: Mapping[str, list[Any]],
     (see :mod:`feedline.decode.rows`)."""
     return all(decoders.rows_codec(name)(column, arrays[(name,)], base)
                for name, column in views.items())
+
+
+def _decode_misfits(decoders: Any, plan: BatchPlan, views: Mapping[str, list[Any]], keys: list[str],
+                    arrays: Mapping[collate.Path, np.ndarray], base: int,
+                    misfits: dict[str, dict[int, Any]]) -> bool:
+    """A chunk :func:`_decode_rows` refused, decoded again from the bytes already read, one
+    image at a time as the per-sample path decodes it: an image of the row's shape and dtype
+    into its row, any other into ``misfits[field][row]`` (so the batch is not read twice).
+    False when a sample lacks the field or fails to decode (the batch is then redone per
+    sample, which raises or skips naming shard, key and field)."""
+    assert plan.layout is not None
+    leaves = {leaf.path[0]: leaf for leaf in plan.layout.leaves}
+    photo = decoders.photo_field(tuple(leaves))
+    for name, column in views.items():
+        rows, leaf = arrays[(name,)], leaves[name]
+        for i, data in enumerate(column):
+            if data is None:
+                return False
+            try:
+                value = decoders.decode_field(name, data, key=keys[i], photo=name == photo)
+            except FeedlineError:
+                return False
+            if collate.fits(leaf, value):
+                rows[base + i] = value
+            else:  # (a copy if a view: the list outlives the read buffer)
+                own = not isinstance(value, np.ndarray) or value.flags.owndata
+                misfits.setdefault(name, {})[base + i] = value if own else value.copy()
+    return True
 
 
 def probe_batch(ctx: Context, job: Job, worker: str, record: Record | None, batch_size: int,

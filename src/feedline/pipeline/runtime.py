@@ -49,6 +49,7 @@ from feedline.pipeline.plan import (
     fill_rows,
     make_plan,
     probe_batch,
+    with_lists,
 )
 from feedline.pipeline.scheduler import Scheduler
 from feedline.pipeline.slots import Fence, Slot, SlotPool
@@ -141,7 +142,8 @@ def fitted_window(window: int, budget: int, batch_bytes: int) -> int:
 class Runtime:
     """Resources of one loader; started at the first batch, closed once."""
 
-    def __init__(self, ctx: Context, engine: Engine, pool: SlotPool, opts: Options) -> None:
+    def __init__(self, ctx: Context, engine: Engine, pool: SlotPool, opts: Options,
+                 owner: int | None = None) -> None:
         self.ctx, self.engine, self.pool, self.opts = ctx, engine, pool, opts
         self.sched = Scheduler()
         self.gauges = Gauges()
@@ -157,7 +159,7 @@ class Runtime:
         self.pid = os.getpid()
         """The process that made the runtime: its workers, slots and arena are that
         process's; a forked child neither uses nor stops them."""
-        self.owner: int | None = None
+        self.owner = owner
         """The loader's ``id()``: the threads working for it file their spans under it
         (:func:`feedline.spans.bind`), so each loader's stages are measured apart."""
         self.fallbacks: Counter[str] = Counter()
@@ -358,7 +360,7 @@ class Runtime:
         record = _record if spans.active() else None
         return fill_rows(self.ctx, plan, job, part.lo, part.hi, worker, record, slot.arrays)
 
-    def _finish_split(self, job: Job, slot: Slot, keys: list[str], failed: bool, worker: str
+    def _finish_split(self, job: Job, slot: Slot, parts: Filled, failed: bool, worker: str
                       ) -> Ready | None:
         """Thread workers: every part of split batch ``job`` is done; send it (redone per
         sample first when a part failed, as an unsplit batch is)."""
@@ -372,7 +374,8 @@ class Runtime:
                 record = _record if spans.active() else None
                 filled = fill_per_sample(self.ctx, plan, job, worker, record, slot.arrays)
             else:
-                filled = Filled(keys)
+                assert self.plan is not None
+                filled = with_lists(self.plan, parts, slot.arrays)
         except BaseException:
             self.pool.release(slot)
             raise

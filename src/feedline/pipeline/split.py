@@ -18,11 +18,12 @@ CPU), so a batch is split only when its measured cost
 many times that; a batch of cheap rows (W2/W3: 256 raw rows in about a
 millisecond) stays whole.
 
-What stays the same: a part whose rows fail (a damaged sample, an image of
-another size) makes the *whole* batch go on the per-sample path once every part
-is done, in the worker that finishes last, exactly as an unsplit batch does
-(same skips, refills, errors and list fallbacks); the position, resume and
-counters only see delivered batches. Process workers fill whole batches (each
+What stays the same: images of another size are kept by the part that decoded
+them and given as the field's list once the batch is whole, as an unsplit batch
+gives them; a part whose rows fail (a damaged sample) makes the *whole* batch go on
+the per-sample path once every part is done, in the worker that finishes last,
+exactly as an unsplit batch does (same skips, refills and errors); the position,
+resume and counters only see delivered batches. Process workers fill whole batches (each
 batch travels through one arena slot to the parent).
 """
 
@@ -38,6 +39,7 @@ from typing import Any
 from feedline.errors import WorkerDied
 from feedline.pipeline.handoff import Handoff
 from feedline.pipeline.jobs import Job
+from feedline.pipeline.plan import Filled
 
 PART_S = 0.01
 """CPU seconds a part should take at least. A part costs a queue hand-over, a call and a
@@ -87,7 +89,7 @@ class Split:
     """One batch being filled in parts (see the module).
 
     ``acquire()`` gives a slot, ``fill(part, slot, worker)`` fills the part's rows
-    (``None``: they failed), ``finish(job, slot, keys, failed, worker)`` turns the filled slot
+    (``None``: they failed), ``finish(job, slot, filled, failed, worker)`` turns the filled slot
     into what the batch's future holds (redoing the whole batch per sample when ``failed``;
     it owns the slot from then on), ``release(slot)`` gives back the slot of a batch whose
     part raised. Those are the runtime's; this class only counts parts.
@@ -97,13 +99,14 @@ class Split:
     rows: int
     acquire: Callable[[], Any]
     fill: Callable[[Part, Any, str], Any]
-    finish: Callable[[Job, Any, list[str], bool, str], Any]
+    finish: Callable[[Job, Any, Filled, bool, str], Any]
     release: Callable[[Any], None]
     future: Future[Any] = field(default_factory=Handoff)
     """The batch's: the consumer waits on it as on an unsplit batch's."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _slot: Any = None
     _keys: dict[int, list[str]] = field(default_factory=dict)
+    _misfits: dict[str, dict[int, Any]] = field(default_factory=dict)
     _failed: bool = False
     _error: BaseException | None = None
     _left: int = 0
@@ -128,6 +131,8 @@ class Split:
                         self._failed = True
                     else:
                         self._keys[part.lo] = filled.keys
+                        for name, rows in filled.misfits.items():
+                            self._misfits.setdefault(name, {}).update(rows)
         except BaseException as exc:  # the batch's error, raised to the consumer
             with self._lock:
                 if self._error is None:
@@ -162,6 +167,7 @@ class Split:
             slot, self._slot = self._slot, None
             error, dropped, failed = self._error, self._dropped, self._failed
             keys = [k for lo in sorted(self._keys) for k in self._keys[lo]]
+            misfits = self._misfits
         if dropped:
             return  # cancelled before any part started: the future says so already
         if not self._started:  # every part was cancelled by the pool's close
@@ -175,7 +181,8 @@ class Split:
                                                           stage="close"))
             return
         try:
-            result = self.finish(self.job, slot, keys, failed, worker)  # owns the slot now
+            result = self.finish(self.job, slot, Filled(keys, misfits=misfits), failed,
+                                 worker)  # owns the slot now
         except BaseException as exc:
             self.future.set_exception(exc)
         else:
