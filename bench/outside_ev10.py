@@ -92,7 +92,6 @@ def compare(src: str, ds: str) -> dict[str, str]:
 
 
 def child(src: str, ds: str, which: str) -> None:
-    import resource
     import warnings
 
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -109,8 +108,7 @@ def child(src: str, ds: str, which: str) -> None:
     t2 = time.perf_counter()
     if hasattr(with_ctx, "close"):
         with_ctx.close()
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"RESULT {n / (t2 - t1):.1f} {t1 - t0:.2f} {ru.ru_maxrss / 1024:.0f}")
+    print(f"RESULT {n / (t2 - t1):.1f} {t1 - t0:.2f}")
 
 
 def main() -> None:
@@ -142,7 +140,7 @@ def main() -> None:
                                   os.fspath(root / "ds"), which], check=True, capture_output=True, text=True).stdout
             rate = float(out.split("RESULT")[1].split()[0])
             rates[which].append(rate)
-            print(f"round {r + 1} {which:9s} {out.split('RESULT')[1].strip()} (samples/s, first batch s, own RSS MB)")
+            print(f"round {r + 1} {which:9s} {out.split('RESULT')[1].strip()} (samples/s, first batch s)")
     fm, tm = statistics.median(rates["feedline"]), statistics.median(rates["torch"])
     print(f"median samples/s: Loader {fm:,.0f} [{min(rates['feedline']):,.0f}-{max(rates['feedline']):,.0f}], "
           f"DataLoader {tm:,.0f} [{min(rates['torch']):,.0f}-{max(rates['torch']):,.0f}]: {fm / tm:.2f}x")
