@@ -7,6 +7,8 @@
 ``ck_child.py fulldisk DIR IO LIMIT``: under RLIMIT_FSIZE=LIMIT, a small save
 commits, a large one must fail with WriteError and leave the small one loadable,
 and a small save after that works again. Prints one JSON line with the findings.
+``ck_child.py tmpfsfull DIR IO SIZE``: the same without the rlimit, DIR being a tmpfs of
+SIZE bytes (a real ENOSPC: the large save is SIZE plus 32 KiB).
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ def loop(directory: str, n: int) -> None:
     print(f"committed {n - 1}", flush=True)
 
 
-def fulldisk(directory: str, io: str, limit: int) -> None:
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+def fulldisk(directory: str, io: str, limit: int, rlimit: bool = True) -> None:
+    if rlimit:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     from feedline.checkpoint import Checkpointer
     from feedline.errors import WriteError
 
@@ -66,4 +69,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "loop":
         loop(sys.argv[2], int(sys.argv[3]))
     else:
-        fulldisk(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        fulldisk(sys.argv[2], sys.argv[3], int(sys.argv[4]), rlimit=sys.argv[1] == "fulldisk")
