@@ -64,6 +64,30 @@ def test_saving_every_n_steps_allocates_staging_once(tmp_path: Path) -> None:
         assert torch.equal(ck.load()["model"]["weight"], model.weight.detach())
 
 
+def test_saves_after_the_first_allocate_no_staging_bytes(tmp_path: Path) -> None:
+    # the count behind "allocates nothing after the first": Python-heap bytes (numpy's
+    # buffers are traced) allocated inside each save() of a 4 MiB state
+    import tracemalloc
+
+    state = {"w": np.ones(1 << 20, dtype=np.float32), "step": 0}
+    peaks = []
+    with Checkpointer(tmp_path, io="buffered", keep=1) as ck:
+        tracemalloc.start()
+        try:
+            for step in range(4):
+                state["w"][0], state["step"] = step, step
+                tracemalloc.reset_peak()
+                base = tracemalloc.get_traced_memory()[0]
+                ck.save(step, state)
+                peaks.append(tracemalloc.get_traced_memory()[1] - base)
+                ck.wait()
+        finally:
+            tracemalloc.stop()
+        assert ck.staging_allocations == 1 and int(ck.load()["w"][0]) == 3
+    assert peaks[0] >= 4 << 20  # the first save allocates the staging buffer
+    assert max(peaks[1:]) < 64 << 10, peaks  # the later ones only the header's small objects
+
+
 def test_keep_rotates_after_commit_and_removes_leftovers(tmp_path: Path) -> None:
     (tmp_path / "step-0000000099.deadbeef.bin").write_bytes(b"crash leftover")
     with Checkpointer(tmp_path, keep=2, io="buffered") as ck:
