@@ -51,3 +51,27 @@ def test_cpu_device_is_not_placed_and_says_why():
 def test_bad_placement_is_an_argument_error():
     with pytest.raises(ValueError, match="placement"):
         feedline.Loader(Affinity(), batch_size=8, placement="socket1")
+
+
+class _Touches(Placement):
+    """The real placement, noting the CPUs each first-touched allocation ran on."""
+
+    def first_touch(self, make):  # type: ignore[override]
+        return super().first_touch(lambda: (TOUCHED.append(sorted(os.sched_getaffinity(0))), make())[1])
+
+
+TOUCHED: list[list[int]] = []
+
+
+@pytest.mark.timeout(60)
+def test_batch_slots_are_first_touched_on_the_placed_cpus():
+    # the pinned slots of a GPU loader go through the same allocator (placed_allocator):
+    # first touched by a thread on the GPU node's CPUs, so Linux puts their pages there
+    TOUCHED.clear()
+    mine = os.sched_getaffinity(0)
+    cpu = min(mine)
+    with feedline.Loader(Affinity(), batch_size=8, workers=2, placement=_Touches((cpu,), 0, "test"),
+                         shuffle=False) as loader:
+        n = sum(1 for _ in loader)
+    assert n == 4 and TOUCHED and all(cpus == [cpu] for cpus in TOUCHED)
+    assert os.sched_getaffinity(0) == mine  # restored after each allocation
