@@ -11,16 +11,19 @@ checkpointed with ``feedline.checkpoint.Checkpointer`` and resumed in a fresh pr
 * ``skip``: ``if_busy="skip"`` while a 256 MiB write is in flight: counted in ``stats.skipped``.
 * ``tail``: ``io="direct"``, tensors of odd sizes and a zero-size one: the data file ends
   off a 4 KiB boundary, the writer stayed ``direct``, and everything loads back equal.
+* ``diagnose``: ``feedline diagnose`` of a plain DataLoader loop that saves with a
+  Checkpointer every 10 steps: the report has a ``checkpoint`` stage with 6 saves.
 * ``fulldisk DIR``: into a small tmpfs (mount it first): a save larger than the free space
   fails with ``WriteError``, the previous checkpoint still loads, no data file is left, a
   small save afterwards works.
 
-    .venv/bin/python bench/outside_ev1415.py resume|alloc|skip|tail|fulldisk [DIR]
+    .venv/bin/python bench/outside_ev1415.py resume|alloc|skip|tail|diagnose|fulldisk [DIR]
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -223,11 +226,39 @@ def fulldisk(d: str) -> dict[str, Any]:
     return out
 
 
+def train_ck() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.randn(640, 256), torch.randint(0, 10, (640,))), batch_size=32)
+    with Checkpointer(tempfile.mkdtemp(prefix="ev1415-diag-", dir="/tmp"), keep=1) as ck:
+        for epoch in range(3):
+            for i, (x, y) in enumerate(data):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if i % 10 == 9:
+                    ck.save(epoch * 100 + i, {"model": model.state_dict(), "opt": opt.state_dict()})
+
+
+def diagnose() -> dict[str, Any]:
+    out = Path(tempfile.mkdtemp(prefix="ev1415-diag-", dir="/tmp")) / "report.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    subprocess.run([sys.executable, "-m", "feedline", "diagnose", "--json", str(out), "--", sys.executable,
+                    __file__, "_train_ck"], check=True, env=env, capture_output=True)
+    doc = json.loads(out.read_text())
+    return {"checkpoint_stage": doc["stages"].get("checkpoint"), "verdict": doc.get("verdict")}
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
-    if what in ("_a", "_b"):
+    if what == "_train_ck":
+        train_ck()
+    elif what in ("_a", "_b"):
         print(json.dumps(run_a(sys.argv[2]) if what == "_a" else run_b(sys.argv[2])))
     elif what == "fulldisk":
         print(json.dumps(fulldisk(sys.argv[2]), indent=1))
     else:
-        print(json.dumps({"resume": resume, "alloc": alloc, "skip": skip, "tail": tail}[what](), indent=1))
+        print(json.dumps({"resume": resume, "alloc": alloc, "skip": skip, "tail": tail,
+                          "diagnose": diagnose}[what](), indent=1))
