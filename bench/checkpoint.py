@@ -519,6 +519,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(dir=base, prefix="bench-checkpoint-"))
     if args.device != "cpu":
+        if not torch.cuda.is_available():  # before: "Torch not compiled with CUDA enabled" from deep inside
+            shutil.rmtree(root, ignore_errors=True)
+            raise SystemExit(f"--device {args.device} needs CUDA, which torch {torch.__version__} does not "
+                             "see here; --device cpu runs the comparisons")
         try:
             print(f"CUDA state, {repeat} rounds, folder {base}")
             gpu = bench_gpu(args.device, d_model, layers, root, repeat)

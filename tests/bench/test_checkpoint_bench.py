@@ -68,3 +68,22 @@ def test_only_names_unknown_sections(tmp_path: Path, capsys: pytest.CaptureFixtu
         bench.main(["--only", "loop,nope", "--dir", str(tmp_path)])
     assert e.value.code == 2 and "unknown sections ['nope']" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # refused before any work
+
+
+@pytest.mark.timeout(60)
+def test_device_cuda_without_cuda_says_so(tmp_path: Path) -> None:
+    # the GPU check's checkpoint row on a host without CUDA (before: "Torch not compiled with
+    # CUDA enabled" from inside the bench, after it had made its scratch folder)
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is here: the GPU check runs this row")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_checkpoint_ev1415", ROOT / "bench" / "checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit, match="--device cuda needs CUDA"):
+        bench.main(["--device", "cuda", "--quick", "--dir", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []  # its scratch folder went too
