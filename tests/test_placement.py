@@ -88,3 +88,20 @@ def test_first_touch_runs_pinned_and_restores():
     assert inside == set(target)
     assert os.sched_getaffinity(0) == mine
     assert Placement(None, None, "off").first_touch(lambda: 7) == 7
+
+
+def test_diagnose_facts_say_whether_the_process_is_on_the_gpus_node(fake_sysfs):
+    # diagnose's facts (feedline.observe.report.placement_facts): a process confined to the
+    # GPU's node (numactl) is on it; one confined to the other node has no CPU there
+    from feedline.observe.report import placement_facts
+
+    def facts(allowed):
+        plan = plan_placement(gpu_address="0000:b1:00.0", sysfs=fake_sysfs.root, allowed=allowed)
+        return placement_facts(plan, fake_sysfs.root, frozenset(allowed))
+
+    spread, on, off = facts({0, 1, 4, 5}), facts({4, 5}), facts({0, 1})
+    assert spread["cpus"] == [4, 5] and not spread["process_on_node"] and not spread["process_off_node"]
+    assert on["process_on_node"] and on["node_cpus"] == [4, 5, 6, 7]
+    assert off["cpus"] is None and off["node"] == 1 and off["process_off_node"] and off["process_cpus"] == [0, 1]
+    single = placement_facts(plan_placement(gpu_address="0000:b1:00.0", sysfs=fake_sysfs.root, placement="none"))
+    assert "process_on_node" not in single  # no node chosen: nothing to compare

@@ -144,6 +144,18 @@ def test_workers_off_the_gpus_node_are_a_finding() -> None:
     assert "workers-off-gpu-node" not in codes(facts(placement=node1, loader={"feedline": True}))
     assert "workers-off-gpu-node" not in codes(facts(placement={"cpus": None, "node": None}))
     assert "workers-off-gpu-node" not in codes(facts(device_type="cpu", placement=node1))
+    # a process already confined to the node (numactl --cpunodebind=1): its workers inherit it
+    confined = {**node1, "process_on_node": True, "process_off_node": False}
+    assert "workers-off-gpu-node" not in codes(facts(placement=confined, loader={"num_workers": 4}))
+    # confined to the other node (a cpuset, numactl on the wrong node): even feedline's Loader
+    # cannot place there (plan_placement: no CPU of node 1 allowed, cpus None); said either way
+    far = {"cpus": None, "node": 1, "gpu": "0000:b1:00.0", "reason": "none of node 1's CPUs",
+           "process_cpus": [0, 1, 2, 3], "node_cpus": [4, 5, 6, 7], "process_on_node": False,
+           "process_off_node": True}
+    for loader in ({"num_workers": 4}, {"feedline": True, "num_workers": 4}):
+        off = next(x for x in detect(facts(placement=far, loader=loader)) if x.code == "workers-off-gpu-node")
+        assert "CPUs 0-3, none of them on node 1" in off.message and "--cpunodebind=1" in off.fix
+        assert "4-7" in off.fix
 
 
 def test_passes_that_wait_differently_are_told_apart_and_are_not_a_tail() -> None:

@@ -491,7 +491,21 @@ def _topology_rules(f: RunFacts) -> list[Finding]:
             "first); only compressed bytes then cross PCIe",
         ))
     p = f.placement
-    if f.device_type == "cuda" and p and p.get("cpus") and p.get("node") is not None:
+    if (f.device_type == "cuda" and p and p.get("node") is not None and p.get("process_off_node")
+            and p.get("node_cpus")):
+        from feedline.placement import format_cpulist
+
+        out.append(Finding(
+            "workers-off-gpu-node", "warning",
+            f"this process may run only on CPUs {format_cpulist(p.get('process_cpus') or [])}, none "
+            f"of them on node {p['node']} where the GPU sits: every worker's reads and copies "
+            "cross the inter-socket link",
+            f"run the job on node {p['node']}'s CPUs ({format_cpulist(p['node_cpus'])}): numactl "
+            f"--cpunodebind={p['node']} --membind={p['node']}, or ask the scheduler for a cpuset "
+            "on that node",
+        ))
+    elif (f.device_type == "cuda" and p and p.get("cpus") and p.get("node") is not None
+            and not p.get("process_on_node")):  # confined to the node already: workers inherit it
         placed = f.loader.get("feedline") and f.loader.get("placement", "auto") != "none"
         if not placed:
             from feedline.placement import format_cpulist

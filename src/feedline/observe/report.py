@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from feedline.model.analytic import analyze
 from feedline.observe._stats import EMPTY_STATS, Span, StageStats, summarize
@@ -54,6 +55,9 @@ from feedline.observe.findings import (
     set_threads_advice,
     worker_processes,
 )
+
+if TYPE_CHECKING:
+    from feedline.placement import Placement
 
 VERDICTS = ("data-bound", "compute-bound", "balanced", "unknown")
 DATA_BOUND_STALL = 0.25
@@ -662,7 +666,23 @@ def _topology_facts(device_type: str, pb: PerBatch, workers: int) -> dict[str, A
     now = analyze(pb.read, pb.cpu, pb.h2d, pb.gpu, workers=workers).steady
     then = analyze(pb.read, pb.cpu - pb.decode, pb.h2d, pb.gpu, workers=workers).steady
     return {"gpu_decoder": libs[0] if libs else None, "decode_gain": (now, then),
-            "placement": plan_placement("cuda:0").to_dict()}
+            "placement": placement_facts(plan_placement("cuda:0"))}
+
+
+def placement_facts(plan: Placement, sysfs: str | os.PathLike[str] = "/sys",
+                    allowed: frozenset[int] | None = None) -> dict[str, Any]:
+    """``plan`` as a dict, plus where this process (and the workers it starts, which inherit its
+    affinity) may run against the GPU node's CPUs: ``process_on_node`` (confined to the node:
+    numactl --cpunodebind, taskset, a cpuset) and ``process_off_node`` (no CPU on the node)."""
+    from feedline import topology
+
+    out = plan.to_dict()
+    node_set = topology.node_cpus(plan.node, sysfs) if plan.node is not None else None
+    if node_set:
+        mine = allowed if allowed is not None else frozenset(os.sched_getaffinity(0))
+        out.update(process_cpus=sorted(mine), node_cpus=sorted(node_set), process_on_node=mine <= node_set,
+                   process_off_node=not mine & node_set)
+    return out
 
 
 def _stage_table(m: Measurements, wait: list[float], body: list[float],
