@@ -70,7 +70,7 @@ def test_batch_slots_are_first_touched_on_the_placed_cpus():
     TOUCHED.clear()
     mine = os.sched_getaffinity(0)
     cpu = min(mine)
-    with feedline.Loader(Affinity(), batch_size=8, workers=2, placement=_Touches((cpu,), 0, "test"),
+    with feedline.Loader(Affinity(), batch_size=8, workers=1, placement=_Touches((cpu,), 0, "test"),
                          shuffle=False) as loader:
         n = sum(1 for _ in loader)
     assert n == 4 and TOUCHED and all(cpus == [cpu] for cpus in TOUCHED)
