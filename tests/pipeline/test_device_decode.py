@@ -18,7 +18,7 @@ import feedline
 from feedline.decode.jpeg_batch import CpuJpegDecoder
 from feedline.errors import ConfigError, DecodeError, WorkerError
 from feedline.format import pack
-from feedline.pipeline.device_decode import DeviceDecode
+from feedline.pipeline.device_decode import AUTO_STEPS, DeviceDecode
 
 
 def _dataset(tmp: Path, n: int = 24, portrait_every: int = 0, bad: int | None = None) -> str:
@@ -110,11 +110,31 @@ def test_auto_measures_the_first_batch_then_decides():
     stage = DeviceDecode(["jpg"], None, "auto", device="cpu", workers=2)
     first = stage({"jpg": list(blobs), "__key__": list("abcd")})
     assert len(first["jpg"]) == 4 and stage.report()["cpu_decode_s_first_batch"] > 0
-    stage.before_next()  # the consumer came back: its step time is known, auto decides
+    for _ in range(AUTO_STEPS - 1):  # the consumer's steps, timed; their batches decode on the CPU
+        stage.before_next()
+        assert "deciding" in stage.report()["reason"]
+        stage({"jpg": list(blobs), "__key__": list("abcd")})
+    stage.before_next()  # the last timed step: auto decides
     rep = stage.report()
     assert rep["device"] == "cpu" and "device is cpu" in rep["reason"]
     second = stage({"jpg": list(blobs), "__key__": list("abcd")})
     assert torch.equal(second["jpg"][2], first["jpg"][2])
+
+
+def test_auto_decides_on_the_steps_after_the_first():
+    # a slow first step (CUDA context, cuDNN autotuning, compilation) must not stand for the
+    # step time: before, it alone did, and a long warm-up made CPU decode look like it kept up
+    import time
+
+    blobs = [simplejpeg.encode_jpeg(np.full((16, 16, 3), i, np.uint8)) for i in range(2)]
+    stage = DeviceDecode(["jpg"], None, "auto", device="cpu", workers=1)
+    for k in range(AUTO_STEPS):
+        stage({"jpg": list(blobs), "__key__": list("ab")})
+        time.sleep(0.5 if k == 0 else 0.0)  # the consumer's step: a warm-up, then quick ones
+        stage.before_next()
+    rep = stage.report()
+    assert len(rep["auto_steps_s"]) == AUTO_STEPS and rep["auto_steps_s"][0] >= 0.5
+    assert rep["auto_step_s"] < 0.5 and "deciding" not in rep["reason"]
 
 
 class _NoNvjpeg(CpuJpegDecoder):

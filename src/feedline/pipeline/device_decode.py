@@ -20,10 +20,12 @@ The loader's position still counts delivered batches only, and a decode's error
 is raised by the ``next()`` that delivers its batch.
 
 ``"auto"`` starts on the compressed plumbing, decodes the first batch once on
-one CPU core to measure it, takes the consumer's time per batch from the next
-delivery, and then keeps the GPU decoder if the CPU decode would bind (CPU time
-per batch / workers > step time), or decodes on the CPU otherwise; the choice
-and the measurements are in ``loader.stats["decode_on"]``. Images a CPU decoder
+one CPU core to measure it, times the consumer's first :data:`AUTO_STEPS` steps
+(their batches decoded on the CPU, no decode-ahead, so each is the consumer's
+time alone), and then keeps the GPU decoder if the CPU decode would bind (CPU
+time per batch / workers > the median step after the first, which carries the
+warm-up: CUDA context, cuDNN autotuning, compilation), or decodes on the CPU
+otherwise; the choice and the measurements are in ``loader.stats["decode_on"]``. Images a CPU decoder
 produced are moved to the loader's device, like every other field of the batch.
 A device decoder that fails on every image of a batch the CPU decodes (a
 torchvision built without nvJPEG, a device fault) is replaced by the CPU decoder
@@ -48,6 +50,7 @@ fields (PNG...) are still resized in the workers.
 from __future__ import annotations
 
 import queue
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -72,6 +75,10 @@ from feedline.decode.resized import check_size, kept_jpeg, resizable
 from feedline.errors import ArgumentError, ConfigError, DecodeError
 
 JPEG_EXTENSIONS = ("jpg", "jpeg")
+AUTO_STEPS = 3
+"""Consumer steps ``decode_on="auto"`` times before it decides; the first is left out of the
+step time it decides on (before: the first step alone, whose warm-up made a slow model's
+step look long, so CPU decode looked like it kept up)."""
 
 
 def jpeg_fields(fields: Sequence[str]) -> list[str]:
@@ -178,7 +185,9 @@ class DeviceDecode:
         """Batches whose decode had been started ahead, during the consumer's previous step."""
         self._cpu_s: float | None = None
         self._returned_at: float | None = None
-        self._pending = False  # auto: first batch measured, the decision comes at the next step
+        self._pending = False  # auto: first batch measured, the decision comes after AUTO_STEPS steps
+        self._steps: list[float] = []  # auto: the consumer's step times while pending
+        self._step_s: float | None = None  # auto: the step time it decided on
         self.cpu_fallbacks: list[str] = []
         self.owner: int | None = None
         """The loader's ``id()``: the decode-ahead thread files its spans under it."""
@@ -454,13 +463,18 @@ class DeviceDecode:
             pass  # a damaged image: the decode proper falls back or names it (_one)
         self._cpu_s = time.thread_time() - t0
         self.decoder = CpuJpegDecoder(self.limits, threads=self.workers)
-        self.reason = "auto: deciding (measured the first batch's CPU decode)"
+        self.reason = f"auto: deciding (measured the first batch's CPU decode; timing {AUTO_STEPS} steps)"
         self._pending = True
 
     def before_next(self) -> None:
-        """Called at each ``next()``: with ``auto``, the one after the first batch decides."""
+        """Called at each ``next()``: with ``auto``, times the consumer's step; the one that
+        completes :data:`AUTO_STEPS` steps decides."""
         if self._pending and self._returned_at is not None:
-            step_s = time.perf_counter() - self._returned_at
+            self._steps.append(time.perf_counter() - self._returned_at)
+            self._returned_at = None  # a step is timed once, even if next() is called again before a batch
+            if len(self._steps) < AUTO_STEPS:
+                return
+            step_s = self._step_s = statistics.median(self._steps[1:])
             self._pending = False
             self.decoder, self.reason = choose_jpeg_decoder(
                 "auto", self.device, limits=self.limits, cpu_decode_s=self._cpu_s,
@@ -476,6 +490,7 @@ class DeviceDecode:
                 "compressed_bytes": self.compressed_bytes,
                 "decoded_bytes": self.decoded_bytes,
                 "cpu_decode_s_first_batch": self._cpu_s,
+                "auto_steps_s": [round(x, 6) for x in self._steps], "auto_step_s": self._step_s,
                 "cpu_fallbacks": len(self.cpu_fallbacks),
                 "cpu_fallback_keys": self.cpu_fallbacks[-100:]}
 
