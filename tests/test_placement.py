@@ -105,3 +105,17 @@ def test_diagnose_facts_say_whether_the_process_is_on_the_gpus_node(fake_sysfs):
     assert off["cpus"] is None and off["node"] == 1 and off["process_off_node"] and off["process_cpus"] == [0, 1]
     single = placement_facts(plan_placement(gpu_address="0000:b1:00.0", sysfs=fake_sysfs.root, placement="none"))
     assert "process_on_node" not in single  # no node chosen: nothing to compare
+
+
+def test_diagnose_checks_the_node_of_the_loops_gpu_not_gpu_0():
+    # a torchrun rank on cuda:5 was judged by GPU 0's node (plan_placement("cuda:0"))
+    import torch
+
+    from feedline.observe._session import _device_text
+    from feedline.observe.report import target_gpu
+
+    assert target_gpu(_device_text("cuda:5")) == "cuda:5"
+    assert target_gpu(_device_text(2)) == "cuda:2"
+    assert target_gpu(_device_text(torch.device("cuda", 1))) == "cuda:1"
+    assert target_gpu(_device_text("cuda")) == "cuda"  # torch's current device (set_device(local_rank))
+    assert target_gpu(_device_text(torch.device("cuda"))) == "cuda" and target_gpu("") == "cuda"

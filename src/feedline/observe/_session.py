@@ -278,7 +278,8 @@ class Session:
         cut = self._limit_at if self._limit_at is not None else float("inf")
         recs = [(r, d) for r, d in zip(self.copy_log.records, copies, strict=False) if r.start < cut]
         m = Measurements(
-            name=self.name, device_type=self.device_type, wait=v.waits, body=v.bodies,
+            name=self.name, device_type=self.device_type, device=_device_text(self.device),
+            wait=v.waits, body=v.bodies,
             gpu=v.gpu[:len(v.waits)] if v.gpu else list(v.bodies),
             spans=[s for s in all_spans + loop if s.attrs.get("loader") in (None, train.label)],
             extra_spans=[s for s in all_spans + loop
@@ -490,3 +491,10 @@ def _waits_most(train: Any, group: list[Any]) -> Any:
     if waited(slowest) > WAITS_CLEARLY_MORE * waited(train) + margin:
         return slowest
     return train
+
+
+def _device_text(device: Any) -> str:
+    """``"cuda:1"`` for ``"cuda:1"``, ``1`` or ``torch.device("cuda", 1)``; ``"cuda"`` without an index."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return f"cuda:{device}"
+    return str(device) if device is not None else ""

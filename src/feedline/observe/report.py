@@ -98,6 +98,8 @@ class Measurements:
     """Seconds the training thread waited for a CPU core inside each step body."""
     copy_times: list[float] = field(default_factory=list)
     blocking_copy_s: float = 0.0
+    device: str = ""
+    """The loop's device as given (``"cuda:1"``, ``"cuda"``: the current device); "" if unknown."""
     """Total time of copies that block the step (pageable, or without non_blocking)."""
     copies: dict[str, int] = field(default_factory=dict)
     loader: dict[str, Any] = field(default_factory=dict)
@@ -655,7 +657,16 @@ def _binding(verdict: str, pb: PerBatch, data_time: float) -> str:
     return max(cands, key=lambda n: cands[n])
 
 
-def _topology_facts(device_type: str, pb: PerBatch, workers: int) -> dict[str, Any]:
+def target_gpu(device: str) -> str:
+    """The CUDA device the NUMA rule checks: the loop's, when it names an index, else ``"cuda"``
+    (torch's current device when the report is built: the one a torchrun script chose with
+    ``torch.cuda.set_device(local_rank)``; before, always ``cuda:0``, so every other rank was
+    judged by GPU 0's node)."""
+    kind, _, index = device.partition(":")
+    return f"cuda:{index}" if kind == "cuda" and index.strip().isdigit() else "cuda"
+
+
+def _topology_facts(device_type: str, pb: PerBatch, workers: int, device: str = "") -> dict[str, Any]:
     """What the GPU-decode and NUMA rules need: only looked up on a CUDA run."""
     if device_type != "cuda":
         return {}
@@ -666,7 +677,7 @@ def _topology_facts(device_type: str, pb: PerBatch, workers: int) -> dict[str, A
     now = analyze(pb.read, pb.cpu, pb.h2d, pb.gpu, workers=workers).steady
     then = analyze(pb.read, pb.cpu - pb.decode, pb.h2d, pb.gpu, workers=workers).steady
     return {"gpu_decoder": libs[0] if libs else None, "decode_gain": (now, then),
-            "placement": placement_facts(plan_placement("cuda:0"))}
+            "placement": placement_facts(plan_placement(target_gpu(device)))}
 
 
 def placement_facts(plan: Placement, sysfs: str | os.PathLike[str] = "/sys",
@@ -848,7 +859,7 @@ def build_report(m: Measurements) -> Report:
         epoch_starts=len(restart), steps_per_pass=per_pass, pass_stalls=pass_stalls,
         quiet=m.quiet, measured=total, body_p50=summarize(body).p50 if body else 0.0,
         long=long,
-        **_topology_facts(m.device_type, pb, max(workers, 1)),
+        **_topology_facts(m.device_type, pb, max(workers, 1), m.device),
     )
     facts.contention = runq / total if total > 0 else 0.0
     facts.step_contention = step_contention
