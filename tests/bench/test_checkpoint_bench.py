@@ -84,6 +84,10 @@ def test_device_cuda_without_cuda_says_so(tmp_path: Path) -> None:
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    with pytest.raises(SystemExit, match="--device cuda needs CUDA"):
-        bench.main(["--device", "cuda", "--quick", "--dir", str(tmp_path)])
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit, match="--device cuda needs CUDA"):
+            bench.main(["--device", "cuda", "--quick", "--dir", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)  # main() sets 1 (left at 1, later tests' states differed)
     assert list(tmp_path.iterdir()) == []  # its scratch folder went too

@@ -10,7 +10,21 @@ import torch
 
 
 def make_state(seed: int) -> dict[str, Any]:
-    """A training state as a loop would save it: model, optimizer, loop counters, RNGs, odd tensors."""
+    """A training state as a loop would save it: model, optimizer, loop counters, RNGs, odd tensors.
+
+    Made on one thread: the conv backward's sums, and so the weights' low bits, depend on
+    torch's thread count, which a test earlier in the session may have left at another value
+    than the fault tests' children have (a parent at 1 thread found a child's checkpoint
+    "different" in /model/0.weight)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _make_state(seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _make_state(seed: int) -> dict[str, Any]:
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 5, 3), torch.nn.BatchNorm2d(5), torch.nn.Flatten(),
                                 torch.nn.Linear(5 * 6 * 6, 7))
