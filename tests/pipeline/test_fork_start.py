@@ -136,13 +136,54 @@ def _result(proc: subprocess.Popen[str]) -> dict:  # type: ignore[type-arg]
     raise AssertionError(f"no result (exit {proc.returncode}):\n{proc.stderr.read()[-3000:]}")
 
 
-@pytest.mark.timeout(120)
+def _run_script(tmp_path: Path, mode: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``train.py MODE`` to its end (not ``kill``, which waits to be killed)."""
+    proc, marker = _script(tmp_path, mode)
+    out, err = proc.communicate(timeout=100)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), marker
+
+
+def _last_result(proc: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[type-arg]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"no result (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    return json.loads(lines[-1][7:])  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The module's training scripts that run to their end, each a fresh interpreter, two at
+    a time (they check which start method was used and what the workers gave, not timings).
+    All have ended, and the pool's threads with them, before any test reads them: the
+    in-process tests below count this process's threads."""
+    jobs = {"same": lambda: _run_script(tmp_path_factory.mktemp("same"), "same"),
+            "two": lambda: _run_script(tmp_path_factory.mktemp("two"), "two"),
+            "tqdm": lambda: _python(tmp_path_factory.mktemp("tqdm"), TQDM_SCRIPT),
+            "sigchld": lambda: _python(tmp_path_factory.mktemp("sigchld"), SIGCHLD_SCRIPT),
+            "omp": lambda: _python(tmp_path_factory.mktemp("omp"), OPENMP_SCRIPT)}
+    torch_dir = tmp_path_factory.mktemp("torch_sigchld")
+    (torch_dir / "train.py").write_text(SIGCHLD_SCRIPT)
+    for mode in ("alone", "wrapped"):
+        jobs[f"torch_{mode}"] = (lambda m=mode: _python(torch_dir, TORCH_SIGCHLD_SCRIPT, m,
+                                                        name="torch_first.py"))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futs = {k: pool.submit(job) for k, job in jobs.items()}
+    return {k: f.result() for k, f in futs.items()}
+
+
+def _python(cwd: Path, text: str, *args: str, name: str = "script.py"
+            ) -> subprocess.CompletedProcess[str]:
+    script = cwd / name
+    script.write_text(text)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=100, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+
+@pytest.mark.timeout(300)  # the module's scripts, two at a time
 def test_forked_workers_give_the_thread_batches_resume_and_ignore_the_parents_handlers(
-        tmp_path: Path) -> None:
-    proc, marker = _script(tmp_path, "same")
-    out = _result(proc)
-    proc.communicate(timeout=60)
-    assert proc.returncode == 0
+        runs: dict) -> None:
+    proc, marker = runs["same"]
+    out = _last_result(proc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert out["stats"]["start_method"] == "fork", out["stats"]
     assert out["stats"]["why_not_fork"] is None
     assert out["thread"] and out["fork"] == out["thread"]  # keys, pixels, labels, order
@@ -152,15 +193,14 @@ def test_forked_workers_give_the_thread_batches_resume_and_ignore_the_parents_ha
     assert all(not _alive(pid) for pid in out["workers"])  # closed loaders left no worker
 
 
-@pytest.mark.timeout(120)
-def test_a_second_loader_forks_while_the_first_ones_results_thread_runs(tmp_path: Path) -> None:
+@pytest.mark.timeout(300)  # the module's scripts, two at a time
+def test_a_second_loader_forks_while_the_first_ones_results_thread_runs(runs: dict) -> None:
     # train + validation loaders: before, the training loader's result thread made the
     # validation loader fall back to the forkserver (~0.9 CPU-s more, and a script without
     # a __main__ guard, like this one, died there)
-    proc, _ = _script(tmp_path, "two")
-    out = _result(proc)
-    proc.communicate(timeout=60)
-    assert proc.returncode == 0
+    proc, _ = runs["two"]
+    out = _last_result(proc)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     for stats in out["stats"]:
         assert stats["start_method"] == "fork" and stats["why_not_fork"] is None, stats
     assert out["train"] == out["want"] and out["val"] == out["want"]
@@ -308,15 +348,12 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.timeout(120)
-def test_a_training_loop_under_tqdm_forks(tmp_path: Path) -> None:
+@pytest.mark.timeout(300)  # the module's scripts, two at a time
+def test_a_training_loop_under_tqdm_forks(runs: dict) -> None:
     # before: tqdm's monitor thread, started by `tqdm(loader)` before the workers, made every
     # such script use the forkserver (0.9 s to start instead of 0.017 s, and a dataset that
     # does not pickle failed)
-    script = tmp_path / "train.py"
-    script.write_text(TQDM_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=100)
+    proc = runs["tqdm"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["start_method"] == "fork", out["why_not_fork"]
@@ -370,14 +407,11 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.timeout(120)
-def test_fork_is_refused_while_sigchld_is_ignored_or_handled(tmp_path: Path) -> None:
+@pytest.mark.timeout(300)  # the module's scripts, two at a time
+def test_fork_is_refused_while_sigchld_is_ignored_or_handled(runs: dict) -> None:
     # Before: forked workers were auto-reaped (SIG_IGN) or reaped by the script's handler, so a
     # SIGKILLed worker was "exited with code None" and Loader.close() raised a raw ValueError.
-    script = tmp_path / "train.py"
-    script.write_text(SIGCHLD_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=100)
+    proc = runs["sigchld"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     for mode in ("ignored", "handled"):
@@ -403,19 +437,11 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.timeout(120)
-def test_torch_dataloaders_sigchld_handler_does_not_refuse_the_fork(tmp_path: Path) -> None:
+@pytest.mark.timeout(300)  # the module's scripts, two at a time
+def test_torch_dataloaders_sigchld_handler_does_not_refuse_the_fork(runs: dict) -> None:
     # Before: the handler a DataLoader with workers leaves installed made every later process
     # Loader of the script start through the forkserver (first batch 0.3 s -> 1.7-9 s).
-    (tmp_path / "train.py").write_text(SIGCHLD_SCRIPT)
-    script = tmp_path / "torch_first.py"
-    script.write_text(TORCH_SIGCHLD_SCRIPT)
-    def run(mode: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
-                              cwd=tmp_path, timeout=100)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # two fresh interpreters, side by side
-        procs = dict(zip(("alone", "wrapped"), pool.map(run, ("alone", "wrapped")), strict=True))
+    procs = {mode: runs[f"torch_{mode}"] for mode in ("alone", "wrapped")}
     out = {}
     for mode, proc in procs.items():
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -460,15 +486,12 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)  # the module's scripts, two at a time
 def test_forked_workers_run_torch_ops_on_one_thread_after_the_parent_used_its_pool(
-        tmp_path: Path) -> None:
+        runs: dict) -> None:
     """A forked worker entering the OpenMP pool its parent had started hung for ever (the
     pool's threads are not forked with it); workers run torch ops on one thread, as torch
     DataLoader's do."""
-    script = tmp_path / "omp.py"
-    script.write_text(OPENMP_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=90, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    proc = runs["omp"]
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "worker threads [1]" in proc.stdout

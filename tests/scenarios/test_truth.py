@@ -2,7 +2,7 @@
 
 Each script (tests/scenarios/scripts/) is an ordinary training loop, run unchanged
 under ``feedline diagnose``. Every case states its verdict, binding stage and a
-range for the data stall; the default suite runs each case once but the three of
+range for the data stall; the default suite runs each case once but the four of
 ``SLOW_ONLY`` (covered there by faster runs of the same contracts),
 ``test_three_runs`` (slow) runs each three times (``pytest -m slow
 tests/scenarios/test_truth.py``). Also covered: the run is the user's run (epochs,
@@ -72,14 +72,17 @@ def diagnose(out: Path, name: str, case: Case, *more: str) -> tuple[int, dict, s
     return proc.returncode, data, proc.stdout, proc.stderr
 
 
-SLOW_ONLY = ("io_workers", "gil_threads", "tail_stalls")
+SLOW_ONLY = ("io_workers", "gil_threads", "tail_stalls", "spawn")
 """Cases the default run leaves to the slow tests (``test_three_runs`` and the advice
 checks below run them), each covered there by a faster default run of the same contract:
 blocked reads binding (``while_steps``, ``loader_sleep_transform`` here; ``slow_read`` in
 test_scenarios.py), GIL-bound thread workers under feedline.Loader
 (``x_feedline_threads_gil`` and the ``transform`` binding of ``u_feedline_process`` in
-test_user_scripts.py), a tail that averages hide (``bursty`` in test_scenarios.py).
-About 15 s of CPU, 8 s of a two-core run."""
+test_user_scripts.py), a tail that averages hide (``bursty`` in test_scenarios.py), worker
+processes started as fresh interpreters under diagnose (``forkserver`` here: its server is
+a fresh interpreter run the way a spawned worker is, through the same hooks; ``spawn`` is
+also timed in tests/observe/test_observe_hooks.py; ``spawn`` here imports torch in each
+worker, 2-3 s of CPU more than ``forkserver``)."""
 DEFAULT = [n for n in CASES if n not in SLOW_ONLY]
 
 
@@ -184,8 +187,9 @@ def test_a_producer_thread_is_the_consumer_and_steps_end_the_run(runs: dict) -> 
 
 
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("name", ["spawn", "forkserver"])
-def test_spawn_and_forkserver_workers_are_timed(runs: dict, name: str) -> None:
+@pytest.mark.parametrize("name", [pytest.param("spawn", marks=pytest.mark.slow), "forkserver"])
+def test_spawn_and_forkserver_workers_are_timed(request: pytest.FixtureRequest, name: str) -> None:
+    runs = request.getfixturevalue("slow_runs" if name in SLOW_ONLY else "runs")
     data = check(name, runs[name])
     assert data["stages"]["fetch"]["count"] >= 24 and data["stages"]["collate"]["count"] >= 24
     assert data["analysis"]["stages_measured"] and not data["reason"]
@@ -358,8 +362,12 @@ def test_zero_steps_is_an_unknown_verdict_with_reason_and_fix(ends: dict) -> Non
     assert "DataLoader" in data["reason"] and "feedline.watch" in data["fix"]
 
 
-# os._exit writes the whole report first (round 14); a signal leaves the last partial one
-ENDS = [("KILL", 137, True), ("SEGV", 139, True), ("exit3", 3, False), ("TERM", 143, False)]
+# os._exit writes the whole report first (round 14); a signal leaves the last partial one.
+# SLOW_ONLY: SEGV, a signal the child cannot handle as KILL is (same path: 128 + N and the
+# last partial report), which the default run covers with KILL.
+ENDS = [("KILL", 137, True), pytest.param("SEGV", 139, True, marks=pytest.mark.slow),
+        ("exit3", 3, False), ("TERM", 143, False)]
+DEFAULT_ENDS = [e for e in ENDS if isinstance(e, tuple)]
 
 
 @pytest.fixture(scope="module")
@@ -369,17 +377,20 @@ def ends(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]
     out = tmp_path_factory.mktemp("ends")
     with ThreadPoolExecutor(max_workers=2) as pool:
         futs = {"zero": pool.submit(zero_steps, tmp_path_factory.mktemp("zero"))}
-        futs |= {how: pool.submit(diagnose, out, how,
-                                  Case("killed", (how,), None, "compute-bound", "gpu", (0.0, 1.0)),
-                                  "--partial-every", "0.2") for how, _, _ in ENDS}
+        futs |= {how: pool.submit(end, out, how) for how, _, _ in DEFAULT_ENDS}
         yield futs
+
+
+def end(out: Path, how: str) -> tuple[int, dict, str, str]:
+    return diagnose(out, how, Case("killed", (how,), None, "compute-bound", "gpu", (0.0, 1.0)),
+                    "--partial-every", "0.2")
 
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(("how", "code", "partial"), ENDS)
 def test_exit_status_is_the_shells_and_the_steps_that_ran_are_reported(
-        ends: dict, how: str, code: int, partial: bool) -> None:
-    got, data, _, err = ends[how].result()
+        ends: dict, tmp_path: Path, how: str, code: int, partial: bool) -> None:
+    got, data, _, err = ends[how].result() if how in ends else end(tmp_path, how)
     assert got == code, err
     assert data, err
     assert bool(data["host"].get("partial")) is partial  # SIGTERM, os._exit: the child writes it all
