@@ -234,7 +234,11 @@ def test_two_feedline_loaders_keep_their_stages_apart_and_get_their_own_advice(r
     # its advice comes from its own stages: the decode after delivery binds, not the workers
     assert val["binding"] == "device_decode", val["advice"]
     assert 'decode_on="cpu"' in val["advice"] and "workers=" not in val["advice"]
-    assert data["stages"]["step"]["p50"] < 0.04  # validation time is not the training step's
+    # validation time is not the training step's: a step holding a validation pass would
+    # be 30 ms + the pass; half a pass is the margin, as a loaded host slows both alike
+    # (a fixed 40 ms failed at load 16 with a 42 ms p50)
+    val_pass = 3 * (val["wait"]["mean"] + val["body"]["mean"])
+    assert data["stages"]["step"]["p50"] < 0.030 + val_pass / 2, (data["stages"]["step"], val_pass)
     trace = json.loads((runs["_dir"] / "tvl.trace.json").read_text())["traceEvents"]
     assert {e["name"] for e in trace} >= {"wait", "step", f"wait [{val['label']}]"}
     labelled = {e["args"].get("loader") for e in trace if e.get("name") == "device_decode"}
