@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_inproc import run_cli
+
 NESTED_EXIT_3 = """
 import sys, time
 import torch
@@ -139,8 +141,7 @@ def test_a_script_without_a_loader_says_so(results: dict) -> None:
 
 
 def test_missing_command_is_a_usage_error() -> None:
-    proc = subprocess.run([sys.executable, "-m", "feedline", "diagnose"], capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = run_cli("diagnose")  # in this interpreter: refused before anything starts
     assert proc.returncode == 2
     assert "no training command given" in proc.stderr
 

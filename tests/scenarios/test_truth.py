@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_inproc import run_cli
+
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
@@ -158,6 +160,9 @@ def test_epochs_schedulers_and_while_loops_run_as_without_diagnose(runs: dict) -
     assert data["steps"] == 39
 
 
+@pytest.mark.slow  # SLOW_ONLY: the same contract (--ab --replay N after the --steps measured
+# steps, then the run ends; the mean of the measured steps; a compute-bound ratio near 1) is
+# default-tested on compute_bound in test_scenarios.py::test_the_synthetic_batch_check_runs_only_when_asked
 @pytest.mark.timeout(200)
 def test_ab_replays_only_after_the_measured_steps_of_a_limited_run(tmp_path: Path) -> None:
     case = Case("epochs_scheduler", (), 20, "compute-bound", "gpu", (0.0, 0.15))
@@ -171,9 +176,8 @@ def test_ab_replays_only_after_the_measured_steps_of_a_limited_run(tmp_path: Pat
 
 
 def test_ab_without_steps_is_refused() -> None:
-    proc = subprocess.run([sys.executable, "-m", "feedline", "diagnose", "--ab", "--",
-                           sys.executable, "-c", "print('never runs')"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    # in this interpreter (tests/cli_inproc.py): the refusal comes before anything starts
+    proc = run_cli("diagnose", "--ab", "--", sys.executable, "-c", "print('never runs')")
     assert proc.returncode == 2 and "never runs" not in proc.stdout
     assert "--ab needs --steps" in proc.stderr
 
