@@ -640,3 +640,51 @@ def test_an_iterator_made_before_the_loop_and_stepped_inside_it_is_not_chosen_fo
         sc.on_next(inner, lambda i=i: i)
     assert sc.clock(outer).steps == sc.clock(inner).steps == 7
     assert sc.training() is sc.clock(outer) and not sc.chosen_for_time(sc.clock(inner))
+
+
+@pytest.mark.timeout(60)
+def test_a_loader_is_measured_through_the_hook_it_publishes_not_patched() -> None:
+    """A Session subscribes to feedline.Loader's published step hook: no attribute of the
+    Loader or of its pass is replaced, and the hook is gone after the session."""
+    import feedline
+    from feedline.observe._session import Session
+    from feedline.pipeline.iteration import Pass
+
+    def attrs() -> list[dict[str, Any]]:
+        return [dict(vars(cls)) for cls in (feedline.Loader, Pass)]
+
+    before = attrs()
+    session = Session("hook", "cpu")
+    with feedline.Loader(_Items(32), batch_size=4, workers=1, shuffle=False,
+                         worker_type="thread") as loader:
+        session.start()
+        try:
+            assert spans.step_hook() == session.clocks.on_next
+            assert attrs() == before
+            n = sum(1 for _ in loader)
+        finally:
+            session.stop()
+    assert spans.step_hook() is None and attrs() == before
+    (clock,) = session.clocks.clocks.values()
+    assert n == 8 and clock.steps == 8
+
+
+@pytest.mark.timeout(60)
+def test_a_device_known_only_once_torch_loads_moves_the_sampler_and_replay() -> None:
+    """``feedline diagnose`` starts its session before the script imports torch; "auto"
+    is resolved then, and a GPU found moves the host sampler (NVML) and the replay to it."""
+    from feedline.observe._session import Session
+
+    session = Session("late", "cpu", steps=4, ab=True, host_interval=0.05)
+    session.start()
+    try:
+        first = session.sampler
+        session._use_device("cuda:1")
+        assert (session.device, session.device_type) == ("cuda:1", "cuda")
+        assert session.sampler is not first and session.sampler.gpu_index == 1
+        assert session.sampler._thread is not None and session.sampler._thread.is_alive()
+        assert first._thread is not None and not first._thread.is_alive()
+        assert session.replay is not None and session.replay.device_type == "cuda"
+    finally:
+        session.stop()
+    assert not session.sampler._thread.is_alive()

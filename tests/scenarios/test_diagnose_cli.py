@@ -63,7 +63,22 @@ for step, batch in enumerate(DataLoader(list(range(4000)), batch_size=2)):
 """
 
 NO_LOADER = """
-print("no data loader here")
+import sys
+print("no data loader here; torch loaded:", "torch" in sys.modules)
+"""
+
+TRAIN_THEN_EXPORT = """
+import time
+import torch
+from torch.utils.data import DataLoader
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in DataLoader(torch.randn(64, 4), batch_size=4):
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    time.sleep(0.01)
+print("trained", flush=True)
 """
 
 
@@ -135,9 +150,42 @@ def test_sigterms_arriving_while_the_report_is_written_end_the_run(results: dict
 def test_a_script_without_a_loader_says_so(results: dict) -> None:
     proc, data = results["none"]
     assert proc.returncode == 0
-    assert "no data loader here" in proc.stdout
+    # the script never imports torch, and diagnose does not import it for the script
+    assert "no data loader here; torch loaded: False" in proc.stdout
     assert "no training steps measured" in proc.stderr
     assert data["steps"] == 0
+
+
+SHELL_STEP = "import os; print('{}', os.environ.get('FEEDLINE_DIAGNOSE_PID') == str(os.getpid()))"
+
+
+@pytest.mark.timeout(120)
+def test_the_first_python_of_a_shell_command_is_its_own_process_and_the_next_ones_are_not(
+        tmp_path: Path) -> None:
+    """A shell runs its Python programs side by side: only the first claims the command's
+    report; the later ones are processes the command started (measured if they train), so
+    a ``python export.py`` after training cannot overwrite the trainer's report."""
+    py = sys.executable
+    line = f"{py} -c \"{SHELL_STEP.format('first')}\"; {py} -c \"{SHELL_STEP.format('second')}\""
+    proc = subprocess.run([py, "-m", "feedline", "diagnose", "--quiet", "--", "sh", "-c", line],
+                          capture_output=True, text=True, timeout=100, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["first", "True", "second", "False"], proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_shell_command_that_trains_then_exports_reports_the_training(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TRAIN_THEN_EXPORT)
+    out = tmp_path / "r.json"
+    py = sys.executable
+    proc = subprocess.run([py, "-m", "feedline", "diagnose", "--json", str(out), "--", "sh", "-c",
+                           f"{py} {tmp_path / 'train.py'} && {py} -c \"print('exported')\""],
+                          capture_output=True, text=True, timeout=250, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["trained", "exported"]
+    data = json.loads(out.read_text())
+    assert data["steps"] == 15 and data["verdict"] != "unknown", data["reason"]
 
 
 def test_missing_command_is_a_usage_error() -> None:

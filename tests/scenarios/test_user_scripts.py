@@ -78,7 +78,10 @@ one batch ahead, an apex-style prefetcher iterating the loader on a side thread,
 ``tqdm(itertools.islice(loader, n))`` per epoch, HTTP GETs fanned out by a dataset's own
 thread pool, SWA with ``update_bn``'s no_grad pass over the training loader, a run resumed
 mid-epoch through a skipping loader then the ordinary one over the same dataset, and a
-webdataset-style generator pipeline over tar shards.
+webdataset-style generator pipeline over tar shards. Round 15 (``ev11_*.py``) adds an
+HF-Trainer-like class with ``TrainingArguments``, accumulation, a warmup schedule and
+``evaluate()`` every 5 updates, and a Lightning-like ``FitLoop`` object whose
+``on_advance_end`` validates through a slow ``collate_fn``.
 The default suite runs a few of them;
 ``test_every_script_three_times`` (slow) runs all of them three times.
 """
@@ -569,6 +572,15 @@ TRUTH = {
     # tar shards through a generator pipeline (split, group, decode, shuffle, batch) in workers
     "n_webdataset_pipeline": Truth("data-bound", "decode", DATA,
                                    "epoch 0: 16 batches\nepoch 1: 16 batches\n"),
+    # -- round 15 (ev11_*.py), the evidence audit's outside check
+    # HF-Trainer-like: TrainingArguments, accumulation 4, warmup schedule, clipping, eval
+    # every 5 updates, HF's default num_workers=0 over a dataset waiting 10 ms a sample
+    "ev11_hf_accum": Truth("data-bound", "read", DATA,
+                           "epoch 0: 40 batches\nepoch 1: 40 batches\nupdates: 20 evals: 4\n"),
+    # Lightning-like FitLoop object (advance / on_advance_end), DataModule, validation at
+    # each epoch end through a 25 ms collate: its own line, not the training step's time
+    "ev11_lightning_loop": Truth("compute-bound", "gpu", COMPUTE, "".join(
+        f"epoch {e}: 16 batches, val 4\n" for e in range(3)) + "global_step: 48\n"),
 }
 FAST = ("u_next_iter", "u_feedline_process", "u_zip_loaders", "w_loader_per_epoch",
         "x_torchrun", "x_feedline_threads_gil", "y_val_batch1", "y_pool_decode",

@@ -289,13 +289,10 @@ def bootstrap(descendant: bool = False) -> None:
     cfg = json.loads(Path(os.environ[CONFIG_ENV]).read_text(encoding="utf-8"))
     exec_image = os.environ.get(PID_ENV) == str(os.getpid())  # claimed by the program that exec'd this one
     os.environ[PID_ENV] = str(os.getpid())  # claimed: its own subprocesses stay untouched
-    import torch
-
-    device = cfg.get("device") or "auto"
-    if device == "auto":
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    asked = cfg.get("device") or "auto"
+    later = asked == "auto" and "torch" not in sys.modules
     holder: list[Child] = []
-    session = Session(cfg.get("name") or "run", device, steps=cfg.get("steps"),
+    session = Session(cfg.get("name") or "run", "cpu" if later else _device(asked), steps=cfg.get("steps"),
                       ab=bool(cfg.get("ab")), replay=int(cfg.get("replay") or 10),
                       on_end=lambda: holder[0].on_limit())
     session.on_fork = start_forked
@@ -310,3 +307,32 @@ def bootstrap(descendant: bool = False) -> None:
         settle()  # a descendant starts mid-run: a full collection now would be the tool's cost
     session.start()
     child.start()
+    if "torch" not in sys.modules:
+        when_torch_loads(session, asked)
+
+
+def _device(asked: str) -> str:
+    """Where the loop runs: ``asked``, or for ``"auto"`` the first GPU when torch sees one."""
+    if asked != "auto":
+        return asked
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def when_torch_loads(session: Session, asked: str) -> None:
+    """Install ``session``'s torch hooks once the script's ``import torch`` has run, not
+    before: importing torch for a script that never does (a launcher that starts
+    ``python train.py``, a shell's ``python export.py`` after training) cost it 1-2 s of
+    CPU and changed its ``sys.modules``. Without torch there is no DataLoader to hook,
+    and a feedline.Loader imports it. A hook that fails says so and leaves the import be."""
+    from feedline.observe._descendant import AfterImport
+
+    def attach(module: Any) -> None:
+        try:
+            session.attach_torch(_device(asked) if asked == "auto" else None)
+        except Exception:  # the script's import goes on, unmeasured, rather than fail
+            print("feedline diagnose: could not install the torch hooks:", file=sys.stderr)
+            traceback.print_exc()
+
+    sys.meta_path.insert(0, AfterImport("torch", attach))

@@ -59,7 +59,7 @@ class _ThenLoader(Loader):
         return getattr(self.inner, name)
 
 
-class _AfterImport(MetaPathFinder):
+class AfterImport(MetaPathFinder):
     """Calls ``then(module)`` after the module ``name`` is first imported, then leaves."""
 
     def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
@@ -100,7 +100,7 @@ class Trigger:
         """Wait for torch's DataLoader module and a feedline.Loader step."""
         from feedline import spans
 
-        sys.meta_path.insert(0, _AfterImport(DATALOADER, self._on_dataloader))
+        sys.meta_path.insert(0, AfterImport(DATALOADER, self._on_dataloader))
         spans.install_step_hook(self._on_step)
         self._restore.append(lambda: spans.uninstall_step_hook(self._on_step))
 

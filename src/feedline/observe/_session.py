@@ -126,19 +126,56 @@ class Session:
         stack.callback(spans.uninstall, sink)
         spans.install_step_hook(self.clocks.on_next)
         stack.callback(spans.uninstall_step_hook, self.clocks.on_next)
-        if "torch" in sys.modules:
-            self._worker_dir = tempfile.mkdtemp(prefix="feedline-workers-")
-            self.hooks = TorchHooks(HookTargets(
-                self.recorder, self.copy_log, self.clocks.on_next, self.clocks.on_iter,
-                self.clocks.label, self.clocks.current, self._worker_dir,
-                self.on_fork, self.clocks.on_optimizer_step, self.clocks.on_backward,
-                self.clocks.owner, self.clocks.on_teardown))
-            stack.enter_context(self.hooks.installed())
-            self.clocks.delivered = self.hooks.delivered
-            stack.callback(setattr, self.clocks, "delivered", None)
         self.sampler.start()
-        stack.callback(self.sampler.stop)
+        stack.callback(self._stop_sampler)
+        if "torch" in sys.modules:
+            self._install_torch()
         return self
+
+    def attach_torch(self, device: Any = None) -> None:
+        """torch was imported after :meth:`start`: install the torch hooks now (nothing
+        to do when they are, or the session is not running). ``device``, when given, is
+        where the loop runs, known only now (``"auto"`` asks torch whether there is a
+        GPU); only before any loader step, since nothing measured so far used it.
+
+        ``feedline diagnose`` starts its session before the script runs and calls this
+        when the script imports torch, so a process that never does (a launcher, a
+        shell's ``python export.py``) is not made to import it.
+        """
+        if self._t0 is None or self._t_end is not None or self.hooks is not None:
+            return
+        if device is not None and device != self.device and not self.clocks.clocks:
+            self._use_device(device)
+        self._install_torch()
+
+    def _use_device(self, device: Any) -> None:
+        """Measure on ``device`` from now on (before any step): its host sampler (a GPU's
+        NVML signals) and replay go with it."""
+        self.device, self.device_type = device, device_type(device)
+        cuda = self.device_type == "cuda"
+        running = self._t0 is not None and self._t_end is None
+        if running:
+            self.sampler.stop()
+        self.sampler = HostSampler(self.sampler.interval, cuda_ordinal(device) if cuda else None,
+                                   self._sample_pinned if cuda else None)
+        if running:
+            self.sampler.start()
+        if self.replay is not None:
+            self.replay = Replay(self.replay.n, self.device_type)
+
+    def _install_torch(self) -> None:
+        self._worker_dir = tempfile.mkdtemp(prefix="feedline-workers-")
+        self.hooks = TorchHooks(HookTargets(
+            self.recorder, self.copy_log, self.clocks.on_next, self.clocks.on_iter,
+            self.clocks.label, self.clocks.current, self._worker_dir,
+            self.on_fork, self.clocks.on_optimizer_step, self.clocks.on_backward,
+            self.clocks.owner, self.clocks.on_teardown))
+        self._stack.enter_context(self.hooks.installed())
+        self.clocks.delivered = self.hooks.delivered
+        self._stack.callback(setattr, self.clocks, "delivered", None)
+
+    def _stop_sampler(self) -> None:
+        self.sampler.stop()
 
     def stop(self) -> None:
         """Remove every hook, collect worker spans (idempotent)."""

@@ -41,11 +41,32 @@ DESCENDANT = str(Path(__file__).with_name("_descendant.py"))
 HOOK_ERROR = "hook_error.txt"
 """Written next to the config by a child whose Python cannot import the hook."""
 
+CLAIM = "claimed"
+"""Made (``O_EXCL``) by the first Python process of the command: the command's own process.
+A shell command (``bash train.sh``) starts its Python programs side by side, none of them
+the parent of the others, so none sees another's ``FEEDLINE_DIAGNOSE_PID``: the later ones
+(``python export.py`` after ``python train.py``) are measured as processes the command
+started, not as the command's own process, whose report they would overwrite."""
+
 SITECUSTOMIZE = f'''"""Written by feedline diagnose: measure the command's process, and any
 process it starts that iterates a loader."""
 import os
 
-if os.environ.get("{CONFIG_ENV}") and os.environ.get("{PID_ENV}") in (None, str(os.getpid())):
+
+def _feedline_claim():
+    """The first Python process of the command claims it (a shell's later ones do not)."""
+    try:
+        os.close(os.open(os.path.join(os.path.dirname(os.environ["{CONFIG_ENV}"]), "{CLAIM}"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+if os.environ.get("{CONFIG_ENV}") and (os.environ.get("{PID_ENV}") == str(os.getpid()) or (
+        os.environ.get("{PID_ENV}") is None and _feedline_claim())):
     try:
         from feedline.observe._child import bootstrap
     except ImportError as e:  # another Python than feedline's: the parent says so
