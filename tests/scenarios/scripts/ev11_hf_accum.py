@@ -6,8 +6,8 @@ __getitem__), batch 8, HF's default dataloader_num_workers=0 -> 80 ms of blocked
 per batch in the training process against a ~2 ms step (under 30 ms even on a crowded
 host): data-bound, binding read, stall above 0.6. The eval loader is in memory.
 """
-from dataclasses import dataclass
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn

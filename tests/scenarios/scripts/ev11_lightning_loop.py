@@ -36,7 +36,7 @@ class LitModel(nn.Module):
 
 def slow_pad_collate(batch):
     time.sleep(0.025)  # padding/tokenising a validation batch in Python
-    xs, ys = zip(*batch)
+    xs, ys = zip(*batch, strict=True)
     return torch.stack(xs), torch.stack(ys)
 
 
