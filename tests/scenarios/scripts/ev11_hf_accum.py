@@ -126,6 +126,8 @@ class Trainer:
 
 if __name__ == "__main__":
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # a small model: two intra-op threads on a shared 2-core host
+    # spin against each other and turn its ~2 ms step into hundreds of ms
     args = TrainingArguments()
     trainer = Trainer(Classifier(), args, RemoteTextDataset(320, 0.010),
                       RemoteTextDataset(40, 0.0), default_data_collator)
