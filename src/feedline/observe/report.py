@@ -98,9 +98,9 @@ class Measurements:
     """Seconds the training thread waited for a CPU core inside each step body."""
     copy_times: list[float] = field(default_factory=list)
     blocking_copy_s: float = 0.0
+    """Total time of copies that block the step (pageable, or without non_blocking)."""
     device: str = ""
     """The loop's device as given (``"cuda:1"``, ``"cuda"``: the current device); "" if unknown."""
-    """Total time of copies that block the step (pageable, or without non_blocking)."""
     copies: dict[str, int] = field(default_factory=dict)
     loader: dict[str, Any] = field(default_factory=dict)
     batch_samples: int | None = None
