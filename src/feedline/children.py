@@ -5,7 +5,7 @@ and mapped over each batch, a ``subprocess.Popen`` decoder streaming through
 pipes (an ``ffmpeg`` or ``sox`` kept running). The fetch's own thread is then
 blocked on a pipe while its child burns CPU, so the fetch's thread CPU calls it
 I/O. A child that ended and was waited for is in ``os.times()`` (see
-``_torch_hooks.children_cpu``); a live one only in ``/proc``. :class:`LiveChildren`
+``_torch_hooks.make_fetch``); a live one only in ``/proc``. :class:`LiveChildren`
 reads the CPU of this process's live children (and of their waited-for children)
 around a fetch, and :class:`SinceLast` hands their CPU to one stage span after another.
 A leaf module so that a feedline.Loader process worker, whose ``decode`` may keep its

@@ -25,7 +25,7 @@ from feedline.observe._session import Session
 from feedline.observe._stats import Span
 from feedline.observe._torch_hooks import CopyRecord
 
-VERSION = 1
+VERSION = 2
 _PER_STEP = ("starts", "waits", "runq", "q_at")
 _PLAIN = (str, int, float, bool)
 """Span attributes a snapshot keeps (a copy's CUDA events, or any object a user's span
@@ -44,8 +44,13 @@ def snapshot(session: Session) -> dict[str, Any]:
                    tids=sorted(c.tids), done=sorted(c.done.items()), inner=c.inner, grad=c.grad, trained=c.trained,
                    batch_samples=c.batch_samples, batch_bytes=c.batch_bytes, gpu=gpu)
         clocks.append(row)
-    spans = [(stage, t0, t1, pid, tid, {k: v for k, v in attrs.items() if isinstance(v, _PLAIN)})
-             for stage, t0, t1, pid, tid, attrs in session.recorder.rows()]
+    stage, start, end, pids, tids, attrs = session.recorder.columns()
+    # columns, not a tuple per span: no object the garbage collector tracks is made per span
+    # (thousands of them, alive while the snapshot is written, brought on full collections
+    # in the training process); an attrs dict of plain values is written as it is
+    spans = {"stage": stage, "start": start, "end": end, "pid": pids, "tid": tids,
+             "attrs": [a if all(isinstance(v, _PLAIN) for v in a.values())
+                       else {k: v for k, v in a.items() if isinstance(v, _PLAIN)} for a in attrs]}
     copies = session.copy_log.durations(wait=False)
     return {
         "version": VERSION, "taken": time.perf_counter(), "name": session.name,
@@ -113,7 +118,9 @@ def restore(data: dict[str, Any]) -> Session:
     s.clocks.aliases = {int(a): int(k) for a, k in data.get("aliases", [])}
     s.clocks.opt_tids = {int(t) for t in data.get("opt_tids", [])}
     s.clocks.updates = {int(tid): [float(t) for t in ts] for tid, ts in data.get("updates", [])}
-    s.recorder.add(Span.from_list(row) for row in data["spans"])
+    cols = data["spans"]
+    s.recorder.add(Span(str(a), float(b), float(c), int(d), int(e), dict(f)) for a, b, c, d, e, f in zip(
+        cols["stage"], cols["start"], cols["end"], cols["pid"], cols["tid"], cols["attrs"], strict=True))
     for start, end, nbytes, pinned, non_blocking, dur in data["copies"]:
         s.copy_log.add(CopyRecord(start, end, nbytes, pinned, non_blocking, dur))
     s.sampler.series = list(data["host"]["series"])

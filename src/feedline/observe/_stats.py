@@ -93,8 +93,14 @@ class Recorder:
 
     Spans past the cap are counted in :attr:`dropped` instead of stored, so a
     long run cannot grow memory without bound. Recording is on the hot path of
-    every measured step: it stores one plain tuple under one lock, and the
+    every measured step: each field goes to its own list under one lock, and the
     :class:`Span` objects are built only when :meth:`spans` is read.
+
+    Columns, not one tuple per span: a tuple holding the ``attrs`` dict stays
+    tracked by the garbage collector, so every span recorded made CPython's full
+    collections come sooner and take longer in the measured process (with torch
+    loaded, one each ~20,000 spans, 80 ms; 80 % of a span's cost). Strings, floats,
+    ints and a dict of such values are not tracked.
     """
 
     def __init__(self, max_spans: int = DEFAULT_MAX_SPANS) -> None:
@@ -102,7 +108,12 @@ class Recorder:
             raise ValueError(f"max_spans must be >= 1, got {max_spans!r}")
         self.max_spans = max_spans
         self.dropped = 0
-        self._rows: list[tuple[str, float, float, int, int, dict[str, Any]]] = []
+        self._stage: list[str] = []
+        self._start: list[float] = []
+        self._end: list[float] = []
+        self._pids: list[int] = []
+        self._tids: list[int] = []
+        self._attrs: list[dict[str, Any]] = []
         self._merged: list[Span] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -119,31 +130,50 @@ class Recorder:
         else:
             pid, tid = self._pid, threading.get_ident()
         with self._lock:
-            if len(self._rows) + len(self._merged) >= self.max_spans:
+            if len(self._stage) + len(self._merged) >= self.max_spans:
                 self.dropped += 1
                 return
-            self._rows.append((stage, start, end, pid, tid, attrs))
+            self._stage.append(stage)
+            self._start.append(start)
+            self._end.append(end)
+            self._pids.append(pid)
+            self._tids.append(tid)
+            self._attrs.append(attrs)
 
     def add(self, spans: Iterable[Span]) -> None:
         """Merge spans measured elsewhere (worker processes)."""
         with self._lock:
             for s in spans:
-                if len(self._rows) + len(self._merged) >= self.max_spans:
+                if len(self._stage) + len(self._merged) >= self.max_spans:
                     self.dropped += 1
                 else:
                     self._merged.append(s)
 
+    def columns(self) -> tuple[list[str], list[float], list[float], list[int], list[int],
+                               list[dict[str, Any]]]:
+        """The stored spans as six lists (stage, start, end, pid, tid, attrs; recorded, then
+        merged): copies taken under the lock, which a recording thread waits for only that
+        long; attrs not copied."""
+        with self._lock:
+            cols = (list(self._stage), list(self._start), list(self._end), list(self._pids),
+                    list(self._tids), list(self._attrs))
+            merged = list(self._merged)
+        for s in merged:
+            for col, value in zip(cols, (s.stage, s.start, s.end, s.pid, s.tid, s.attrs), strict=True):
+                col.append(value)  # type: ignore[attr-defined]
+        return cols
+
     def rows(self) -> list[tuple[str, float, float, int, int, dict[str, Any]]]:
         """The stored spans as plain tuples (cheaper than :meth:`spans`; attrs not copied)."""
-        with self._lock:
-            rows, merged = list(self._rows), list(self._merged)
-        return rows + [(s.stage, s.start, s.end, s.pid, s.tid, s.attrs) for s in merged]
+        return list(zip(*self.columns(), strict=True))
 
     def spans(self, stage: str | None = None) -> list[Span]:
         """A copy of the stored spans (recorded, then merged), optionally of one stage only."""
         with self._lock:
-            rows, merged = list(self._rows), list(self._merged)
-        items = [Span(*row) for row in rows] + merged
+            cols = (list(self._stage), list(self._start), list(self._end), list(self._pids),
+                    list(self._tids), list(self._attrs))
+            merged = list(self._merged)
+        items = [Span(*row) for row in zip(*cols, strict=True)] + merged
         return items if stage is None else [s for s in items if s.stage == stage]
 
     def stages(self) -> dict[str, StageStats]:

@@ -47,8 +47,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -225,6 +227,10 @@ def process_runq_since(before: dict[int, float]) -> float:
     return sum(max(0.0, q - before.get(tid, 0.0)) for tid, q in process_runq().items())
 
 
+ENDS_FIRST = 4
+"""Fetches in the training process whose ended children are read at both ends (see
+:func:`make_fetch`) before one reading a fetch, when none ended in them."""
+
 RUNQ_EVERY = 8
 """On the consumer thread, every this many fetches also read the run-queue delay.
 
@@ -240,7 +246,11 @@ class _TimedCollate:
     _feedline_timed = True
 
     def __init__(self, fn: Any, cpu_clock: Callable[[], float] = time.thread_time) -> None:
+        from torch.utils.data._utils.collate import default_collate
+
         self.fn, self.cpu_clock = fn, cpu_clock
+        self.may_drop = fn is not default_collate
+        """torch's own collate returns every sample it is given: its batches are not counted."""
         self.last = (0.0, 0.0)
         self.cpu = (0.0, 0.0)
         self.given = self.dropped = 0
@@ -248,12 +258,16 @@ class _TimedCollate:
         the ``None`` of samples that failed to load)."""
 
     def __call__(self, data: Any) -> Any:
-        t0, c0 = time.perf_counter(), self.cpu_clock()
+        clock = self.cpu_clock
+        t0, c0 = time.perf_counter(), clock()
         out = self.fn(data)
-        self.last, self.cpu = (t0, time.perf_counter()), (c0, self.cpu_clock())
-        rows = batch_rows(out)
-        self.given = len(data) if isinstance(data, (list, tuple)) else 0
-        self.dropped = self.given - rows if rows is not None and rows < self.given else 0
+        self.last, self.cpu = (t0, time.perf_counter()), (c0, clock())
+        given = self.given = len(data) if self.may_drop and isinstance(data, (list, tuple)) else 0
+        if given:
+            rows = batch_rows(out)
+            self.dropped = given - rows if rows is not None and rows < given else 0
+        else:
+            self.dropped = 0
         return out
 
 
@@ -263,6 +277,14 @@ def batch_rows(batch: Any, depth: int = 0) -> int | None:
     plain values its length."""
     if batch is None:
         return 0
+    kind = type(batch)
+    if (kind is tuple or kind is list) and depth < 3:  # (exactly: no ``shape`` to look for)
+        if not batch:
+            return 0
+        first = batch[0]
+        if isinstance(first, (dict, list, tuple)) or hasattr(first, "shape"):
+            return batch_rows(first, depth + 1)
+        return len(batch)
     shape = getattr(batch, "shape", None)
     if shape is not None:
         return int(shape[0]) if len(shape) >= 1 else None
@@ -280,13 +302,6 @@ def batch_rows(batch: Any, depth: int = 0) -> int | None:
     return None
 
 
-def children_cpu() -> float:
-    """CPU seconds of this process's children that have ended and been waited for (a
-    decoder the dataset ran with ``subprocess.run``: ``ffmpeg``, ``sox``, ``convert``)."""
-    t = os.times()
-    return t.children_user + t.children_system
-
-
 def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
                live: Callable[[], bool],
                cpu_clock: Callable[[], float] = time.thread_time,
@@ -299,16 +314,27 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
     ``cpu_clock``: the CPU seconds a fetch is charged with; a worker process passes
     ``time.process_time`` (every thread of the worker: a dataset that decodes on its own
     thread pool is CPU work, not time blocked), the training process its thread's.
-    The CPU of child processes that ended during the fetch (:func:`children_cpu`: an
+    The CPU of child processes that ended during the fetch (``os.times()``'s children: an
     external decoder the items waited for) is its ``child_cpu``: decoding, not I/O; so
     is the CPU that live children (``children``: a decoder process the dataset keeps, a
     ``ProcessPoolExecutor``'s processes, a ``Popen`` pipe) used while the fetch ran.
     ``runq``: reads the run-queue delay, and the delay since a reading (the calling
     thread's; a worker process passes every thread's, as its CPU clock counts them).
+
+    Ended children are read once a fetch, at its end, against the reading at the end of
+    the one before (each ``os.times()`` costs 5-15 us on a step's cold caches): in a worker
+    process (``always_sample``) nothing runs between two fetches, so every change is the
+    fetch's. In the training process the loop runs in between: the first
+    :data:`ENDS_FIRST` fetches read both ends, and a change between two fetches seen later
+    (children ended in the fetch or in the loop: the fetch's share is unknown, and left out)
+    makes every later fetch read both ends.
     """
     runq_now, runq_delta = runq
     kept = children if children is not None else LiveChildren()
     counter = itertools.count()
+    perf, times = time.perf_counter, os.times
+    last_end: float | None = None  # ended children's CPU at the last fetch's end
+    both_left = ENDS_FIRST  # fetches left that read both ends; -1: every one does
 
     def fetch(self: Any, index: Any) -> Any:
         if not live():
@@ -316,18 +342,36 @@ def make_fetch(orig: Any, deliver: Deliver, always_sample: bool,
         col = self.collate_fn
         if not getattr(col, "_feedline_timed", False):
             col = self.collate_fn = _TimedCollate(col, cpu_clock)
+        nonlocal last_end, both_left
         sampled = always_sample or next(counter) % RUNQ_EVERY == 0
-        t0, cpu0, kids0, live0 = time.perf_counter(), cpu_clock(), children_cpu(), kept.start()
+        both = last_end is None or (both_left != 0 and not always_sample)
+        if both:  # children that end during the fetch (ended and waited for)
+            e = times()
+            start = e[2] + e[3]
+        else:
+            start = last_end  # type: ignore[assignment]
+        t0, cpu0, live0 = perf(), cpu_clock(), kept.start()
         q0 = runq_now() if sampled else None
         out = orig(self, index)
-        live_cpu, procs = kept.stop(live0)
-        kids = children_cpu() - kids0 + live_cpu
+        live_cpu, procs = kept.stop(live0) if live0 else (0.0, 0)
+        e = times()
+        last_end = e[2] + e[3]
+        ended_cpu = last_end - start
+        if not always_sample:
+            if both:
+                if ended_cpu:
+                    both_left = -1  # children end in fetches: read both ends of every one
+                elif both_left > 0:
+                    both_left -= 1
+            elif ended_cpu:  # in this fetch or in the loop before it: unknown; both ends from now
+                both_left, ended_cpu = -1, 0.0
+        kids = ended_cpu + live_cpu
         queued = runq_delta(q0) if sampled else 0.0
         c_start, c_end = col.last
         k_start, k_end = col.cpu
         ran = c_start >= t0
         if not ran:  # collate did not run: the whole fetch is items
-            c_start = c_end = time.perf_counter()
+            c_start = c_end = perf()
             k_start = k_end = cpu_clock()
         attrs: dict[str, Any] = {"cpu": max(0.0, k_start - cpu0)}
         if kids > 0:
@@ -358,6 +402,17 @@ def _fetcher_classes() -> tuple[Any, ...]:
     from torch.utils.data._utils import fetch as fetch_mod
 
     return fetch_mod._MapDatasetFetcher, fetch_mod._IterableDatasetFetcher
+
+
+ARM_FIRST = 32
+"""Batches per consumer thread whose stretch from delivery to the model's forward is
+timed every time (the ``loop_transform`` stage); after them, one in :data:`ARM_EVERY`."""
+ARM_EVERY = 8
+"""Past :data:`ARM_FIRST`, a batch's loop work is timed with probability 1/ARM_EVERY (drawn,
+so that a loop with a period cannot alias with it), its span carrying ``every``: the
+batches it stands for. Timing it registers a global forward pre-hook until the model's
+first forward (about 10 us of torch's slow module call on each timed step); a ``report``
+weighs the spans back."""
 
 
 # ---------------------------------------------------------------- workers ---
@@ -464,6 +519,15 @@ class TorchHooks:
         self._handles: list[Any] = []  # torch hook handles, removed on uninstall
         self._live = False
         self._pid = os.getpid()
+        self._forked = False  # this copy of the object lives in a process forked from its own
+        ref = weakref.ref(self)
+
+        def forked() -> None:  # set here, not read with os.getpid() on every hook (a syscall)
+            hooks = ref()
+            if hooks is not None:
+                hooks._forked = True
+
+        os.register_at_fork(after_in_child=forked)
         self._forked_pid: int | None = None
         self._worker_pids: set[int] = set()  # loader workers: not a dataset's own children
         self._children = LiveChildren(skip=lambda: self._worker_pids)
@@ -471,6 +535,11 @@ class TorchHooks:
         self._armed: set[int] = set()  # threads with a batch not yet given to a model
         self._handing: set[int] = set()  # threads whose batches a model on another thread takes
         self._fwd: Any = None  # the global forward pre-hook's handle while armed
+        self._register_fwd: Callable[[Any], Any] | None = None  # torch's, found at install
+        self._draw = random.Random(0).random  # which deliveries past ARM_FIRST are timed
+        self._weighted: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        """Whether a module has parameters, by module: ``next(module.parameters())`` walks its
+        submodules (about 20 us for a small model), too dear for every step."""
 
     @property
     def worker_pids(self) -> set[int]:
@@ -495,6 +564,9 @@ class TorchHooks:
         from torch.utils.data._utils import pin_memory as pin_mod
 
         self._live = True
+        from torch.nn.modules import module as module_mod
+
+        self._register_fwd = getattr(module_mod, "register_module_forward_pre_hook", None)
         self._patch(torch.Tensor, "to", self._make_to(torch.Tensor.to))
         self._patch(torch.Tensor, "cuda", self._make_cuda(torch.Tensor.cuda))
         for cls in _fetcher_classes():
@@ -546,7 +618,7 @@ class TorchHooks:
         setattr(owner, name, patch)
 
     def _here(self) -> bool:
-        return self._live and os.getpid() == self._pid
+        return self._live and not self._forked
 
     def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.t.optimizer_step is not None and self._here():
@@ -563,21 +635,32 @@ class TorchHooks:
         tid = threading.get_ident()
         if tid in self._handing:
             return
-        self._tls.pending = (label, t, 0.0)
+        tls = self._tls
+        if tid not in self._armed:  # (armed: a step of several draws; its last one counts)
+            n = getattr(tls, "delivered", 0) + 1
+            tls.delivered = n
+            if n > ARM_FIRST and self._draw() >= 1.0 / ARM_EVERY:
+                return  # not sampled: this batch's loop work goes untimed
+            tls.every = ARM_EVERY if n > ARM_FIRST else 0
+        tls.pending = (label, t, 0.0)
         self._armed.add(tid)
-        if self._fwd is None:
-            from torch.nn.modules import module as module_mod
-
-            register = getattr(module_mod, "register_module_forward_pre_hook", None)
-            if register is not None:
-                self._fwd = register(self._forward_pre)
+        if self._fwd is None and self._register_fwd is not None:
+            self._fwd = self._register_fwd(self._forward_pre)
 
     def _forward_pre(self, module: Any, args: Any) -> None:
         if not self._here():  # a worker forked while armed, or after uninstall: never ours
             self._disarm()
             return
         pending = getattr(self._tls, "pending", None)
-        if next(module.parameters(), None) is None:
+        try:
+            weighted = self._weighted[module]
+        except (KeyError, TypeError):  # TypeError: a module that cannot be weakly referenced
+            weighted = next(module.parameters(), None) is not None
+            try:
+                self._weighted[module] = weighted
+            except TypeError:
+                pass
+        if not weighted:
             return  # a module without weights (an augmentation): the loop's work goes on
         if pending is None:
             # the model runs on a thread that took no batch: the armed threads hand their
@@ -592,8 +675,11 @@ class TorchHooks:
         if not self._armed:
             self._disarm()
         label, t, copied = pending
-        self.t.sink.record("loop_transform", t + copied, max(t + copied, time.perf_counter()),
-                           {"loader": label})
+        attrs: dict[str, Any] = {"loader": label}
+        every = getattr(self._tls, "every", 0)
+        if every:  # a sampled batch: it stands for this many
+            attrs["every"] = every
+        self.t.sink.record("loop_transform", t + copied, max(t + copied, time.perf_counter()), attrs)
 
     def _disarm(self) -> None:
         handle, self._fwd = self._fwd, None

@@ -739,7 +739,11 @@ def build_report(m: Measurements) -> Report:
     # the loop's own work on each batch before the model's forward (augmentation on the
     # training thread) is inside the step body, but it is data work: the step stalls on it
     t_from = m.step_starts[k + s0] if k + s0 < len(m.step_starts) else float("-inf")
-    loop_s = sum(s.duration for s in m.spans if s.stage == "loop_transform" and s.start >= t_from)
+    # a sampled span (``every``: it stands for that many batches; see _torch_hooks.ARM_EVERY)
+    # counts for the steps those batches make
+    loop_s = sum(s.duration * (float(s.attrs["every"]) / max(m.draws_per_step, 1.0)
+                               if s.attrs.get("every") else 1.0)
+                 for s in m.spans if s.stage == "loop_transform" and s.start >= t_from)
     # the share of the stall that later passes' worker restarts take is of every wait (and
     # of the loop's own batch work)
     restart_base = (stall_s + loop_s + sum(wait[:s0])
