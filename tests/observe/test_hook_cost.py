@@ -162,3 +162,18 @@ def test_hooks_forked_into_another_process_pass_through() -> None:
         list(DataLoader(torch.arange(4.0), batch_size=2))
     assert status == 0 and got == b"1"
     assert len(rec.spans("fetch")) == 2  # the parent's own
+
+
+def test_a_partial_report_is_written_in_pieces_that_join_into_the_same_json() -> None:
+    # one json.dumps of a long run's snapshot held the GIL for tens of milliseconds while
+    # the training thread waited; the pieces are bounded and the writer pauses between them
+    import json
+
+    from feedline.observe._child import PIECE_ITEMS, json_pieces
+
+    data = {"spans": {"start": [i * 0.5 for i in range(5 * PIECE_ITEMS)], "stage": ["fetch"] * 10},
+            "clocks": [{"label": "loader-1", "waits": [0.1] * 3000, "config": {"a": None}}],
+            "notes": [], "host": {"series": [{}], "s": 'q"'}}
+    pieces = list(json_pieces(data))
+    assert json.loads("".join(pieces)) == data
+    assert max(len(p) for p in pieces) < len(json.dumps(data)) / 4

@@ -50,6 +50,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -66,10 +67,56 @@ PARTIAL_DUTY = 0.005
 """Largest share of the run's time the partial-report thread may take."""
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+PIECE_ITEMS = 2048
+"""A list longer than this is written a slice at a time (:func:`json_pieces`)."""
+PAUSE_EVERY = 1 << 16
+"""Characters of JSON a partial report writes before it pauses (:func:`_write_atomic`)."""
+PAUSE_S = 0.0002
+
+
+def json_pieces(value: Any, limit: int = PIECE_ITEMS) -> Iterator[str]:
+    """``value`` as JSON text in pieces, each a bounded amount of encoding: a dict key by
+    key, a list longer than ``limit`` a slice at a time, a short list of dicts element by
+    element. ``"".join`` of the pieces is ``json.dumps(value)`` up to spacing."""
+    if isinstance(value, dict):
+        yield "{"
+        for i, (k, v) in enumerate(value.items()):
+            yield ("," if i else "") + json.dumps(str(k)) + ":"
+            yield from json_pieces(v, limit)
+        yield "}"
+    elif isinstance(value, list) and len(value) > limit:
+        yield "["
+        for i in range(0, len(value), limit):
+            yield ("," if i else "") + json.dumps(value[i:i + limit])[1:-1]
+        yield "]"
+    elif isinstance(value, list) and 0 < len(value) <= 64 and isinstance(value[0], dict):
+        yield "["
+        for i, v in enumerate(value):
+            if i:
+                yield ","
+            yield from json_pieces(v, limit)
+        yield "]"
+    else:
+        yield json.dumps(value)
+
+
+def _write_atomic(path: Path, data: dict[str, Any], pause: bool = False) -> None:
+    """Write ``data`` as JSON to ``path`` atomically. ``pause``: a partial report, written
+    while the run goes on: a pause every :data:`PAUSE_EVERY` characters hands the GIL to the
+    training thread (one ``json.dumps`` of a long run's measurements held it for tens of
+    milliseconds, a stall the run would not have had)."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open_text(tmp, "w") as fh:  # its folder made again if a temp cleaner removed it
-        fh.write(json.dumps(data))
+        if not pause:
+            fh.write(json.dumps(data))
+        else:
+            since = 0
+            for piece in json_pieces(data):
+                fh.write(piece)
+                since += len(piece)
+                if since >= PAUSE_EVERY:
+                    since = 0
+                    time.sleep(PAUSE_S)
     os.replace(tmp, path)
 
 
@@ -216,7 +263,7 @@ class Child:
                 with self._lock:
                     if self._done:
                         return
-                    _write_atomic(self.partial, data)
+                    _write_atomic(self.partial, data, pause=True)
             except Exception as e:  # never disturb the run; say it once and stop trying
                 print(f"feedline diagnose: no partial report ({type(e).__name__}: {e})",
                       file=sys.stderr)
