@@ -277,14 +277,6 @@ def batch_rows(batch: Any, depth: int = 0) -> int | None:
     plain values its length."""
     if batch is None:
         return 0
-    kind = type(batch)
-    if (kind is tuple or kind is list) and depth < 3:  # (exactly: no ``shape`` to look for)
-        if not batch:
-            return 0
-        first = batch[0]
-        if isinstance(first, (dict, list, tuple)) or hasattr(first, "shape"):
-            return batch_rows(first, depth + 1)
-        return len(batch)
     shape = getattr(batch, "shape", None)
     if shape is not None:
         return int(shape[0]) if len(shape) >= 1 else None
