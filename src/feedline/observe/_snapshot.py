@@ -119,7 +119,7 @@ def restore(data: dict[str, Any]) -> Session:
     s.clocks.opt_tids = {int(t) for t in data.get("opt_tids", [])}
     s.clocks.updates = {int(tid): [float(t) for t in ts] for tid, ts in data.get("updates", [])}
     cols = data["spans"]
-    s.recorder.add(Span(str(a), float(b), float(c), int(d), int(e), dict(f)) for a, b, c, d, e, f in zip(
+    s.recorder.add(Span.from_list(row) for row in zip(
         cols["stage"], cols["start"], cols["end"], cols["pid"], cols["tid"], cols["attrs"], strict=True))
     for start, end, nbytes, pinned, non_blocking, dur in data["copies"]:
         s.copy_log.add(CopyRecord(start, end, nbytes, pinned, non_blocking, dur))

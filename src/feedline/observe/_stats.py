@@ -88,6 +88,10 @@ class Span:
                    dict(row[5]) if len(row) > 5 else {})
 
 
+Columns = tuple[list[str], list[float], list[float], list[int], list[int], list[dict[str, Any]]]
+"""Spans as six lists: stage, start, end, pid, tid, attrs."""
+
+
 class Recorder:
     """Thread-safe span sink keeping up to ``max_spans`` spans in memory.
 
@@ -149,15 +153,17 @@ class Recorder:
                 else:
                     self._merged.append(s)
 
-    def columns(self) -> tuple[list[str], list[float], list[float], list[int], list[int],
-                               list[dict[str, Any]]]:
-        """The stored spans as six lists (stage, start, end, pid, tid, attrs; recorded, then
-        merged): copies taken under the lock, which a recording thread waits for only that
-        long; attrs not copied."""
+    def _copy(self) -> tuple[Columns, list[Span]]:
+        """Copies of the recorded columns and of the merged spans, taken under the lock (a
+        recording thread waits for only that long)."""
         with self._lock:
-            cols = (list(self._stage), list(self._start), list(self._end), list(self._pids),
-                    list(self._tids), list(self._attrs))
-            merged = list(self._merged)
+            return (list(self._stage), list(self._start), list(self._end), list(self._pids),
+                    list(self._tids), list(self._attrs)), list(self._merged)
+
+    def columns(self) -> Columns:
+        """The stored spans as six lists (stage, start, end, pid, tid, attrs; recorded, then
+        merged; attrs not copied)."""
+        cols, merged = self._copy()
         for s in merged:
             for col, value in zip(cols, (s.stage, s.start, s.end, s.pid, s.tid, s.attrs), strict=True):
                 col.append(value)  # type: ignore[attr-defined]
@@ -169,10 +175,7 @@ class Recorder:
 
     def spans(self, stage: str | None = None) -> list[Span]:
         """A copy of the stored spans (recorded, then merged), optionally of one stage only."""
-        with self._lock:
-            cols = (list(self._stage), list(self._start), list(self._end), list(self._pids),
-                    list(self._tids), list(self._attrs))
-            merged = list(self._merged)
+        cols, merged = self._copy()
         items = [Span(*row) for row in zip(*cols, strict=True)] + merged
         return items if stage is None else [s for s in items if s.stage == stage]
 
